@@ -1,0 +1,69 @@
+package api
+
+// The guest protocol: HTTP/1.1 spoken by the daemon to the guest agent over
+// the sandbox's channel (a unix socket for the container tier). The daemon's
+// /v1/sandboxes/{id}/<path> routes for exec and files forward to the same
+// <path> on the guest, so both speak the same bodies:
+//
+//	GET    /ping                          -> GuestInfo
+//	POST   /exec          ExecRequest     -> ExecResult (buffered)
+//	POST   /exec/stream   NDJSON: ExecRequest, then StdinFrame lines
+//	                                      -> NDJSON ExecEvent lines
+//	GET    /files?path=P                  -> raw bytes of a regular file
+//	PUT    /files?path=P[&mode=0644][&user=U]  raw body -> FileInfo
+//	                                         (parents are created)
+//	DELETE /files?path=P[&recursive=true]
+//	GET    /files/stat?path=P             -> FileInfo
+//	GET    /files/list?path=P[&depth=1]   -> ListFilesResponse
+//	POST   /files/mkdir   MkdirRequest    -> FileInfo (mkdir -p)
+//	POST   /files/rename  RenameRequest
+//	GET    /files/archive?path=P          -> tar stream of P (file or dir)
+//	PUT    /files/archive?path=P[&user=U] tar body, extracted under P
+//
+// Errors are ErrorBody with the status errdefs gives for the code.
+// Every path is resolved by the guest inside the sandbox's own mount
+// namespace; magic links (/proc/*/fd, /proc/*/root, ...) are refused.
+
+// GuestInfo is the guest's answer to /ping.
+type GuestInfo struct {
+	Version string `json:"version"`
+	Pid     int    `json:"pid"`
+	Uptime  string `json:"uptime"`
+}
+
+// GuestSocketEnv names the environment variable that carries the number of
+// the inherited listening socket fd to the guest agent.
+const GuestSocketEnv = "AGENTBOX_GUEST_FD"
+
+// BootSpec is what the container driver hands the guest agent on the boot
+// pipe when it starts it as `agentbox-guest init`: how to build the
+// sandbox's root before serving. Paths are host paths, seen before
+// pivot_root.
+type BootSpec struct {
+	SandboxID string `json:"sandbox_id"`
+	Hostname  string `json:"hostname"`
+	// Overlay: the template's layers (lowest last, as overlayfs wants) plus
+	// the sandbox's private writable layer.
+	LowerDirs []string `json:"lower_dirs"`
+	UpperDir  string   `json:"upper_dir"`
+	WorkDir   string   `json:"work_dir"`
+	// Rootfs is an empty directory where the overlay is mounted.
+	Rootfs string `json:"rootfs"`
+	// Env is the default environment of every process (KEY=VALUE).
+	Env []string `json:"env"`
+	// User is the default user of exec and files ("root" if empty).
+	User string `json:"user,omitempty"`
+	// Workdir is the default cwd of exec ("/" if empty, or the user's home).
+	Workdir string `json:"workdir,omitempty"`
+	// ShmSizeMB and TmpSizeMB size /dev/shm (a tmpfs, counted in the
+	// sandbox's memory).
+	ShmSizeMB int64 `json:"shm_size_mb"`
+	// CgroupV1 lists the v1 controllers (e.g. "pids", "freezer") the guest
+	// mounts privately (cgroup namespace rooted at the sandbox's cgroup) to
+	// put each exec in its own child cgroup, so a timeout kills the whole
+	// tree even after double forks. Empty on cgroup v2, where Cgroup2 is set.
+	CgroupV1 []string `json:"cgroup_v1,omitempty"`
+	Cgroup2  bool     `json:"cgroup2,omitempty"`
+	// Seccomp turns on the seccomp filter (always, outside tests).
+	Seccomp bool `json:"seccomp"`
+}

@@ -1,0 +1,222 @@
+// Package api holds the JSON types of agentbox's HTTP API (specified in
+// api/openapi.yaml) and of the guest protocol spoken between the daemon and
+// the guest agent. It is a leaf package: it imports only the standard
+// library, so the guest agent, the daemon and the Go SDK all share it.
+package api
+
+import "time"
+
+// Sandbox states.
+const (
+	StateCreating   = "creating"
+	StateRunning    = "running"
+	StatePaused     = "paused"
+	StateStopped    = "stopped"
+	StateDestroying = "destroying"
+	StateDestroyed  = "destroyed"
+	StateFailed     = "failed"
+)
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Template   string            `json:"template,omitempty"`    // default "base"
+	Isolation  string            `json:"isolation,omitempty"`   // default from config ("container")
+	TTLSeconds int64             `json:"ttl_seconds,omitempty"` // 0: config default; -1: no TTL
+	CPU        float64           `json:"cpu,omitempty"`         // cores, e.g. 0.5, 2
+	MemoryMB   int64             `json:"memory_mb,omitempty"`
+	DiskMB     int64             `json:"disk_mb,omitempty"`
+	Pids       int64             `json:"pids,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+}
+
+// Resources are a sandbox's limits, as applied.
+type Resources struct {
+	CPU      float64 `json:"cpu"`
+	MemoryMB int64   `json:"memory_mb"`
+	DiskMB   int64   `json:"disk_mb"`
+	Pids     int64   `json:"pids"`
+}
+
+// Sandbox is what the API shows of a sandbox.
+type Sandbox struct {
+	ID              string            `json:"id"`
+	State           string            `json:"state"`
+	Template        string            `json:"template"`
+	TemplateVersion string            `json:"template_version"`
+	Isolation       string            `json:"isolation"`
+	Resources       Resources         `json:"resources"`
+	Env             map[string]string `json:"env,omitempty"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
+	CreatedAt       time.Time         `json:"created_at"`
+	ExpiresAt       *time.Time        `json:"expires_at,omitempty"`
+	Error           string            `json:"error,omitempty"` // why it failed, when state is failed
+	Pid             int               `json:"pid,omitempty"`   // host pid of the sandbox's init (admin view)
+}
+
+// UpdateSandboxRequest is the body of PATCH /v1/sandboxes/{id}.
+type UpdateSandboxRequest struct {
+	// TTLSeconds, when set, makes the sandbox expire that many seconds from
+	// now; -1 removes the TTL.
+	TTLSeconds *int64 `json:"ttl_seconds,omitempty"`
+}
+
+// ListSandboxesResponse is the body of GET /v1/sandboxes.
+type ListSandboxesResponse struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// Template is what the API shows of a template.
+type Template struct {
+	Name      string            `json:"name"`
+	Version   string            `json:"version"`
+	User      string            `json:"user,omitempty"`
+	Workdir   string            `json:"workdir,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	SizeBytes int64             `json:"size_bytes"`
+	CreatedAt time.Time         `json:"created_at"`
+}
+
+// ImportTemplateRequest is the body of POST /v1/templates (admin only): the
+// daemon copies a root filesystem directory on its own host into a new
+// template version.
+type ImportTemplateRequest struct {
+	Name    string            `json:"name"`
+	Rootfs  string            `json:"rootfs"` // a directory on the daemon's host
+	User    string            `json:"user,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+}
+
+// ListTemplatesResponse is the body of GET /v1/templates.
+type ListTemplatesResponse struct {
+	Templates []Template `json:"templates"`
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail carries a stable code (see package errdefs) and a message
+// that says what was wrong and what to do.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// ExecRequest runs a command. Exactly one of Cmd (an argv, run directly) and
+// Shell (a string run by /bin/sh -c) is set. Used by
+// POST /v1/sandboxes/{id}/exec and by the guest's POST /exec.
+type ExecRequest struct {
+	Cmd       []string          `json:"cmd,omitempty"`
+	Shell     string            `json:"shell,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	User      string            `json:"user,omitempty"` // name or uid; default: the template's user
+	TimeoutMs int64             `json:"timeout_ms,omitempty"`
+	// Stdin is the whole standard input, for a non-streaming exec.
+	Stdin []byte `json:"stdin,omitempty"`
+	// StdinStream says that StdinFrame lines follow the request line in a
+	// streaming exec's NDJSON body; without it stdin is empty (or Stdin).
+	StdinStream bool `json:"stdin_stream,omitempty"`
+	// MaxOutputBytes caps stdout and stderr each; 0 means the default
+	// (16 MiB for a buffered exec, unlimited for a streaming one, where the
+	// client holds the data). Output past the cap is dropped, the process
+	// keeps running, and Truncated is set.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+}
+
+// StdinFrame is one line of a streaming exec's request body after the
+// ExecRequest line.
+type StdinFrame struct {
+	Data []byte `json:"data,omitempty"`
+	EOF  bool   `json:"eof,omitempty"`
+}
+
+// Exec event types, in a streaming exec's NDJSON response.
+const (
+	EventStart     = "start"
+	EventStdout    = "stdout"
+	EventStderr    = "stderr"
+	EventExit      = "exit"
+	EventKeepalive = "keepalive"
+	EventError     = "error"
+)
+
+// ExecEvent is one line of a streaming exec's response. The stream ends
+// with exactly one exit or error event.
+type ExecEvent struct {
+	Type string `json:"type"`
+	Pid  int    `json:"pid,omitempty"`  // start
+	Data []byte `json:"data,omitempty"` // stdout, stderr (base64 in JSON)
+	// exit:
+	ExitCode   *int    `json:"exit_code,omitempty"`
+	Signal     string  `json:"signal,omitempty"` // e.g. "SIGKILL" when killed by a signal
+	TimedOut   bool    `json:"timed_out,omitempty"`
+	Truncated  bool    `json:"truncated,omitempty"`
+	DurationMs float64 `json:"duration_ms,omitempty"`
+	// error:
+	Error *ErrorDetail `json:"error,omitempty"`
+}
+
+// ExecResult is the response of a buffered (non-streaming) exec. Stdout and
+// Stderr are UTF-8 text; where the output was not valid UTF-8 they hold
+// base64 and Encoding is "base64".
+type ExecResult struct {
+	Stdout     string  `json:"stdout"`
+	Stderr     string  `json:"stderr"`
+	Encoding   string  `json:"encoding,omitempty"`
+	ExitCode   int     `json:"exit_code"`
+	Signal     string  `json:"signal,omitempty"`
+	TimedOut   bool    `json:"timed_out,omitempty"`
+	Truncated  bool    `json:"truncated,omitempty"`
+	DurationMs float64 `json:"duration_ms"`
+}
+
+// File types in FileInfo.Type.
+const (
+	FileTypeFile    = "file"
+	FileTypeDir     = "dir"
+	FileTypeSymlink = "symlink"
+	FileTypeOther   = "other"
+)
+
+// FileInfo describes one file inside a sandbox.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Type    string    `json:"type"`
+	Size    int64     `json:"size"`
+	Mode    string    `json:"mode"` // octal permission bits, e.g. "0644"
+	ModTime time.Time `json:"mtime"`
+	Target  string    `json:"target,omitempty"` // symlink target
+	UID     int       `json:"uid"`
+	GID     int       `json:"gid"`
+}
+
+// ListFilesResponse is the body of GET .../files/list.
+type ListFilesResponse struct {
+	Entries []FileInfo `json:"entries"`
+}
+
+// MkdirRequest is the body of POST .../files/mkdir.
+type MkdirRequest struct {
+	Path string `json:"path"`
+	Mode string `json:"mode,omitempty"` // octal, default "0755"
+	User string `json:"user,omitempty"`
+}
+
+// RenameRequest is the body of POST .../files/rename.
+type RenameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// Health is the body of GET /v1/health.
+type Health struct {
+	Status    string   `json:"status"`
+	Version   string   `json:"version"`
+	Drivers   []string `json:"drivers"`
+	Sandboxes int      `json:"sandboxes"`
+}

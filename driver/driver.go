@@ -1,0 +1,167 @@
+// Package driver defines the isolation tier interface. A driver turns a Spec
+// into a running sandbox whose guest agent answers on a channel, and tears
+// it down leaving nothing behind. Drivers register by name; the sandbox
+// service never type-switches on a concrete driver, it asks Capabilities.
+//
+// Lifecycle, as the service drives it:
+//
+//	h, err := d.Create(ctx, spec)   // returns when the guest answers /ping
+//	conn, err := d.DialGuest(ctx, h) // as often as needed
+//	err = d.Destroy(ctx, h)          // idempotent; kills, unmounts, removes
+//
+// After a daemon restart the service calls Adopt with each persisted Handle;
+// a driver answers errdefs.ErrNotFound when the sandbox did not survive,
+// and Cleanup removes whatever belongs to no known sandbox.
+//
+// Every implementation runs the conformance suite in driver/drivertest.
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+)
+
+// Spec is everything a driver needs to create one sandbox.
+type Spec struct {
+	ID       string
+	Hostname string
+	// Template layers, lowest last. Read-only host directories.
+	Layers []string
+	// UpperDir and WorkDir are the sandbox's private writable layer,
+	// prepared (with its hard disk limit) by storage.
+	UpperDir string
+	WorkDir  string
+	Env      []string // KEY=VALUE, the template's defaults plus the request's
+	User     string   // default exec user
+	Workdir  string   // default exec cwd
+	// Limits. Zero means "no limit" only for Pids; the service fills
+	// defaults before calling the driver.
+	CPU      float64 // cores
+	MemoryMB int64
+	Pids     int64
+	// RunDir is a private host directory for the driver (sockets, state);
+	// it exists and is removed by the service after Destroy.
+	RunDir string
+}
+
+// Handle identifies a running sandbox to its driver. It is persisted by the
+// service, so that a restarted daemon can re-adopt the sandbox.
+type Handle struct {
+	ID string `json:"id"`
+	// Pid is the host pid of the sandbox's first process; PidStart its
+	// start time in clock ticks (from /proc/PID/stat), so that a recycled
+	// pid is never mistaken for the sandbox.
+	Pid      int    `json:"pid"`
+	PidStart uint64 `json:"pid_start"`
+	// Socket is the guest channel, for tiers that use a unix socket.
+	Socket string `json:"socket,omitempty"`
+	// Private holds driver-specific state.
+	Private json.RawMessage `json:"private,omitempty"`
+}
+
+// Capabilities are the optional abilities a tier declares.
+type Capabilities struct {
+	Pause          bool // freeze and thaw all processes
+	MemorySnapshot bool // checkpoint processes and memory
+	LiveFork       bool // fork with running processes
+}
+
+// Driver is one isolation tier.
+type Driver interface {
+	// Name is the tier's name in the API ("container", "gvisor").
+	Name() string
+	Capabilities() Capabilities
+	// Create starts a sandbox and returns once its guest agent answers.
+	// On error nothing is left behind.
+	Create(ctx context.Context, spec *Spec) (*Handle, error)
+	// DialGuest opens a new connection to the sandbox's guest agent.
+	DialGuest(ctx context.Context, h *Handle) (net.Conn, error)
+	// Exited returns a channel closed when the sandbox's init exits, for
+	// sandboxes created or adopted by this process.
+	Exited(h *Handle) <-chan struct{}
+	// Destroy stops every process of the sandbox and removes its host
+	// resources (cgroups, namespaces, sockets). It is idempotent.
+	Destroy(ctx context.Context, h *Handle) error
+	// Adopt re-attaches a sandbox created by an earlier daemon process. It
+	// returns an error wrapping errdefs.ErrNotFound if the sandbox is gone.
+	Adopt(ctx context.Context, h *Handle) error
+	// Cleanup removes host resources of sandboxes whose ids are not in
+	// keep, and returns what it removed, for the log.
+	Cleanup(ctx context.Context, keep map[string]bool) ([]string, error)
+}
+
+// Pauser is implemented by drivers whose Capabilities say Pause.
+type Pauser interface {
+	Pause(ctx context.Context, h *Handle) error
+	Resume(ctx context.Context, h *Handle) error
+}
+
+// Stats are a sandbox's resource usage, read on the host.
+type Stats struct {
+	MemoryBytes int64 `json:"memory_bytes"`
+	CPUNanos    int64 `json:"cpu_nanos"`
+	Pids        int64 `json:"pids"`
+}
+
+// Options are the daemon-wide settings a driver is constructed with.
+type Options struct {
+	// GuestBinary is the host path of the static guest agent.
+	GuestBinary string
+	// UIDBase and UIDCount: sandbox uid/gid 0..UIDCount-1 map to host
+	// UIDBase..UIDBase+UIDCount-1 (template files are stored shifted).
+	UIDBase  int
+	UIDCount int
+	// CgroupParent is the cgroup (relative to each hierarchy's root) under
+	// which sandboxes get their own cgroups, e.g. "agentbox".
+	CgroupParent string
+	// Seccomp turns the seccomp filter on (always, outside driver tests).
+	Seccomp bool
+	Logger  *slog.Logger
+}
+
+// Constructor builds a driver from the daemon's options.
+type Constructor func(Options) (Driver, error)
+
+var (
+	mu       sync.Mutex
+	registry = map[string]Constructor{}
+)
+
+// Register makes a driver constructor available by name. It panics on a
+// duplicate name (a programming error).
+func Register(name string, newDriver Constructor) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic(fmt.Sprintf("driver %q registered twice", name))
+	}
+	registry[name] = newDriver
+}
+
+// Names lists the registered drivers.
+func Names() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	var names []string
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New constructs the named driver.
+func New(name string, opts Options) (Driver, error) {
+	mu.Lock()
+	f, ok := registry[name]
+	mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("unknown isolation %q (have %v)", name, Names())
+	}
+	return f(opts)
+}
