@@ -1,0 +1,276 @@
+// Package boot turns the guest agent's first process into a sandbox's init:
+// it reads the BootSpec from the daemon, builds the root filesystem inside
+// the sandbox's own user and mount namespaces (overlay, /proc, /dev, /sys,
+// masked paths), pivots into it, detaches the host's tree, hardens the
+// process (no_new_privs, empty bounding set, seccomp) and hands over to the
+// guest server. Nothing here runs after the sandbox serves its first request.
+package boot
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// Prepared is what boot leaves for the guest server.
+type Prepared struct {
+	Spec api.BootSpec
+	// CgroupFDs are O_DIRECTORY fds of the sandbox's own cgroups (one per
+	// mounted v1 controller, or the v2 root), still valid after pivot_root.
+	CgroupFDs []CgroupFD
+}
+
+// CgroupFD is one cgroup directory the guest may create children in.
+type CgroupFD struct {
+	FD         int
+	Controller string // "pids", "freezer", or "" for v2
+}
+
+// ReadSpec reads the BootSpec from r (the boot pipe); the daemon writes it
+// only after it has placed this process in the sandbox's cgroups, so the
+// read doubles as the go-ahead.
+func ReadSpec(r io.Reader) (api.BootSpec, error) {
+	var spec api.BootSpec
+	dec := json.NewDecoder(io.LimitReader(r, 1<<20))
+	if err := dec.Decode(&spec); err != nil {
+		return spec, fmt.Errorf("reading boot spec: %w", err)
+	}
+	return spec, nil
+}
+
+// Prepare builds the sandbox's root and pivots into it. It must run as the
+// first process of fresh user, mount, pid, uts, ipc and net namespaces.
+func Prepare(spec api.BootSpec) (*Prepared, error) {
+	p := &Prepared{Spec: spec}
+	// A cgroup namespace rooted at the cgroups the daemon just put us in.
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return nil, fmt.Errorf("unshare cgroup namespace: %w", err)
+	}
+	if spec.Hostname != "" {
+		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
+			return nil, fmt.Errorf("sethostname: %w", err)
+		}
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := mountOverlay(spec); err != nil {
+		return nil, err
+	}
+	if err := mountSpecial(spec); err != nil {
+		return nil, err
+	}
+	fds, err := mountCgroups(spec)
+	if err != nil {
+		return nil, err
+	}
+	p.CgroupFDs = fds
+	if err := pivot(spec.Rootfs); err != nil {
+		return nil, err
+	}
+	if err := loopbackUp(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func mountOverlay(spec api.BootSpec) error {
+	if len(spec.LowerDirs) == 0 || spec.UpperDir == "" || spec.WorkDir == "" {
+		return errors.New("boot spec needs lower_dirs, upper_dir and work_dir")
+	}
+	for _, d := range append(append([]string{}, spec.LowerDirs...), spec.UpperDir, spec.WorkDir, spec.Rootfs) {
+		if strings.ContainsAny(d, ",:") {
+			return fmt.Errorf("overlay path %q contains ',' or ':'", d)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr",
+		strings.Join(spec.LowerDirs, ":"), spec.UpperDir, spec.WorkDir)
+	if err := unix.Mount("overlay", spec.Rootfs, "overlay", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mounting overlay root (%s): %w", opts, err)
+	}
+	return nil
+}
+
+// Files of /proc hidden behind /dev/null, and directories behind an empty
+// read-only tmpfs (the runc/Docker list, plus a few).
+var (
+	maskedFiles = []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
+		"/proc/latency_stats", "/proc/interrupts", "/proc/kallsyms", "/proc/kpagecount",
+		"/proc/kpageflags", "/proc/kpagecgroup", "/proc/sysrq-trigger", "/proc/config.gz",
+		"/proc/vmallocinfo", "/proc/pagetypeinfo", "/proc/slabinfo"}
+	maskedDirs    = []string{"/proc/acpi", "/proc/scsi", "/proc/asound", "/proc/driver", "/proc/bus", "/proc/irq", "/proc/fs", "/proc/tty", "/sys/firmware", "/sys/kernel", "/sys/fs", "/sys/devices/virtual/powercap"}
+	readonlyPaths = []string{"/proc/sys"}
+	devices       = []string{"null", "zero", "full", "random", "urandom", "tty"}
+)
+
+func mountSpecial(spec api.BootSpec) error {
+	root := spec.Rootfs
+	in := func(p string) string { return filepath.Join(root, p) }
+	mkdir := func(p string) error {
+		if err := os.MkdirAll(in(p), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("mkdir %s: %w", p, err)
+		}
+		return nil
+	}
+	for _, d := range []string{"/proc", "/dev", "/sys", "/tmp"} {
+		if err := mkdir(d); err != nil {
+			return err
+		}
+	}
+	const noexec = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if err := unix.Mount("proc", in("/proc"), "proc", noexec, ""); err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	if err := unix.Mount("tmpfs", in("/dev"), "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=65536k"); err != nil {
+		return fmt.Errorf("mounting /dev: %w", err)
+	}
+	for _, d := range devices {
+		target := in("/dev/" + d)
+		if err := os.WriteFile(target, nil, 0o666); err != nil {
+			return fmt.Errorf("creating /dev/%s: %w", d, err)
+		}
+		if err := unix.Mount("/dev/"+d, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding /dev/%s: %w", d, err)
+		}
+	}
+	for _, d := range []string{"/dev/pts", "/dev/shm", "/dev/mqueue"} {
+		if err := mkdir(d); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("devpts", in("/dev/pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC,
+		"newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("mounting /dev/pts: %w", err)
+	}
+	shm := spec.ShmSizeMB
+	if shm <= 0 {
+		shm = 64
+	}
+	if err := unix.Mount("shm", in("/dev/shm"), "tmpfs", noexec, fmt.Sprintf("mode=1777,size=%dm", shm)); err != nil {
+		return fmt.Errorf("mounting /dev/shm: %w", err)
+	}
+	if err := unix.Mount("mqueue", in("/dev/mqueue"), "mqueue", noexec, ""); err != nil {
+		// Not essential: leave the directory empty.
+		_ = os.Remove(in("/dev/mqueue"))
+	}
+	for name, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd",
+		"stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, in("/dev/"+name)); err != nil {
+			return fmt.Errorf("linking /dev/%s: %w", name, err)
+		}
+	}
+	if err := unix.Mount("sysfs", in("/sys"), "sysfs", noexec|unix.MS_RDONLY, ""); err != nil {
+		// An empty, read-only /sys is an acceptable fallback.
+		if err := unix.Mount("tmpfs", in("/sys"), "tmpfs", noexec|unix.MS_RDONLY, "size=0"); err != nil {
+			return fmt.Errorf("mounting /sys: %w", err)
+		}
+	}
+	if err := unix.Mount("", in("/dev"), "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_RDONLY, "mode=755,size=65536k"); err != nil {
+		return fmt.Errorf("remounting /dev read-only: %w", err)
+	}
+	for _, f := range maskedFiles {
+		if _, err := os.Stat(in(f)); err != nil {
+			continue
+		}
+		if err := unix.Mount("/dev/null", in(f), "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("masking %s: %w", f, err)
+		}
+	}
+	for _, d := range maskedDirs {
+		if fi, err := os.Stat(in(d)); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := unix.Mount("tmpfs", in(d), "tmpfs", noexec|unix.MS_RDONLY, "size=0"); err != nil {
+			return fmt.Errorf("masking %s: %w", d, err)
+		}
+	}
+	for _, p := range readonlyPaths {
+		if err := unix.Mount(in(p), in(p), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("binding %s: %w", p, err)
+		}
+		if err := unix.Mount("", in(p), "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|noexec, ""); err != nil {
+			return fmt.Errorf("making %s read-only: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// mountCgroups mounts the sandbox's own cgroups (the namespace root) at a
+// private place outside the new root and keeps a directory fd to each; the
+// mounts leave with the old root, the fds stay valid.
+func mountCgroups(spec api.BootSpec) ([]CgroupFD, error) {
+	base := filepath.Dir(spec.Rootfs)
+	var out []CgroupFD
+	mountOne := func(ctrl, fstype, data string) error {
+		dir := filepath.Join(base, "cg-"+fstype+"-"+ctrl)
+		if err := os.MkdirAll(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			// The run dir is the daemon's; it pre-creates these.
+			return fmt.Errorf("mkdir %s: %w", dir, err)
+		}
+		if err := unix.Mount("cgroup", dir, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data); err != nil {
+			return fmt.Errorf("mounting cgroup %s: %w", ctrl, err)
+		}
+		fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening cgroup %s: %w", ctrl, err)
+		}
+		out = append(out, CgroupFD{FD: fd, Controller: ctrl})
+		return nil
+	}
+	if spec.Cgroup2 {
+		if err := mountOne("", "cgroup2", ""); err != nil {
+			return nil, err
+		}
+	}
+	for _, ctrl := range spec.CgroupV1 {
+		if err := mountOne(ctrl, "cgroup", ctrl); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("chdir to new root: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("chdir /: %w", err)
+	}
+	return nil
+}
+
+// loopbackUp brings up lo in the sandbox's network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("reading lo flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing lo up: %w", err)
+	}
+	return nil
+}
