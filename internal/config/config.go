@@ -1,0 +1,131 @@
+// Package config holds the daemon's settings: one TOML file, by default
+// /etc/agentbox/config.toml, where every knob is optional and documented.
+// A missing file means the embedded defaults, so `agentbox serve` works
+// with no configuration at all. docs/config.md is the reference and
+// docs/agentbox.example.toml is the same content as a ready-to-edit file;
+// a test keeps the three in step.
+package config
+
+import (
+	"path/filepath"
+	"runtime"
+	"time"
+)
+
+// DefaultPath is where the daemon looks for its config file.
+const DefaultPath = "/etc/agentbox/config.toml"
+
+// Config is the daemon's configuration. Field comments give the TOML key
+// and the default.
+type Config struct {
+	// DataDir (data_dir) holds state.db, admin.key, templates and the
+	// storage pool. Default /var/lib/agentbox.
+	DataDir string `toml:"data_dir"`
+	// RunDir (run_dir) holds runtime files that do not survive a reboot:
+	// per-sandbox sockets and driver state. Default /run/agentbox.
+	RunDir string `toml:"run_dir"`
+	// Socket (socket) is the root-only unix socket the API listens on.
+	// Default /run/agentbox/agentbox.sock.
+	Socket string `toml:"socket"`
+	// Listen (listen) is the TCP address of the API; "" disables TCP.
+	// Default "127.0.0.1:7423".
+	Listen string `toml:"listen"`
+	// LogLevel (log_level) is one of debug, info, warn, error. Default info.
+	LogLevel string `toml:"log_level"`
+	// DefaultIsolation (default_isolation) is the isolation tier of a
+	// sandbox whose request names none. Default "container".
+	DefaultIsolation string `toml:"default_isolation"`
+	// DefaultTemplate (default_template) is the template of a sandbox whose
+	// request names none. Default "base".
+	DefaultTemplate string `toml:"default_template"`
+	// GuestBinary (guest_binary) is the host path of the static guest
+	// agent. "" means: agentbox-guest next to the agentbox binary, then
+	// /usr/local/lib/agentbox/agentbox-guest (see ResolveGuestBinary).
+	GuestBinary string `toml:"guest_binary"`
+	// UIDBase and UIDCount (uid_base, uid_count): sandbox uids
+	// 0..UIDCount-1 map to host uids UIDBase..UIDBase+UIDCount-1.
+	// Defaults 1000000 and 65536.
+	UIDBase  int `toml:"uid_base"`
+	UIDCount int `toml:"uid_count"`
+	// CgroupParent (cgroup_parent) is the cgroup, relative to each
+	// hierarchy's root, under which sandboxes get their own. Default
+	// "agentbox".
+	CgroupParent string `toml:"cgroup_parent"`
+	// StorageSizeGB (storage_size_gb) is the size of the sparse loop file
+	// backing the btrfs storage pool. Default 64.
+	StorageSizeGB int64 `toml:"storage_size_gb"`
+	// ReapInterval (reap_interval) is how often the daemon looks for
+	// sandboxes past their TTL. Default "1s".
+	ReapInterval time.Duration `toml:"reap_interval"`
+	// MaxRequestBodyMB (max_request_body_mb) caps JSON request bodies
+	// (file uploads are limited separately). Default 1.
+	MaxRequestBodyMB int64 `toml:"max_request_body_mb"`
+
+	// Defaults ([defaults]) apply to a sandbox whose request leaves a
+	// field unset.
+	Defaults Sandbox `toml:"defaults"`
+	// Limits ([limits]) are the largest values a request may ask for.
+	Limits Sandbox `toml:"limits"`
+}
+
+// Sandbox is a set of per-sandbox settings, used both for the defaults and
+// for the limits.
+type Sandbox struct {
+	// TTL (ttl) is the wall-clock lifetime. Defaults 10m / 24h.
+	TTL time.Duration `toml:"ttl"`
+	// CPU (cpu) in cores. Defaults 1 / the host's CPU count. In [limits],
+	// 0 means the host's CPU count.
+	CPU float64 `toml:"cpu"`
+	// MemoryMB (memory_mb). Defaults 512 / 16384.
+	MemoryMB int64 `toml:"memory_mb"`
+	// DiskMB (disk_mb) is the hard limit on the sandbox's writable layer.
+	// Defaults 1024 / 102400.
+	DiskMB int64 `toml:"disk_mb"`
+	// Pids (pids) caps processes and threads. Defaults 512 / 32768.
+	Pids int64 `toml:"pids"`
+}
+
+// Default returns the embedded defaults; they pass Validate.
+func Default() Config {
+	return Config{
+		DataDir:          "/var/lib/agentbox",
+		RunDir:           "/run/agentbox",
+		Socket:           "/run/agentbox/agentbox.sock",
+		Listen:           "127.0.0.1:7423",
+		LogLevel:         "info",
+		DefaultIsolation: "container",
+		DefaultTemplate:  "base",
+		GuestBinary:      "",
+		UIDBase:          1000000,
+		UIDCount:         65536,
+		CgroupParent:     "agentbox",
+		StorageSizeGB:    64,
+		ReapInterval:     time.Second,
+		MaxRequestBodyMB: 1,
+		Defaults: Sandbox{
+			TTL:      10 * time.Minute,
+			CPU:      1,
+			MemoryMB: 512,
+			DiskMB:   1024,
+			Pids:     512,
+		},
+		Limits: Sandbox{
+			TTL:      24 * time.Hour,
+			CPU:      hostCPUs(),
+			MemoryMB: 16384,
+			DiskMB:   102400,
+			Pids:     32768,
+		},
+	}
+}
+
+func hostCPUs() float64 { return float64(runtime.NumCPU()) }
+
+// StatePath is the SQLite state file, <DataDir>/state.db.
+func (c Config) StatePath() string { return filepath.Join(c.DataDir, "state.db") }
+
+// AdminKeyPath is the file holding the admin API key, <DataDir>/admin.key.
+func (c Config) AdminKeyPath() string { return filepath.Join(c.DataDir, "admin.key") }
+
+// MaxRequestBodyBytes is MaxRequestBodyMB in bytes.
+func (c Config) MaxRequestBodyBytes() int64 { return c.MaxRequestBodyMB << 20 }
