@@ -1,0 +1,170 @@
+// Package daemon wires `agentbox serve`: config, state, storage, drivers,
+// the sandbox service and the API listeners, and shuts them down in order.
+// Sandboxes outlive the daemon: a restarted daemon re-adopts them.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/server"
+	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/version"
+
+	// The isolation tiers.
+	_ "github.com/agentbox/agentbox/drivers/container"
+)
+
+// Run serves until ctx is done or SIGINT/SIGTERM arrives.
+func Run(ctx context.Context, configPath string) error {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.LogLevel)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Serve(ctx, &cfg, log)
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// Serve runs the daemon with cfg until ctx is done.
+func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	if os.Geteuid() != 0 {
+		return errors.New("agentbox serve must run as root: it creates namespaces, cgroups and mounts")
+	}
+	for _, d := range []string{cfg.DataDir, cfg.RunDir, filepath.Dir(cfg.Socket)} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+		// Sandbox processes (an unprivileged host uid) must traverse these
+		// to reach their own layers and run dirs, and nothing more.
+		_ = os.Chmod(d, 0o711)
+	}
+	st, err := store.Open(ctx, cfg.StatePath())
+	if err != nil {
+		return fmt.Errorf("opening state: %w", err)
+	}
+	defer st.Close()
+	secret, created, err := auth.EnsureAdminKey(ctx, st, cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("admin key: %w", err)
+	}
+	if created {
+		log.Info("generated the admin API key", "file", cfg.AdminKeyPath())
+	}
+	_ = secret
+	pool, err := storage.Open(ctx, storage.Options{
+		DataDir:  cfg.DataDir,
+		SizeGB:   int(cfg.StorageSizeGB),
+		UIDBase:  cfg.UIDBase,
+		UIDCount: cfg.UIDCount,
+		Logger:   log,
+	})
+	if err != nil {
+		return fmt.Errorf("opening storage: %w", err)
+	}
+	defer pool.Close()
+
+	guestBin, err := config.ResolveGuestBinary(cfg.GuestBinary)
+	if err != nil {
+		return err
+	}
+	drivers := map[string]driver.Driver{}
+	for _, name := range driver.Names() {
+		d, err := driver.New(name, driver.Options{
+			GuestBinary:  guestBin,
+			UIDBase:      cfg.UIDBase,
+			UIDCount:     cfg.UIDCount,
+			CgroupParent: cfg.CgroupParent,
+			Seccomp:      true,
+			Logger:       log.With("driver", name),
+		})
+		if err != nil {
+			log.Warn("isolation tier unavailable", "driver", name, "err", err)
+			continue
+		}
+		drivers[name] = d
+	}
+	if len(drivers) == 0 {
+		return errors.New("no isolation tier is available on this host; see the warnings above")
+	}
+	if _, ok := drivers[cfg.DefaultIsolation]; !ok {
+		return fmt.Errorf("default_isolation %q is not available on this host", cfg.DefaultIsolation)
+	}
+	svc := sandbox.New(sandbox.Options{Config: cfg, Store: st, Pool: pool, Drivers: drivers, Logger: log})
+	if err := svc.Start(ctx); err != nil {
+		return fmt.Errorf("recovering sandboxes: %w", err)
+	}
+	defer svc.Close()
+
+	authn := auth.NewAuthenticator(st)
+	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes()})
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	var lns []net.Listener
+	_ = os.Remove(cfg.Socket)
+	oldMask := syscall.Umask(0o177)
+	uln, err := net.Listen("unix", cfg.Socket)
+	syscall.Umask(oldMask)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Socket, err)
+	}
+	_ = os.Chmod(cfg.Socket, 0o600)
+	lns = append(lns, uln)
+	if cfg.Listen != "" {
+		host, _, _ := net.SplitHostPort(cfg.Listen)
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("listen %q is not a loopback address: plain HTTP beyond loopback is refused (TLS comes with the security work); use 127.0.0.1", cfg.Listen)
+		}
+		tln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+		}
+		lns = append(lns, tln)
+	}
+	errc := make(chan error, len(lns))
+	var addrs []string
+	for _, ln := range lns {
+		addrs = append(addrs, ln.Addr().String())
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	log.Info("agentbox serving", "version", version.Version, "listen", strings.Join(addrs, ","),
+		"drivers", svc.DriverNames(), "data_dir", cfg.DataDir, "admin_key", cfg.AdminKeyPath())
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	log.Info("shutting down; sandboxes keep running and are re-adopted at the next start")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}

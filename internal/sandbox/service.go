@@ -1,0 +1,463 @@
+// Package sandbox is the lifecycle service: it validates requests, records
+// every fact in the store, drives the isolation drivers and the storage
+// pool, enforces TTLs, and re-adopts or cleans up sandboxes when the daemon
+// restarts. A request's context never owns a sandbox: teardown always runs
+// on a context of its own.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Options wire the service.
+type Options struct {
+	Config  *config.Config
+	Store   *store.Store
+	Pool    *storage.Pool
+	Drivers map[string]driver.Driver
+	Logger  *slog.Logger
+}
+
+// Service owns every sandbox of this daemon.
+type Service struct {
+	cfg     *config.Config
+	st      *store.Store
+	pool    *storage.Pool
+	drivers map[string]driver.Driver
+	log     *slog.Logger
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu sync.Mutex
+	// live are the sandboxes with a running (or paused) init.
+	live map[string]*entry
+}
+
+// entry is one live sandbox.
+type entry struct {
+	id     string
+	tenant string
+	drv    driver.Driver
+	h      *driver.Handle
+	guest  *http.Transport
+
+	// op serializes lifecycle operations (destroy, pause, ...).
+	op         sync.Mutex
+	destroying bool
+}
+
+// New returns a service; call Start to recover state and start the reaper.
+func New(o Options) *Service {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Service{
+		cfg:     o.Config,
+		st:      o.Store,
+		pool:    o.Pool,
+		drivers: o.Drivers,
+		log:     o.Logger,
+		stop:    make(chan struct{}),
+		live:    map[string]*entry{},
+	}
+}
+
+func (s *Service) runDir(id string) string {
+	return filepath.Join(s.cfg.RunDir, "sandboxes", id)
+}
+
+// newID returns a sandbox id: 12 lowercase letters and digits (60 bits),
+// usable as a hostname, a cgroup name and a DNS label.
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	for i := range b {
+		b[i] = alphabet[b[i]&31]
+	}
+	return string(b[:])
+}
+
+// Create makes a sandbox for tenant and returns once it can run a command.
+func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSandboxRequest) (*api.Sandbox, error) {
+	r, err := resolve(s.cfg, req)
+	if err != nil {
+		return nil, err
+	}
+	drv, ok := s.drivers[r.Isolation]
+	if !ok {
+		return nil, errdefs.Invalid("isolation %q is not available on this host; available: %s", r.Isolation, strings.Join(s.DriverNames(), ", "))
+	}
+	tpl, err := s.pool.Template(r.Template)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	rec := &store.SandboxRecord{
+		ID:              newID(),
+		Tenant:          tenant,
+		State:           api.StateCreating,
+		Template:        tpl.Name,
+		TemplateVersion: tpl.Version,
+		Isolation:       r.Isolation,
+		Spec:            *req,
+		Resources:       r.Res,
+		Env:             r.Env,
+		Metadata:        r.Metadata,
+		CreatedAt:       now,
+	}
+	if r.TTL > 0 {
+		exp := now.Add(r.TTL)
+		rec.ExpiresAt = &exp
+	}
+	// The sandbox outlives this request: build it on a context of its own.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	if err := s.st.CreateSandbox(cctx, rec); err != nil {
+		return nil, err
+	}
+	e, err := s.start(cctx, rec, tpl, drv)
+	if err != nil {
+		s.log.Warn("create failed", "sandbox", rec.ID, "err", err)
+		_ = s.st.UpdateSandbox(cctx, rec.ID, func(r *store.SandboxRecord) error {
+			r.State = api.StateFailed
+			r.Error = err.Error()
+			return nil
+		})
+		return nil, fmt.Errorf("creating sandbox: %w", err)
+	}
+	var out *store.SandboxRecord
+	err = s.st.UpdateSandbox(cctx, rec.ID, func(r *store.SandboxRecord) error {
+		r.State = api.StateRunning
+		r.Handle = e.h
+		out = r
+		return nil
+	})
+	if err != nil {
+		s.teardown(e, "store update failed")
+		return nil, err
+	}
+	s.mu.Lock()
+	s.live[rec.ID] = e
+	s.mu.Unlock()
+	s.watch(e)
+	s.log.Debug("created", "sandbox", rec.ID, "tenant", tenant, "template", tpl.Name+"@"+tpl.Version)
+	return toAPI(out), nil
+}
+
+// start builds the sandbox's layer and run dir and starts its driver; on
+// error nothing is left.
+func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) (_ *entry, err error) {
+	dir := s.runDir(rec.ID)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("creating run dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	upper, work, err := s.pool.CreateLayer(ctx, rec.ID, rec.Resources.DiskMB)
+	if err != nil {
+		return nil, fmt.Errorf("creating writable layer: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = s.pool.RemoveLayer(context.WithoutCancel(ctx), rec.ID)
+		}
+	}()
+	env := make([]string, 0, len(tpl.Env)+len(rec.Env))
+	merged := maps.Clone(tpl.Env)
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	maps.Copy(merged, rec.Env)
+	keys := make([]string, 0, len(merged))
+	for k := range merged {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+merged[k])
+	}
+	spec := &driver.Spec{
+		ID:       rec.ID,
+		Hostname: "sbx-" + rec.ID,
+		Layers:   []string{tpl.Rootfs},
+		UpperDir: upper,
+		WorkDir:  work,
+		Env:      env,
+		User:     tpl.User,
+		Workdir:  tpl.Workdir,
+		CPU:      rec.Resources.CPU,
+		MemoryMB: rec.Resources.MemoryMB,
+		Pids:     rec.Resources.Pids,
+		RunDir:   dir,
+	}
+	h, err := drv.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return s.newEntry(rec.ID, rec.Tenant, drv, h), nil
+}
+
+func (s *Service) newEntry(id, tenant string, drv driver.Driver, h *driver.Handle) *entry {
+	e := &entry{id: id, tenant: tenant, drv: drv, h: h}
+	e.guest = &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return drv.DialGuest(ctx, h)
+		},
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	return e
+}
+
+// watch marks a sandbox failed when its init dies without a destroy.
+func (s *Service) watch(e *entry) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		select {
+		case <-e.drv.Exited(e.h):
+		case <-s.stop:
+			return
+		}
+		e.op.Lock()
+		destroying := e.destroying
+		e.op.Unlock()
+		if destroying {
+			return
+		}
+		s.log.Warn("sandbox init exited unexpectedly; cleaning up", "sandbox", e.id)
+		s.teardown(e, "sandbox init exited unexpectedly")
+	}()
+}
+
+// teardown destroys e's resources and records the final state: destroyed,
+// or failed with reason when reason is not empty.
+func (s *Service) teardown(e *entry, reason string) error {
+	e.op.Lock()
+	defer e.op.Unlock()
+	if e.destroying {
+		return nil
+	}
+	e.destroying = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
+		r.State = api.StateDestroying
+		return nil
+	})
+	err := s.release(ctx, e.id, e.drv, e.h)
+	e.guest.CloseIdleConnections()
+	s.mu.Lock()
+	delete(s.live, e.id)
+	s.mu.Unlock()
+	final := api.StateDestroyed
+	if reason != "" {
+		final = api.StateFailed
+	}
+	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
+		r.State = final
+		if reason != "" {
+			r.Error = reason
+		}
+		if err != nil {
+			r.Error = strings.TrimPrefix(r.Error+"; cleanup: "+err.Error(), "; ")
+		}
+		return nil
+	})
+	return err
+}
+
+// release frees everything a sandbox holds on the host.
+func (s *Service) release(ctx context.Context, id string, drv driver.Driver, h *driver.Handle) error {
+	var errs []error
+	if drv != nil && h != nil {
+		if err := drv.Destroy(ctx, h); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.pool.RemoveLayer(ctx, id); err != nil {
+		errs = append(errs, fmt.Errorf("removing layer: %w", err))
+	}
+	if err := os.RemoveAll(s.runDir(id)); err != nil {
+		errs = append(errs, fmt.Errorf("removing run dir: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// lookup returns the live entry of a tenant's sandbox. Another tenant's
+// sandbox is not found, never forbidden.
+func (s *Service) lookup(ctx context.Context, tenant, id string) (*entry, error) {
+	s.mu.Lock()
+	e, ok := s.live[id]
+	s.mu.Unlock()
+	if ok && (tenant == "" || e.tenant == tenant) {
+		return e, nil
+	}
+	rec, err := s.st.GetSandbox(ctx, id)
+	if err != nil || (tenant != "" && rec.Tenant != tenant) {
+		return nil, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
+	}
+	return nil, errdefs.Precondition("sandbox %s is %s, not running", id, rec.State)
+}
+
+// Get returns a sandbox of tenant ("" = any, for admins).
+func (s *Service) Get(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
+	rec, err := s.st.GetSandbox(ctx, id)
+	if err != nil || (tenant != "" && rec.Tenant != tenant) {
+		return nil, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
+	}
+	return toAPI(rec), nil
+}
+
+// ListFilter selects sandboxes.
+type ListFilter struct {
+	States   []string
+	Metadata map[string]string
+	// All includes destroyed sandboxes, which are hidden by default.
+	All bool
+}
+
+// List returns tenant's sandboxes ("" = every tenant).
+func (s *Service) List(ctx context.Context, tenant string, f ListFilter) ([]api.Sandbox, error) {
+	states := f.States
+	if len(states) == 0 && !f.All {
+		states = []string{api.StateCreating, api.StateRunning, api.StatePaused, api.StateStopped, api.StateDestroying, api.StateFailed}
+	}
+	recs, err := s.st.ListSandboxes(ctx, store.Filter{Tenant: tenant, States: states, Metadata: f.Metadata})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Sandbox, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, *toAPI(r))
+	}
+	return out, nil
+}
+
+// SetTTL makes a sandbox expire ttl from now (0: never).
+func (s *Service) SetTTL(ctx context.Context, tenant, id string, ttlSeconds int64) (*api.Sandbox, error) {
+	if _, err := s.lookup(ctx, tenant, id); err != nil {
+		return nil, err
+	}
+	lim := s.cfg.Limits.TTL
+	if ttlSeconds == 0 || ttlSeconds < -1 {
+		return nil, errdefs.Invalid("ttl_seconds must be positive, or -1 for no TTL, got %d", ttlSeconds)
+	}
+	if lim > 0 && (ttlSeconds == -1 || time.Duration(ttlSeconds)*time.Second > lim) {
+		return nil, errdefs.Invalid("ttl_seconds must be at most %d (limits.ttl in the daemon's config), got %d", int64(lim/time.Second), ttlSeconds)
+	}
+	var out *store.SandboxRecord
+	err := s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
+		if ttlSeconds == -1 {
+			r.ExpiresAt = nil
+		} else {
+			exp := time.Now().UTC().Add(time.Duration(ttlSeconds) * time.Second)
+			r.ExpiresAt = &exp
+		}
+		out = r
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return toAPI(out), nil
+}
+
+// Destroy stops and removes a sandbox; nothing of it is left on the host.
+func (s *Service) Destroy(ctx context.Context, tenant, id string) error {
+	e, err := s.lookup(ctx, tenant, id)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrFailedPrecondition) {
+			// Not running: already destroyed, or failed. Make sure nothing
+			// is left and report success.
+			rec, gerr := s.st.GetSandbox(ctx, id)
+			if gerr == nil && rec.State != api.StateDestroyed {
+				var drv driver.Driver = s.drivers[rec.Isolation]
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				_ = s.release(rctx, id, drv, rec.Handle)
+				_ = s.st.UpdateSandbox(rctx, id, func(r *store.SandboxRecord) error {
+					if r.State != api.StateFailed {
+						r.State = api.StateDestroyed
+					}
+					return nil
+				})
+			}
+			return nil
+		}
+		return err
+	}
+	return s.teardown(e, "")
+}
+
+// Guest returns a transport to a tenant's running sandbox's guest agent.
+func (s *Service) Guest(ctx context.Context, tenant, id string) (http.RoundTripper, error) {
+	e, err := s.lookup(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	return e.guest, nil
+}
+
+// DriverNames lists the isolation tiers this daemon runs.
+func (s *Service) DriverNames() []string {
+	var names []string
+	for n := range s.drivers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LiveCount is the number of sandboxes with a running init.
+func (s *Service) LiveCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.live)
+}
+
+func toAPI(r *store.SandboxRecord) *api.Sandbox {
+	sb := &api.Sandbox{
+		ID:              r.ID,
+		State:           r.State,
+		Template:        r.Template,
+		TemplateVersion: r.TemplateVersion,
+		Isolation:       r.Isolation,
+		Resources:       r.Resources,
+		Env:             r.Env,
+		Metadata:        r.Metadata,
+		CreatedAt:       r.CreatedAt,
+		ExpiresAt:       r.ExpiresAt,
+		Error:           r.Error,
+	}
+	if r.Handle != nil {
+		sb.Pid = r.Handle.Pid
+	}
+	return sb
+}

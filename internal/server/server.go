@@ -1,0 +1,315 @@
+// Package server is agentbox's HTTP API: routing, authentication, request
+// validation, error translation (errdefs classes become
+// {"error": {"code", "message"}} here, and only here), and the forwarding of
+// exec and file routes to the sandbox's guest agent.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+// Options wire the server.
+type Options struct {
+	Service      *sandbox.Service
+	Pool         *storage.Pool
+	Auth         *auth.Authenticator
+	Logger       *slog.Logger
+	MaxBodyBytes int64
+}
+
+// Server serves the API.
+type Server struct {
+	svc     *sandbox.Service
+	pool    *storage.Pool
+	auth    *auth.Authenticator
+	log     *slog.Logger
+	maxBody int64
+	mux     *http.ServeMux
+}
+
+// New returns the API handler.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 1 << 20
+	}
+	s := &Server{svc: o.Service, pool: o.Pool, auth: o.Auth, log: o.Logger, maxBody: o.MaxBodyBytes, mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+type principalKey struct{}
+
+func principal(ctx context.Context) auth.Principal {
+	p, _ := ctx.Value(principalKey{}).(auth.Principal)
+	return p
+}
+
+// tenant is the tenant scope of a request: admins see every tenant.
+func tenant(r *http.Request) string {
+	p := principal(r.Context())
+	if p.Admin {
+		return ""
+	}
+	return p.Tenant
+}
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /v1/health", s.health)
+	m.HandleFunc("POST /v1/sandboxes", s.createSandbox)
+	m.HandleFunc("GET /v1/sandboxes", s.listSandboxes)
+	m.HandleFunc("GET /v1/sandboxes/{id}", s.getSandbox)
+	m.HandleFunc("PATCH /v1/sandboxes/{id}", s.updateSandbox)
+	m.HandleFunc("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
+	for _, route := range []string{
+		"POST /v1/sandboxes/{id}/exec",
+		"POST /v1/sandboxes/{id}/exec/stream",
+		"GET /v1/sandboxes/{id}/files",
+		"PUT /v1/sandboxes/{id}/files",
+		"DELETE /v1/sandboxes/{id}/files",
+		"GET /v1/sandboxes/{id}/files/stat",
+		"GET /v1/sandboxes/{id}/files/list",
+		"POST /v1/sandboxes/{id}/files/mkdir",
+		"POST /v1/sandboxes/{id}/files/rename",
+		"GET /v1/sandboxes/{id}/files/archive",
+		"PUT /v1/sandboxes/{id}/files/archive",
+	} {
+		m.HandleFunc(route, s.forward)
+	}
+	m.HandleFunc("GET /v1/templates", s.listTemplates)
+	m.HandleFunc("GET /v1/templates/{name}", s.getTemplate)
+	m.HandleFunc("POST /v1/templates", s.importTemplate)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errdefs.NotFound("no route for %s %s; see api/openapi.yaml", r.Method, r.URL.Path))
+	})
+}
+
+// ServeHTTP authenticates every request, then routes it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	p, err := s.auth.Authenticate(r.Context(), r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+	s.mux.ServeHTTP(w, r)
+	if s.log.Enabled(r.Context(), slog.LevelDebug) {
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "tenant", p.Tenant, "took", time.Since(start))
+	}
+}
+
+// decode reads a JSON body of at most maxBody bytes into v, rejecting
+// unknown fields and trailing data.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, s.maxBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			return errdefs.New(errdefs.ErrInvalidArgument, "request body is larger than %d bytes", s.maxBody)
+		case errors.Is(err, io.EOF):
+			return errdefs.Invalid("request body is empty; send a JSON object")
+		case errors.As(err, &se):
+			return errdefs.Invalid("request body is not valid JSON: %v (at byte %d)", se, se.Offset)
+		case errors.As(err, &te):
+			return errdefs.Invalid("field %q must be %s, got %s", te.Field, te.Type, te.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field"):
+			return errdefs.Invalid("request body has an %s; see api/openapi.yaml", strings.TrimPrefix(err.Error(), "json: "))
+		default:
+			return errdefs.Invalid("reading request body: %v", err)
+		}
+	}
+	if dec.More() {
+		return errdefs.Invalid("request body has data after the JSON object")
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code, status := errdefs.Code(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError && msg == "" {
+		msg = "internal error"
+	}
+	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.Health{
+		Status:    "ok",
+		Version:   version.Version,
+		Drivers:   s.svc.DriverNames(),
+		Sandboxes: s.svc.LiveCount(),
+	})
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateSandboxRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, err := s.svc.Create(r.Context(), principal(r.Context()).Tenant, &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sb)
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := sandbox.ListFilter{Metadata: map[string]string{}}
+	for k, vs := range q {
+		switch {
+		case k == "state":
+			for _, v := range vs {
+				f.States = append(f.States, strings.Split(v, ",")...)
+			}
+		case k == "all":
+			f.All = vs[0] == "true" || vs[0] == "1"
+		case strings.HasPrefix(k, "metadata."):
+			f.Metadata[strings.TrimPrefix(k, "metadata.")] = vs[0]
+		default:
+			writeError(w, errdefs.Invalid("unknown query parameter %q; use state=, all= or metadata.KEY=", k))
+			return
+		}
+	}
+	for _, st := range f.States {
+		switch st {
+		case api.StateCreating, api.StateRunning, api.StatePaused, api.StateStopped,
+			api.StateDestroying, api.StateDestroyed, api.StateFailed:
+		default:
+			writeError(w, errdefs.Invalid("unknown state %q", st))
+			return
+		}
+	}
+	list, err := s.svc.List(r.Context(), tenant(r), f)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.ListSandboxesResponse{Sandboxes: list})
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.svc.Get(r.Context(), tenant(r), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) updateSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.UpdateSandboxRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	if req.TTLSeconds == nil {
+		sb, err := s.svc.Get(r.Context(), tenant(r), id)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, sb)
+		return
+	}
+	sb, err := s.svc.SetTTL(r.Context(), tenant(r), id, *req.TTLSeconds)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+	if err := s.svc.Destroy(r.Context(), tenant(r), r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	tpls, err := s.pool.ListTemplates()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := api.ListTemplatesResponse{Templates: []api.Template{}}
+	for _, t := range tpls {
+		out.Templates = append(out.Templates, templateAPI(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := s.pool.Template(r.PathValue("name"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, templateAPI(t))
+}
+
+func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
+	if !principal(r.Context()).Admin {
+		writeError(w, errdefs.New(errdefs.ErrPermissionDenied, "importing a template from a host directory needs an admin key"))
+		return
+	}
+	var req api.ImportTemplateRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	t, err := s.pool.ImportTemplate(r.Context(), req)
+	if err != nil {
+		writeError(w, fmt.Errorf("importing template: %w", err))
+		return
+	}
+	writeJSON(w, http.StatusCreated, templateAPI(t))
+}
+
+func templateAPI(t *storage.Template) api.Template {
+	return api.Template{
+		Name:      t.Name,
+		Version:   t.Version,
+		User:      t.User,
+		Workdir:   t.Workdir,
+		Env:       t.Env,
+		SizeBytes: t.SizeBytes,
+		CreatedAt: t.CreatedAt,
+	}
+}
