@@ -1,0 +1,25 @@
+// Package storage is the daemon's disk: a btrfs pool on a sparse loop file,
+// holding read-only template root filesystems and one private writable
+// layer per sandbox.
+//
+// Layout under Options.DataDir:
+//
+//	storage.img                          the pool's backing file (sparse)
+//	storage/                             its mount point
+//	storage/templates/<name>/<version>/  a read-only subvolume per template
+//	                                     version: rootfs/ and template.json
+//	storage/sandboxes/<id>/              a subvolume per sandbox: upper/ and
+//	                                     work/, the overlayfs upper and work
+//	                                     directories over a template's rootfs
+//
+// Each sandbox subvolume has a btrfs qgroup with a limit on referenced
+// bytes, so a sandbox that fills its disk gets EDQUOT at its disk_mb while
+// the host and its neighbours are unaffected. Subvolumes and qgroups are
+// made with btrfs ioctls (see btrfs_linux.go), which keeps CreateLayer
+// around a millisecond; the btrfs CLI is used only to set the pool up.
+//
+// Sandbox uids 0..UIDCount-1 map to host uids UIDBase..: template files are
+// stored with their ownership shifted by UIDBase, and a layer's upper/ and
+// work/ belong to UIDBase, so the guest, root in the sandbox's user
+// namespace, can mount the overlay itself.
+package storage

@@ -1,0 +1,54 @@
+package storage
+
+import (
+	"regexp"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// Template is one immutable version of a template: a read-only root
+// filesystem and the defaults of sandboxes made from it.
+type Template struct {
+	Name    string `json:"name"`
+	Version string `json:"version"` // "1", "2", ...: the import sequence number
+	// Rootfs is the host directory of the root filesystem (the overlay's
+	// lowerdir). Its files are owned by UIDBase + their uid in the sandbox.
+	Rootfs    string            `json:"-"`
+	User      string            `json:"user,omitempty"`
+	Workdir   string            `json:"workdir,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	SizeBytes int64             `json:"size_bytes"`
+	CreatedAt time.Time         `json:"created_at"`
+	// UIDBase is the host uid that uid 0 of the rootfs is stored as.
+	UIDBase int `json:"uid_base"`
+}
+
+// API returns what the HTTP API shows of t.
+func (t *Template) API() api.Template {
+	return api.Template{
+		Name:      t.Name,
+		Version:   t.Version,
+		User:      t.User,
+		Workdir:   t.Workdir,
+		Env:       t.Env,
+		SizeBytes: t.SizeBytes,
+		CreatedAt: t.CreatedAt,
+	}
+}
+
+var templateNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidTemplateName reports, as an invalid-argument error, whether name
+// can name a template.
+func ValidTemplateName(name string) error {
+	if !templateNameRe.MatchString(name) {
+		return errdefs.Invalid("template name %q is not valid: use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+func templateNotFound(name string) error {
+	return errdefs.NotFound("template %q not found; build it with scripts/build-template.sh %s or list templates with agentbox template ls", name, name)
+}
