@@ -1,0 +1,44 @@
+package api
+
+// Route is one method and path of the daemon's HTTP API, in the pattern
+// syntax of net/http's ServeMux ("/v1/sandboxes/{id}").
+type Route struct {
+	Method string
+	Path   string
+}
+
+// Pattern returns the route as a ServeMux pattern, "GET /v1/health".
+func (r Route) Pattern() string { return r.Method + " " + r.Path }
+
+// SandboxPrefix is the prefix under which the daemon forwards the guest
+// protocol's exec and file routes to a sandbox's guest agent.
+const SandboxPrefix = "/v1/sandboxes/{id}"
+
+// Routes lists every route of the daemon's API. The server registers from
+// this list and a test checks that api/openapi.yaml documents each one.
+var Routes = []Route{
+	{"GET", "/v1/health"},
+
+	{"POST", "/v1/sandboxes"},
+	{"GET", "/v1/sandboxes"},
+	{"GET", "/v1/sandboxes/{id}"},
+	{"PATCH", "/v1/sandboxes/{id}"},
+	{"DELETE", "/v1/sandboxes/{id}"},
+
+	// Forwarded to the guest (see guest.go), under SandboxPrefix.
+	{"POST", SandboxPrefix + "/exec"},
+	{"POST", SandboxPrefix + "/exec/stream"},
+	{"GET", SandboxPrefix + "/files"},
+	{"PUT", SandboxPrefix + "/files"},
+	{"DELETE", SandboxPrefix + "/files"},
+	{"GET", SandboxPrefix + "/files/stat"},
+	{"GET", SandboxPrefix + "/files/list"},
+	{"POST", SandboxPrefix + "/files/mkdir"},
+	{"POST", SandboxPrefix + "/files/rename"},
+	{"GET", SandboxPrefix + "/files/archive"},
+	{"PUT", SandboxPrefix + "/files/archive"},
+
+	{"GET", "/v1/templates"},
+	{"GET", "/v1/templates/{name}"},
+	{"POST", "/v1/templates"},
+}
