@@ -126,7 +126,9 @@ func TestRequestsOnTheWire(t *testing.T) {
 }
 
 func TestReadStreams(t *testing.T) {
-	c, got := recorder(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "contents of "+r.URL.Query().Get("path")) })
+	c, got := recorder(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "contents of "+r.URL.Query().Get("path"))
+	})
 	for _, tt := range []struct {
 		name  string
 		open  func() (io.ReadCloser, error)
