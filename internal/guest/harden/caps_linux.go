@@ -1,0 +1,104 @@
+package harden
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// NoNewPrivs sets no_new_privs on every thread of the process: no later
+// execve can gain privileges (setuid bits, file capabilities). It cannot be
+// undone, and children inherit it.
+func NoNewPrivs() error {
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+		return fmt.Errorf("setting no_new_privs: %w", err)
+	}
+	return nil
+}
+
+// DropBoundingSet empties the capability bounding and ambient sets and the
+// inheritable set of every thread, while the process keeps its own
+// effective and permitted sets (the agent still needs setuid, chown, kill).
+// Every program it execs afterwards, even as uid 0, starts with empty
+// CapEff, CapPrm, CapInh, CapBnd and CapAmb.
+//
+// It needs CAP_SETPCAP, so call it before anything that lowers the
+// agent's own capabilities.
+func DropBoundingSet() error {
+	last := lastCap()
+	for c := 0; c <= last; c++ {
+		// Per-thread in the kernel, hence all threads.
+		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
+			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+		return fmt.Errorf("clearing the ambient capability set: %w", err)
+	}
+
+	// Clear the inheritable set, keeping effective and permitted. All of
+	// the agent's threads hold the same sets (Go's own Setuid and friends
+	// change every thread together), so the calling thread's are the ones
+	// to keep.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("reading capabilities: %w", wrapErrno(err))
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	if err != nil {
+		return fmt.Errorf("clearing the inheritable capability set: %w", err)
+	}
+	return nil
+}
+
+// lastCap is the highest capability number this kernel knows.
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 && n < 64 {
+			return n
+		}
+	}
+	return unix.CAP_LAST_CAP
+}
+
+// allThreads runs one syscall on every thread of the process.
+func allThreads(trap, a1, a2, a3 uintptr) error {
+	_, _, e := syscall.AllThreadsSyscall(trap, a1, a2, a3)
+	if e == 0 {
+		return nil
+	}
+	if e == syscall.ENOTSUP {
+		return fmt.Errorf("%w: the binary is linked with cgo, so the Go runtime cannot change every thread; build it with CGO_ENABLED=0",
+			errNeedsNoCgo)
+	}
+	return wrapErrno(e)
+}
+
+// Errors. This package deliberately does not import errdefs: errdefs pulls
+// in net/http and with it cgo whenever CGO_ENABLED=1, and AllThreadsSyscall
+// refuses to run in a cgo binary, so the tests could not exercise the real
+// thing. Its errors are fatal start-up errors of PID 1, never API errors.
+var (
+	errNeedsNoCgo = errors.New("cannot change every thread")
+	errInternal   = errors.New("internal error")
+)
+
+// wrapErrno adds a hint to a raw errno.
+func wrapErrno(err error) error {
+	switch {
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+		return fmt.Errorf("%w (the guest agent must run as root of its user namespace)", err)
+	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("%w (the kernel lacks support)", err)
+	}
+	return err
+}
