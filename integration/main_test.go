@@ -1,0 +1,193 @@
+// Package integration holds agentbox's end-to-end tests: a real daemon (in
+// this process, listening on a real unix socket), real sandboxes of every
+// installed tier, the real CLI binary, and verdicts read on the host. They
+// need root, the packages of scripts/install-deps.sh and the rootfs cache
+// of scripts/build-template.sh; `make test` provides all three.
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/daemon"
+)
+
+// env is the daemon under test, shared by every test in the package.
+var env struct {
+	cfg     config.Config
+	client  *client.Client
+	key     string
+	cliBin  string
+	repo    string
+	hasBase bool
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "integration tests create real sandboxes and must run as root (make test does)")
+		return 1
+	}
+	repo, _ := filepath.Abs("..")
+	env.repo = repo
+	tmp, err := os.MkdirTemp("/var/tmp", "agentbox-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_ = os.Chmod(tmp, 0o711)
+	suffix := randHex(4)
+	bin := filepath.Join(tmp, "bin")
+	if err := build(repo, bin); err != nil {
+		fmt.Fprintln(os.Stderr, "building:", err)
+		return 1
+	}
+	env.cliBin = filepath.Join(bin, "agentbox")
+	cfg := config.Default()
+	cfg.DataDir = filepath.Join(tmp, "data")
+	cfg.RunDir = filepath.Join("/run", "agentbox-it-"+suffix)
+	cfg.Socket = filepath.Join(cfg.RunDir, "agentbox.sock")
+	cfg.Listen = ""
+	cfg.GuestBinary = filepath.Join(bin, "agentbox-guest")
+	cfg.CgroupParent = "agentbox-it-" + suffix
+	cfg.StorageSizeGB = 16
+	cfg.ReapInterval = 200 * time.Millisecond
+	cfg.DefaultTemplate = "busybox"
+	cfg.Defaults.TTL = 10 * time.Minute
+	env.cfg = cfg
+
+	ctx, cancel := context.WithCancel(context.Background())
+	level := slog.LevelWarn
+	if os.Getenv("AGENTBOX_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	done := make(chan error, 1)
+	go func() { done <- daemon.Serve(ctx, &env.cfg, log) }()
+	defer func() {
+		cancel()
+		<-done
+		cleanupHost(tmp)
+	}()
+	if err := waitForDaemon(done); err != nil {
+		fmt.Fprintln(os.Stderr, "daemon:", err)
+		return 1
+	}
+	if err := importTemplates(); err != nil {
+		fmt.Fprintln(os.Stderr, "templates:", err)
+		return 1
+	}
+	code := m.Run()
+	// Nothing may outlive the tests' sandboxes.
+	list, _ := env.client.ListSandboxes(context.Background(), client.ListOptions{})
+	for _, sb := range list {
+		_ = env.client.DestroySandbox(context.Background(), sb.ID)
+	}
+	return code
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func build(repo, bin string) error {
+	for _, b := range []struct{ out, pkg, cgo string }{
+		{"agentbox", "./cmd/agentbox", "1"},
+		{"agentbox-guest", "./cmd/agentbox-guest", "0"},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, b.out), b.pkg)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return nil
+}
+
+func waitForDaemon(done <-chan error) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			return fmt.Errorf("exited: %v", err)
+		default:
+		}
+		key, err := os.ReadFile(filepath.Join(env.cfg.DataDir, "admin.key"))
+		if err == nil {
+			if _, err := os.Stat(env.cfg.Socket); err == nil {
+				env.key = strings.TrimSpace(string(key))
+				c, err := client.New(client.WithHost("unix://"+env.cfg.Socket), client.WithAPIKey(env.key), client.WithoutEnvironment())
+				if err != nil {
+					return err
+				}
+				if _, err := c.Health(context.Background()); err == nil {
+					env.client = c
+					return nil
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("no answer within 60 s")
+}
+
+// importTemplates builds (or takes from the build cache) the busybox and
+// base root filesystems and imports them into the test daemon.
+func importTemplates() error {
+	ctx := context.Background()
+	for _, name := range []string{"busybox", "base"} {
+		dir := filepath.Join("/var/lib/agentbox/build", name, "rootfs")
+		if name == "busybox" {
+			cmd := exec.Command(filepath.Join(env.repo, "scripts/build-template.sh"), "busybox", "--rootfs-only")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("building busybox rootfs: %v\n%s", err, out)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, "bin")); err != nil {
+			if name == "base" {
+				fmt.Fprintln(os.Stderr, "note: no base rootfs in /var/lib/agentbox/build/base (run scripts/build-template.sh base --rootfs-only); base-template tests will fail")
+				continue
+			}
+			return err
+		}
+		user, workdir := "root", "/root"
+		if _, err := env.client.ImportTemplate(ctx, api.ImportTemplateRequest{Name: name, Rootfs: dir, User: user, Workdir: workdir,
+			Env: map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}}); err != nil {
+			return fmt.Errorf("importing %s: %w", name, err)
+		}
+		if name == "base" {
+			env.hasBase = true
+		}
+	}
+	return nil
+}
+
+// cleanupHost removes what the test daemon kept on the host: its pool
+// mount, cgroups and directories.
+func cleanupHost(tmp string) {
+	pool := filepath.Join(env.cfg.DataDir, "storage")
+	_ = exec.Command("umount", pool).Run()
+	for _, ctrl := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "unified"} {
+		_ = os.Remove(filepath.Join("/sys/fs/cgroup", ctrl, env.cfg.CgroupParent))
+	}
+	_ = os.RemoveAll(env.cfg.RunDir)
+	_ = os.RemoveAll(tmp)
+}

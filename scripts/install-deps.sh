@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages agentbox needs on the host. Idempotent.
+set -euo pipefail
+PKGS=(debootstrap busybox-static btrfs-progs nftables iproute2 util-linux procps
+      python3 python3-httpx python3-pytest python3-websockets)
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "agentbox: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q >/dev/null
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+modprobe btrfs 2>/dev/null || true
+grep -qw btrfs /proc/filesystems || { echo "agentbox: this kernel has no btrfs; it is needed for hard disk limits" >&2; exit 1; }

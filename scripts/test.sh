@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need, builds, and runs every
+# test (unit and integration, against real sandboxes) as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $(id -u) == 0 ]] || { echo "agentbox: tests run real sandboxes and need root" >&2; exit 1; }
+export PATH=$PATH:/usr/local/go/bin
+scripts/install-deps.sh
+make -s build
+# The integration tests build their own templates in their own data dir,
+# except base, which they take from the build cache of scripts/build-template.sh.
+scripts/build-template.sh base --rootfs-only
+echo "==> go vet"
+go vet ./...
+echo "==> go test"
+go test -count=1 -timeout 40m ./... 2>&1 | tee /tmp/agentbox-test.log
