@@ -1,0 +1,279 @@
+package guest
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// handleExecStream serves POST /exec/stream. The request body is NDJSON:
+// one ExecRequest line, then StdinFrame lines when stdin_stream is set.
+// A request that is invalid, or cannot start, is answered with an error
+// status and an ErrorBody, like any other route. Once the process has
+// started the answer is 200 with NDJSON ExecEvent lines: start{pid},
+// stdout/stderr{data} as output arrives, keepalive after each
+// KeepaliveInterval of silence, then exactly one exit (or error). A
+// program that cannot be found or executed gets no start event: a stderr
+// event saying so, then exit with 127 (not found) or 126 (not
+// executable), as a shell would.
+//
+// When the client goes away (its body breaks, a write fails, or the
+// connection closes) the exec's whole tree is killed.
+func (s *Server) handleExecStream(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	if err := rc.EnableFullDuplex(); err != nil {
+		s.log.Warn("exec stream without full duplex: stdin frames may fail", "err", err)
+	}
+	dec := json.NewDecoder(r.Body)
+	var req api.ExecRequest
+	if err := dec.Decode(&req); err != nil {
+		s.writeError(w, badBody(err))
+		return
+	}
+	sp, err := s.prepare(&req, true)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	defer sp.close()
+	var p *proc
+	if sp.notFound == "" {
+		if p, err = s.start(sp, stdinSource{data: req.Stdin, stream: req.StdinStream}); err != nil {
+			s.writeError(w, err)
+			return
+		}
+	}
+	sp.close()
+
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	out := &eventWriter{w: w, rc: rc, enc: json.NewEncoder(w)}
+	out.enc.SetEscapeHTML(false)
+	if p == nil {
+		code := sp.notFoundCode
+		out.write(&api.ExecEvent{Type: api.EventStderr, Data: []byte(sp.notFound)})
+		out.write(&api.ExecEvent{Type: api.EventExit, ExitCode: &code})
+		return
+	}
+	s.track(p)
+	defer s.untrack(p)
+	s.streamExec(r, rc, dec, out, p, sp)
+}
+
+// chunk is one read from an output pipe, or its end (buf nil).
+type chunk struct {
+	typ string
+	buf *[]byte
+	n   int
+}
+
+func (s *Server) streamExec(r *http.Request, rc *http.ResponseController, dec *json.Decoder, out *eventWriter, p *proc, sp *execSpec) {
+	out.write(&api.ExecEvent{Type: api.EventStart, Pid: p.pid})
+
+	chunks := make(chan chunk, 8)
+	go pump(p.stdout, api.EventStdout, chunks)
+	go pump(p.stderr, api.EventStderr, chunks)
+	bodyDone := make(chan error, 1)
+	go feedStdin(dec, p.stdin, bodyDone)
+
+	keepalive := time.NewTimer(s.keepalive)
+	defer keepalive.Stop()
+	var timeout <-chan time.Time
+	if sp.timeout > 0 {
+		t := time.NewTimer(sp.timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var (
+		grace     <-chan time.Time
+		exited    = p.exited
+		ctxDone   = r.Context().Done()
+		body      = (<-chan error)(bodyDone)
+		readers   = 2
+		ws        syscall.WaitStatus
+		dur       time.Duration
+		timedOut  bool
+		truncated bool
+		sent      = map[string]int64{}
+		failure   error // ends the stream with an error event
+	)
+	gone := func() { // the client left: stop writing, kill the tree
+		out.failed = true
+		go p.kill(s)
+	}
+	for exited != nil || readers > 0 {
+		select {
+		case c := <-chunks:
+			if c.buf == nil {
+				readers--
+				continue
+			}
+			data := (*c.buf)[:c.n]
+			if sp.maxOut > 0 && sent[c.typ]+int64(len(data)) > sp.maxOut {
+				data = data[:sp.maxOut-sent[c.typ]]
+				truncated = true
+			}
+			sent[c.typ] += int64(len(data))
+			if len(data) > 0 && !out.failed {
+				if out.write(&api.ExecEvent{Type: c.typ, Data: data}) != nil {
+					gone()
+				}
+				keepalive.Reset(s.keepalive)
+			}
+			putBuf(c.buf)
+		case ws = <-exited:
+			exited, dur = nil, time.Since(p.started)
+			if readers > 0 {
+				t := time.NewTimer(outputGrace)
+				defer t.Stop()
+				grace = t.C
+			}
+		case <-grace:
+			grace = nil
+			p.stdout.SetReadDeadline(time.Now())
+			p.stderr.SetReadDeadline(time.Now())
+		case <-timeout:
+			timedOut, timeout = true, nil
+			go p.kill(s)
+		case <-keepalive.C:
+			if !out.failed && out.write(&api.ExecEvent{Type: api.EventKeepalive}) != nil {
+				gone()
+			}
+			keepalive.Reset(s.keepalive)
+		case err := <-body:
+			body = nil
+			var bad *badFrameError
+			switch {
+			case err == nil:
+			case errors.As(err, &bad):
+				failure = bad
+				go p.kill(s)
+			default:
+				gone()
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			gone()
+		}
+	}
+	s.finish(p)
+	if body != nil {
+		// Still reading the client's body: cut the read so that nothing
+		// touches the request after the handler returns.
+		rc.SetReadDeadline(time.Now())
+		<-body
+	}
+	if out.failed {
+		return
+	}
+	if failure != nil {
+		out.write(&api.ExecEvent{Type: api.EventError, Error: new(errorDetail(failure))})
+		return
+	}
+	code, sig := exitStatus(ws)
+	out.write(&api.ExecEvent{
+		Type:       api.EventExit,
+		ExitCode:   &code,
+		Signal:     sig,
+		TimedOut:   timedOut,
+		Truncated:  truncated,
+		DurationMs: float64(dur.Microseconds()) / 1000,
+	})
+}
+
+// pump sends what f yields to chunks, then an end marker.
+func pump(f *os.File, typ string, chunks chan<- chunk) {
+	for {
+		bp := getBuf()
+		n, err := f.Read(*bp)
+		if n > 0 {
+			chunks <- chunk{typ: typ, buf: bp, n: n}
+		} else {
+			putBuf(bp)
+		}
+		if err != nil {
+			chunks <- chunk{typ: typ}
+			return
+		}
+	}
+}
+
+// badFrameError is a stdin frame that did not decode: the client's fault.
+type badFrameError struct{ err error }
+
+func (e *badFrameError) Error() string {
+	return "stdin frame is not a valid StdinFrame JSON line (" + e.err.Error() + "); the exec was killed"
+}
+func (e *badFrameError) Unwrap() error { return errdefs.ErrInvalidArgument }
+
+// feedStdin reads the StdinFrame lines after the request and writes them
+// to stdin (nil when stdin is not streamed: the body is then drained).
+// It reports nil at the body's clean end, a *badFrameError for a frame
+// that does not decode, and any other error when the client broke off.
+func feedStdin(dec *json.Decoder, stdin *os.File, done chan<- error) {
+	for {
+		var f api.StdinFrame
+		err := dec.Decode(&f)
+		if err != nil {
+			if stdin != nil {
+				stdin.Close()
+			}
+			var syn *json.SyntaxError
+			var typ *json.UnmarshalTypeError
+			switch {
+			case errors.Is(err, io.EOF):
+				err = nil
+			case errors.As(err, &syn), errors.As(err, &typ):
+				err = &badFrameError{err}
+			}
+			done <- err
+			return
+		}
+		if stdin == nil {
+			continue
+		}
+		if len(f.Data) > 0 {
+			if _, err := stdin.Write(f.Data); err != nil {
+				// The process closed its stdin or ended: drop input, but
+				// keep reading to notice the client leaving.
+				stdin.Close()
+				stdin = nil
+				continue
+			}
+		}
+		if f.EOF {
+			stdin.Close()
+			stdin = nil
+		}
+	}
+}
+
+// eventWriter writes NDJSON events, flushing each one.
+type eventWriter struct {
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	enc    *json.Encoder
+	failed bool
+}
+
+func (e *eventWriter) write(ev *api.ExecEvent) error {
+	if e.failed {
+		return errors.New("stream already broken")
+	}
+	if err := e.enc.Encode(ev); err != nil {
+		e.failed = true
+		return err
+	}
+	if err := e.rc.Flush(); err != nil {
+		e.failed = true
+		return err
+	}
+	return nil
+}
