@@ -1,0 +1,83 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
+)
+
+// BenchmarkCreateAndUpdate is what a sandbox create costs the store: one
+// insert, then one update when the driver returns its handle.
+func BenchmarkCreateAndUpdate(b *testing.B) {
+	ctx := context.Background()
+	s := openTest(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rec := sampleRecord(fmt.Sprintf("sb%d", i))
+		if err := s.CreateSandbox(ctx, rec); err != nil {
+			b.Fatal(err)
+		}
+		err := s.UpdateSandbox(ctx, rec.ID, func(r *SandboxRecord) error {
+			r.State = api.StateRunning
+			r.Handle = &driver.Handle{ID: r.ID, Pid: 1234, PidStart: 5678, Socket: "/run/agentbox/x/guest.sock"}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkGetSandbox(b *testing.B) {
+	ctx := context.Background()
+	s := openTest(b)
+	if err := s.CreateSandbox(ctx, sampleRecord("g")); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.GetSandbox(ctx, "g"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkKeyByHash(b *testing.B) {
+	ctx := context.Background()
+	s := openTest(b)
+	for i := 0; i < 100; i++ {
+		k := &KeyRecord{ID: fmt.Sprintf("key_%012d", i), Tenant: "t", Hash: []byte(fmt.Sprintf("%032d", i))}
+		if err := s.CreateKey(ctx, k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	h := []byte(fmt.Sprintf("%032d", 42))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.KeyByHash(ctx, h); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkExpired(b *testing.B) {
+	ctx := context.Background()
+	s := openTest(b)
+	future := time.Now().Add(time.Hour)
+	for i := 0; i < 1000; i++ {
+		rec := &SandboxRecord{ID: fmt.Sprintf("sb%d", i), Tenant: "t", State: api.StateRunning, ExpiresAt: &future}
+		if err := s.CreateSandbox(ctx, rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Expired(ctx, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

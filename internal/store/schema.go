@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// migrations[i] takes the schema from user_version i to i+1. Append only:
+// never edit a migration that has shipped.
+var migrations = []string{
+	// 1: sandboxes, API keys, events.
+	`
+CREATE TABLE sandboxes (
+	id               TEXT PRIMARY KEY,
+	tenant           TEXT NOT NULL,
+	state            TEXT NOT NULL,
+	template         TEXT NOT NULL DEFAULT '',
+	template_version TEXT NOT NULL DEFAULT '',
+	isolation        TEXT NOT NULL DEFAULT '',
+	spec             TEXT NOT NULL DEFAULT '{}', -- JSON api.CreateSandboxRequest, resolved
+	resources        TEXT NOT NULL DEFAULT '{}', -- JSON api.Resources
+	env              TEXT,                       -- JSON object or NULL
+	metadata         TEXT,                       -- JSON object or NULL
+	handle           TEXT,                       -- JSON driver.Handle or NULL
+	error            TEXT NOT NULL DEFAULT '',
+	created_at       INTEGER NOT NULL,           -- unix ms
+	updated_at       INTEGER NOT NULL,
+	expires_at       INTEGER                     -- NULL: no TTL
+) STRICT;
+CREATE INDEX sandboxes_tenant ON sandboxes (tenant, created_at);
+CREATE INDEX sandboxes_expires ON sandboxes (expires_at) WHERE expires_at IS NOT NULL;
+
+CREATE TABLE api_keys (
+	id           TEXT PRIMARY KEY,
+	tenant       TEXT NOT NULL,
+	name         TEXT NOT NULL DEFAULT '',
+	hash         BLOB NOT NULL UNIQUE,            -- sha256 of the secret
+	admin        INTEGER NOT NULL DEFAULT 0,
+	created_at   INTEGER NOT NULL,
+	last_used_at INTEGER,
+	revoked_at   INTEGER
+) STRICT;
+CREATE INDEX api_keys_tenant ON api_keys (tenant, created_at);
+
+CREATE TABLE events (
+	id         INTEGER PRIMARY KEY AUTOINCREMENT,
+	sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+	time       INTEGER NOT NULL,
+	kind       TEXT NOT NULL,
+	message    TEXT NOT NULL DEFAULT ''
+) STRICT;
+CREATE INDEX events_sandbox ON events (sandbox_id, id);
+`,
+}
+
+// SchemaVersion is the schema version this binary writes.
+func SchemaVersion() int { return len(migrations) }
+
+// migrate applies the migrations the file lacks, each in its own
+// transaction together with the user_version bump.
+func (s *Store) migrate(ctx context.Context) error {
+	var v int
+	if err := s.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return dbErr("reading schema version of "+s.path, err)
+	}
+	if v > len(migrations) {
+		return errdefs.Precondition("%s has schema version %d but this agentbox knows only up to %d: it was written by a newer agentbox; upgrade agentbox or restore an older backup of the file",
+			s.path, v, len(migrations))
+	}
+	for ; v < len(migrations); v++ {
+		err := s.writeTx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+				return dbErr(fmt.Sprintf("migrating %s to schema version %d", s.path, v+1), err)
+			}
+			// PRAGMA takes no bind parameters; v is an int.
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
+				return dbErr("setting schema version", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
