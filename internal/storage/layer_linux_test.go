@@ -1,0 +1,299 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/errdefs"
+	"golang.org/x/sys/unix"
+)
+
+func TestOpenReopen(t *testing.T) {
+	p, opts := newTestPool(t)
+	ctx := context.Background()
+	if _, _, err := p.CreateLayer(ctx, "sb1", 10); err != nil {
+		t.Fatalf("CreateLayer: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Re-open while mounted (a daemon restart with sandboxes running).
+	p2, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatalf("reopen while mounted: %v", err)
+	}
+	if got := countMounts(t, p2.Root()); got != 1 {
+		t.Errorf("pool mounted %d times after reopen, want 1", got)
+	}
+	ids, err := p2.ListLayers()
+	if err != nil || len(ids) != 1 || ids[0] != "sb1" {
+		t.Errorf("ListLayers after reopen = %v, %v; want [sb1]", ids, err)
+	}
+
+	// Re-open after the pool was unmounted (a host reboot).
+	if out, err := exec.Command("umount", p2.Root()).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v: %s", err, out)
+	}
+	p3, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatalf("reopen after unmount: %v", err)
+	}
+	if _, mounted, _ := mountedAt(p3.Root()); !mounted {
+		t.Fatal("pool not mounted after reopen")
+	}
+	ids, err = p3.ListLayers()
+	if err != nil || len(ids) != 1 || ids[0] != "sb1" {
+		t.Errorf("ListLayers after remount = %v, %v; want [sb1]", ids, err)
+	}
+}
+
+func TestOpenInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		opts Options
+	}{
+		{"relative data dir", Options{DataDir: "var/lib/agentbox"}},
+		{"empty data dir", Options{}},
+		{"negative size", Options{DataDir: "/nonexistent-agentbox", SizeGB: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Open(context.Background(), tt.opts)
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("Open = %v, want invalid argument", err)
+			}
+		})
+	}
+}
+
+func countMounts(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && unescapeMount(f[4]) == dir {
+			n++
+		}
+	}
+	return n
+}
+
+func TestLayerDiskLimit(t *testing.T) {
+	p, _ := newTestPool(t)
+	ctx := context.Background()
+	upper, work, err := p.CreateLayer(ctx, "quota", 20)
+	if err != nil {
+		t.Fatalf("CreateLayer: %v", err)
+	}
+	for _, d := range []string{upper, work} {
+		var st unix.Stat_t
+		if err := unix.Lstat(d, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != testUIDBase || st.Gid != testUIDBase || st.Mode&0o7777 != 0o755 || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			t.Errorf("%s: uid %d gid %d mode %o, want %d:%d dir 0755", d, st.Uid, st.Gid, st.Mode, testUIDBase, testUIDBase)
+		}
+	}
+
+	// Write 30 MB as the sandbox's root (host uid UIDBase) in a child.
+	cmd := exec.Command("dd", "if=/dev/zero", "of="+filepath.Join(upper, "big"), "bs=1M", "count=30", "conv=fsync")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: testUIDBase, Gid: testUIDBase}}
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("writing 30 MB into a 20 MB layer succeeded: %s", out)
+	}
+	if !bytes.Contains(out, []byte("Disk quota exceeded")) {
+		t.Errorf("dd failed without EDQUOT: %v: %s", err, out)
+	}
+
+	// And as host root, in-process, to see the errno itself.
+	upperRoot, _, err := p.CreateLayer(ctx, "quota-root", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(upperRoot, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	var werr error
+	for i := 0; i < 30 && werr == nil; i++ {
+		_, werr = f.Write(buf)
+	}
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if !errors.Is(werr, unix.EDQUOT) {
+		t.Errorf("write past the limit as root: %v, want EDQUOT", werr)
+	}
+
+	// Another layer is unaffected by its neighbour being full.
+	upper2, _, err := p.CreateLayer(ctx, "neighbour", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(upper2, "f"), make([]byte, 5<<20), 0o644); err != nil {
+		t.Errorf("neighbour write of 5 MB: %v", err)
+	}
+}
+
+func TestLayerCreateRemove(t *testing.T) {
+	p, _ := newTestPool(t)
+	ctx := context.Background()
+	upper, _, err := p.CreateLayer(ctx, "sb-1", 64)
+	if err != nil {
+		t.Fatalf("CreateLayer: %v", err)
+	}
+	dir := filepath.Dir(upper)
+	id, err := subvolID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(upper, "f"), make([]byte, 5<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	syncPool(t, p)
+	used, err := p.LayerUsage("sb-1")
+	if err != nil || used < 5<<20 || used > 6<<20 {
+		t.Errorf("LayerUsage = %d, %v; want about 5 MiB", used, err)
+	}
+
+	_, _, err = p.CreateLayer(ctx, "sb-1", 64)
+	if !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("second CreateLayer = %v, want already exists", err)
+	}
+	if got, _, err := p.LayerPaths("sb-1"); err != nil || got != upper {
+		t.Errorf("LayerPaths = %q, %v; want %q", got, err, upper)
+	}
+
+	if err := p.RemoveLayer(ctx, "sb-1"); err != nil {
+		t.Fatalf("RemoveLayer: %v", err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("layer dir after remove: %v, want not exist", err)
+	}
+	if err := p.RemoveLayer(ctx, "sb-1"); err != nil {
+		t.Errorf("second RemoveLayer = %v, want nil", err)
+	}
+	if _, _, err := p.LayerPaths("sb-1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("LayerPaths after remove = %v, want not found", err)
+	}
+	ids, _ := p.ListLayers()
+	if len(ids) != 0 {
+		t.Errorf("ListLayers after remove = %v, want none", ids)
+	}
+
+	// No subvolume and (once the cleaner has run) no qgroup remain.
+	// BTRFS_IOC_SYNC commits and wakes the cleaner; syncfs does not.
+	if out, err := exec.Command("btrfs", "filesystem", "sync", p.Root()).CombinedOutput(); err != nil {
+		t.Fatalf("btrfs filesystem sync: %v: %s", err, out)
+	}
+	if out, err := exec.Command("btrfs", "subvolume", "sync", p.Root()).CombinedOutput(); err != nil {
+		t.Fatalf("btrfs subvolume sync: %v: %s", err, out)
+	}
+	p.sweepStaleQgroups(ctx)
+	out, err := exec.Command("btrfs", "subvolume", "list", p.Root()).CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "sb-1") {
+		t.Errorf("subvolume left after remove:\n%s", out)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := qgroupUsage(p.Root(), id)
+		if errors.Is(err, errNoQgroup) {
+			break
+		}
+		if time.Now().After(deadline) {
+			show, _ := exec.Command("btrfs", "qgroup", "show", p.Root()).CombinedOutput()
+			t.Fatalf("qgroup 0/%d still there after remove (%v):\n%s", id, err, show)
+		}
+		syncPool(t, p)
+		time.Sleep(50 * time.Millisecond)
+		p.sweepStaleQgroups(ctx)
+	}
+	show, _ := exec.Command("btrfs", "qgroup", "show", p.Root()).CombinedOutput()
+	if strings.Contains(string(show), fmt.Sprintf("0/%d ", id)) {
+		t.Errorf("btrfs qgroup show still lists 0/%d:\n%s", id, show)
+	}
+}
+
+func TestLayerInvalid(t *testing.T) {
+	p, _ := newTestPool(t)
+	ctx := context.Background()
+	tests := []struct {
+		id     string
+		diskMB int64
+	}{
+		{"", 10},
+		{"../escape", 10},
+		{"a/b", 10},
+		{".hidden", 10},
+		{"ok", 0},
+		{"ok", -5},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q/%d", tt.id, tt.diskMB), func(t *testing.T) {
+			_, _, err := p.CreateLayer(ctx, tt.id, tt.diskMB)
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("CreateLayer = %v, want invalid argument", err)
+			}
+		})
+	}
+	if ids, _ := p.ListLayers(); len(ids) != 0 {
+		t.Errorf("ListLayers = %v after invalid creates, want none", ids)
+	}
+}
+
+func syncPool(t testing.TB, p *Pool) {
+	t.Helper()
+	fd, err := openDir(p.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func BenchmarkCreateRemoveLayer(b *testing.B) {
+	p, _ := newTestPool(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("bench-%d", i)
+		if _, _, err := p.CreateLayer(ctx, id, 100); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.RemoveLayer(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCreateLayer(b *testing.B) {
+	p, _ := newTestPool(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, _, err := p.CreateLayer(ctx, fmt.Sprintf("bench-%d", i), 100); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
