@@ -1,0 +1,302 @@
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// v1Controllers are the hierarchies a v1 sandbox cgroup lives in.
+var v1Controllers = []string{"cpu", "cpuacct", "memory", "pids", "freezer"}
+
+// v1Mounts maps each v1 controller to its mount point, from mountinfo.
+// Co-mounted controllers (cpu,cpuacct) share one mount point.
+func v1Mounts(mountinfo string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(mountinfo, "\n") {
+		left, right, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		lf, rf := strings.Fields(left), strings.Fields(right)
+		if len(lf) < 5 || len(rf) < 3 || rf[0] != "cgroup" {
+			continue
+		}
+		for _, opt := range strings.Split(rf[2], ",") {
+			if slices.Contains(v1Controllers, opt) {
+				if _, dup := m[opt]; !dup {
+					m[opt] = lf[4]
+				}
+			}
+		}
+	}
+	return m
+}
+
+type v1Manager struct {
+	parent string
+	ctrls  map[string]string // controller -> <mount>/<parent>
+	dirs   []string          // the distinct directories of ctrls, in v1Controllers order
+}
+
+func newV1(mounts map[string]string, parent string) (*v1Manager, error) {
+	m := &v1Manager{parent: parent, ctrls: map[string]string{}}
+	for _, c := range v1Controllers {
+		mnt, ok := mounts[c]
+		if !ok {
+			return nil, fmt.Errorf("%w: cgroup v1 controller %q is not mounted; mount it (mount -t cgroup -o %s cgroup /sys/fs/cgroup/%s)",
+				errdefs.ErrFailedPrecondition, c, c, c)
+		}
+		d := filepath.Join(mnt, parent)
+		m.ctrls[c] = d
+		if !slices.Contains(m.dirs, d) {
+			m.dirs = append(m.dirs, d)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return nil, classify(err, "creating cgroup parent")
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *v1Manager) Version() int { return 1 }
+
+func (m *v1Manager) cgroup(name string) *v1Cgroup {
+	cg := &v1Cgroup{name: name, paths: make(map[string]string, len(m.ctrls)), dirs: make([]string, len(m.dirs))}
+	for c, d := range m.ctrls {
+		cg.paths[c] = d + "/" + name
+	}
+	for i, d := range m.dirs {
+		cg.dirs[i] = d + "/" + name
+	}
+	return cg
+}
+
+func (m *v1Manager) Create(name string, r Resources) (Cgroup, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	cg := m.cgroup(name)
+	for i, d := range cg.dirs {
+		if err := unix.Mkdir(d, 0o755); err != nil {
+			removeTree(cg.dirs[:i]) // the ones made here
+			return nil, classify(&os.PathError{Op: "mkdir", Path: d, Err: err}, "creating cgroup "+name)
+		}
+	}
+	if err := cg.apply(r, true); err != nil {
+		removeTree(cg.dirs)
+		return nil, err
+	}
+	return cg, nil
+}
+
+func (m *v1Manager) Open(name string) (Cgroup, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	cg := m.cgroup(name)
+	for _, d := range cg.dirs {
+		if _, err := os.Stat(d); err == nil {
+			return cg, nil // partial ones too, so that Destroy can finish them
+		}
+	}
+	return nil, fmt.Errorf("cgroup %s: %w", name, errdefs.ErrNotFound)
+}
+
+func (m *v1Manager) List() ([]string, error) {
+	seen := map[string]bool{}
+	for _, d := range m.dirs {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			return nil, classify(err, "listing cgroups")
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(seen)), nil
+}
+
+type v1Cgroup struct {
+	name  string
+	paths map[string]string // controller -> dir
+	dirs  []string          // distinct dirs
+}
+
+func (c *v1Cgroup) Name() string { return c.name }
+
+func (c *v1Cgroup) Set(r Resources) error { return c.apply(r, false) }
+
+// apply writes the limits. A fresh cgroup is unlimited already, so zero
+// values cost nothing there.
+func (c *v1Cgroup) apply(r Resources, fresh bool) error {
+	if r.CPU < 0 || r.MemoryBytes < 0 || r.Pids < 0 {
+		return fmt.Errorf("%w: resource limits must not be negative: %+v", errdefs.ErrInvalidArgument, r)
+	}
+	cpu := c.paths["cpu"]
+	if r.CPU > 0 {
+		if err := writeFile(cpu+"/cpu.cfs_period_us", "100000"); err != nil {
+			return classify(err, "setting cpu period")
+		}
+		quota := max(1000, int64(r.CPU*100000)) // the kernel's minimum is 1 ms
+		if err := writeFile(cpu+"/cpu.cfs_quota_us", strconv.FormatInt(quota, 10)); err != nil {
+			return classify(err, "setting cpu limit")
+		}
+	} else if !fresh {
+		if err := writeFile(cpu+"/cpu.cfs_quota_us", "-1"); err != nil {
+			return classify(err, "setting cpu limit")
+		}
+	}
+	if r.MemoryBytes > 0 || !fresh {
+		v := "-1"
+		if r.MemoryBytes > 0 {
+			v = strconv.FormatInt(r.MemoryBytes, 10)
+		}
+		if err := c.setMemory(v); err != nil {
+			return classify(err, "setting memory limit")
+		}
+	}
+	if r.Pids > 0 || !fresh {
+		v := "max"
+		if r.Pids > 0 {
+			v = strconv.FormatInt(r.Pids, 10)
+		}
+		if err := writeFile(c.paths["pids"]+"/pids.max", v); err != nil {
+			return classify(err, "setting pids limit")
+		}
+	}
+	return nil
+}
+
+// setMemory sets memory and memory+swap to the same limit. The kernel
+// keeps memsw >= memory at every step: going down, memory goes first;
+// going up, memsw goes first. Rather than read the old value, try memory
+// first and, on EINVAL (new memory above the old memsw), swap the order.
+// Without swap accounting the memsw file is absent and skipped.
+func (c *v1Cgroup) setMemory(v string) error {
+	mem := c.paths["memory"] + "/memory.limit_in_bytes"
+	sw := c.paths["memory"] + "/memory.memsw.limit_in_bytes"
+	err := writeFile(mem, v)
+	if errors.Is(err, unix.EINVAL) {
+		if err := writeFile(sw, v); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return writeFile(mem, v)
+	}
+	if err != nil {
+		return err
+	}
+	if err := writeFile(sw, v); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (c *v1Cgroup) AddProc(pid int) error {
+	p := strconv.Itoa(pid)
+	for _, d := range c.dirs {
+		if err := writeFile(d+"/cgroup.procs", p); err != nil {
+			return classify(err, fmt.Sprintf("adding process %d to cgroup %s", pid, c.name))
+		}
+	}
+	return nil
+}
+
+func (c *v1Cgroup) FD() (int, error) {
+	return -1, fmt.Errorf("%w: cgroup v1 has no cgroup fd for clone3; use AddProc", errdefs.ErrFailedPrecondition)
+}
+
+func (c *v1Cgroup) Delegate(uid, gid int, controllers ...string) error {
+	if len(controllers) == 0 {
+		controllers = []string{"pids", "freezer"}
+	}
+	for _, ctrl := range controllers {
+		d, ok := c.paths[ctrl]
+		if !ok {
+			return fmt.Errorf("%w: cannot delegate controller %q; use one of %v", errdefs.ErrInvalidArgument, ctrl, v1Controllers)
+		}
+		files := []string{d, d + "/cgroup.procs", d + "/tasks"}
+		if ctrl == "freezer" {
+			files = append(files, d+"/freezer.state")
+		}
+		for _, f := range files {
+			if err := os.Chown(f, uid, gid); err != nil {
+				return classify(err, "delegating cgroup")
+			}
+		}
+	}
+	return nil
+}
+
+func (c *v1Cgroup) Paths() map[string]string { return maps.Clone(c.paths) }
+
+func (c *v1Cgroup) Procs() ([]int, error) {
+	pids, err := treeProcs(c.dirs)
+	return pids, classify(err, "listing processes")
+}
+
+func (c *v1Cgroup) Freeze() error {
+	state := c.paths["freezer"] + "/freezer.state"
+	if err := writeFile(state, "FROZEN"); err != nil {
+		return classify(err, "freezing cgroup "+c.name)
+	}
+	err := waitFor(freezeTimeout, func() (bool, error) {
+		b, err := os.ReadFile(state)
+		return strings.TrimSpace(string(b)) == "FROZEN", err
+	})
+	if err != nil {
+		writeFile(state, "THAWED")
+		return fmt.Errorf("freezing cgroup %s: %w", c.name, err)
+	}
+	return nil
+}
+
+func (c *v1Cgroup) Thaw() error {
+	return classify(writeFile(c.paths["freezer"]+"/freezer.state", "THAWED"), "thawing cgroup "+c.name)
+}
+
+func (c *v1Cgroup) Stats() (Stats, error) {
+	var s Stats
+	var err error
+	mem := c.paths["memory"]
+	if s.MemoryBytes, err = readInt(mem + "/memory.usage_in_bytes"); err != nil {
+		return s, classify(err, "reading memory usage")
+	}
+	cpu, err := readInt(c.paths["cpuacct"] + "/cpuacct.usage")
+	if err != nil {
+		return s, classify(err, "reading cpu usage")
+	}
+	s.CPUNanos = uint64(cpu)
+	if s.Pids, err = readInt(c.paths["pids"] + "/pids.current"); err != nil {
+		return s, classify(err, "reading pids")
+	}
+	if s.OOMKills, err = keyedInt(mem+"/memory.oom_control", "oom_kill"); err != nil {
+		return s, classify(err, "reading oom kills")
+	}
+	return s, nil
+}
+
+func (c *v1Cgroup) Kill() error {
+	if err := killLoop(c.Procs, c.Freeze, c.Thaw); err != nil {
+		return fmt.Errorf("killing cgroup %s: %w", c.name, err)
+	}
+	return nil
+}
+
+func (c *v1Cgroup) Destroy() error {
+	if err := c.Kill(); err != nil {
+		return err
+	}
+	return removeTree(c.dirs)
+}
