@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// createFlags are the flags of create, shared by run.
+type createFlags struct {
+	template  string
+	ttl       string
+	cpu       float64
+	memory    string
+	disk      string
+	pids      int64
+	isolation string
+	env       []string
+	meta      []string
+}
+
+func (f *createFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.template, "template", "", "template to start from (default: the daemon's, \"base\")")
+	fs.StringVar(&f.ttl, "ttl", "", "destroy the sandbox after this long, e.g. 30m, 2h, 1d; \"none\" for no TTL (default: the daemon's)")
+	fs.Float64Var(&f.cpu, "cpu", 0, "CPU cores, e.g. 0.5 or 2")
+	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M, 2G, 1GiB (plain numbers are MiB)")
+	fs.StringVar(&f.disk, "disk", "", "disk limit, e.g. 1G, 10GiB (plain numbers are MiB)")
+	fs.Int64Var(&f.pids, "pids", 0, "most processes at once")
+	fs.StringVar(&f.isolation, "isolation", "", "isolation tier: container, gvisor, ... (default: the daemon's)")
+	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of every process (repeatable)")
+	fs.StringArrayVar(&f.meta, "meta", nil, "metadata KEY=VALUE to find the sandbox by (repeatable)")
+}
+
+// request turns the flags into a create request, checking each.
+func (f *createFlags) request() (api.CreateSandboxRequest, error) {
+	req := api.CreateSandboxRequest{
+		Template:  f.template,
+		Isolation: f.isolation,
+		CPU:       f.cpu,
+		Pids:      f.pids,
+	}
+	var err error
+	if f.ttl != "" {
+		if req.TTLSeconds, err = parseTTLSeconds("ttl", f.ttl); err != nil {
+			return req, err
+		}
+	}
+	if f.cpu < 0 {
+		return req, usageErrorf("--cpu must be a positive number of cores, got %v", f.cpu)
+	}
+	if f.pids < 0 {
+		return req, usageErrorf("--pids must be positive, got %d", f.pids)
+	}
+	if f.memory != "" {
+		if req.MemoryMB, err = parseSizeMB("memory", f.memory); err != nil {
+			return req, err
+		}
+	}
+	if f.disk != "" {
+		if req.DiskMB, err = parseSizeMB("disk", f.disk); err != nil {
+			return req, err
+		}
+	}
+	if req.Env, err = parseKV("env", f.env); err != nil {
+		return req, err
+	}
+	if req.Metadata, err = parseKV("meta", f.meta); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+func newCreateCommand(g *globals) *cobra.Command {
+	var f createFlags
+	c := &cobra.Command{
+		Use:   "create [flags]",
+		Short: "Create a sandbox and print its id",
+		Example: `  id=$(agentbox create --template base --ttl 1h --memory 1G)
+  agentbox exec "$id" -- uname -a`,
+		Args: exactArgs(0),
+		RunE: func(c *cobra.Command, _ []string) error {
+			req, err := f.request()
+			if err != nil {
+				return err
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.CreateSandbox(c.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(c.OutOrStdout(), sb.ID)
+			return nil
+		},
+	}
+	f.register(c.Flags())
+	return c
+}

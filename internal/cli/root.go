@@ -1,0 +1,187 @@
+// Package cli is agentbox's command line: `agentbox serve` starts the
+// daemon, every other verb is a thin client of the HTTP API through the Go
+// SDK (package client). Errors print as `agentbox: <message>` on stderr
+// and exit 1, usage errors exit 2, and exec/run exit with the command's
+// own code.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/client"
+)
+
+// ServeFunc runs the daemon until ctx ends.
+type ServeFunc func(ctx context.Context, configPath string) error
+
+// ExitError makes the process exit with Code. Its message, when not empty,
+// is printed as `agentbox: <message>` first.
+type ExitError struct {
+	Code    int
+	Message string
+}
+
+func (e *ExitError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Message
+}
+
+// usageError is a mistake in the command line: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// Main runs the command line with os.Args and returns the exit status.
+func Main(serve ServeFunc) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := NewRootCommand(serve)
+	return Execute(ctx, root, os.Args[1:], os.Stderr)
+}
+
+// Execute runs root with args and turns its error into an exit status,
+// printing the message on stderr.
+func Execute(ctx context.Context, root *cobra.Command, args []string, stderr io.Writer) int {
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	return exitStatus(err, stderr)
+}
+
+func exitStatus(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Message != "" {
+			fmt.Fprintf(stderr, "agentbox: %s\n", ee.Message)
+		}
+		return ee.Code
+	}
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "agentbox: interrupted")
+		return 130
+	}
+	fmt.Fprintf(stderr, "agentbox: %s\n", err)
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsageError(err) {
+		return 2
+	}
+	return 1
+}
+
+// isCobraUsageError recognises the errors cobra returns for a command
+// line it could not parse, which carry no type of their own.
+func isCobraUsageError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "invalid argument", "flag needs an argument", "accepts ", "requires at least", "bad flag syntax"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// globals are the flags every client command shares.
+type globals struct {
+	host string
+}
+
+func (g *globals) client() (*client.Client, error) {
+	var opts []client.Option
+	if g.host != "" {
+		opts = append(opts, client.WithHost(g.host))
+	}
+	return client.New(opts...)
+}
+
+// NewRootCommand returns the `agentbox` command with every verb. serve runs
+// the daemon for `agentbox serve`.
+func NewRootCommand(serve ServeFunc) *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "agentbox",
+		Short: "Disposable, isolated Linux sandboxes for AI agents",
+		Long: `agentbox runs a daemon (agentbox serve) that gives AI agents disposable,
+isolated Linux sandboxes, and is the command line client of that daemon.
+
+The client finds the daemon through --host or AGENTBOX_HOST
+(unix:///run/agentbox/agentbox.sock, http://127.0.0.1:7423 or host:port) and
+authenticates with AGENTBOX_API_KEY; run as root on the daemon's host, it
+uses the local socket and the admin key by default.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.host, "host", "", "daemon address (default $AGENTBOX_HOST, else the local daemon)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
+	})
+	root.CompletionOptions.DisableDefaultCmd = true
+
+	root.AddCommand(
+		newServeCommand(serve),
+		newCreateCommand(g),
+		newExecCommand(g),
+		newRunCommand(g),
+		newCpCommand(g),
+		newLsCommand(g),
+		newInspectCommand(g),
+		newRmCommand(g),
+		newTTLCommand(g),
+		newTemplateCommand(g),
+		newVersionCommand(g),
+	)
+	return root
+}
+
+// exactArgs is cobra.ExactArgs with a usage error that shows the usage line.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("%s wants %d argument(s), got %d; usage: %s", c.CommandPath(), n, len(args), c.UseLine())
+		}
+		return nil
+	}
+}
+
+func minArgs(n int) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) < n {
+			return usageErrorf("%s wants at least %d argument(s), got %d; usage: %s", c.CommandPath(), n, len(args), c.UseLine())
+		}
+		return nil
+	}
+}
+
+func newServeCommand(serve ServeFunc) *cobra.Command {
+	var configPath string
+	c := &cobra.Command{
+		Use:   "serve [--config PATH]",
+		Short: "Run the agentbox daemon",
+		Args:  exactArgs(0),
+		RunE: func(c *cobra.Command, _ []string) error {
+			if serve == nil {
+				return errors.New("this binary was built without the daemon")
+			}
+			return serve(c.Context(), configPath)
+		},
+	}
+	c.Flags().StringVar(&configPath, "config", "", "config file (default /etc/agentbox/config.toml; a missing file means the defaults)")
+	return c
+}

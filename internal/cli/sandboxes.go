@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
+)
+
+func newLsCommand(g *globals) *cobra.Command {
+	var (
+		asJSON bool
+		state  string
+		meta   []string
+	)
+	c := &cobra.Command{
+		Use:   "ls [--json] [--state S] [--meta K=V]...",
+		Short: "List sandboxes",
+		Args:  exactArgs(0),
+		RunE: func(c *cobra.Command, _ []string) error {
+			md, err := parseKV("meta", meta)
+			if err != nil {
+				return err
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			sbs, err := cl.ListSandboxes(c.Context(), client.ListOptions{State: state, Metadata: md})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if sbs == nil {
+					sbs = []api.Sandbox{}
+				}
+				return printJSON(c.OutOrStdout(), sbs)
+			}
+			return printSandboxTable(c.OutOrStdout(), sbs, time.Now())
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	c.Flags().StringVar(&state, "state", "", "only sandboxes in this state (creating, running, paused, stopped, failed, ...)")
+	c.Flags().StringArrayVar(&meta, "meta", nil, "only sandboxes with this metadata KEY=VALUE (repeatable; all must match)")
+	return c
+}
+
+func printSandboxTable(w io.Writer, sbs []api.Sandbox, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tAGE\tEXPIRES")
+	for _, sb := range sbs {
+		expires := "never"
+		if sb.ExpiresAt != nil {
+			if d := sb.ExpiresAt.Sub(now); d > 0 {
+				expires = "in " + formatAge(d)
+			} else {
+				expires = "now"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Template, formatAge(now.Sub(sb.CreatedAt)), expires)
+	}
+	return tw.Flush()
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newInspectCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect ID",
+		Short: "Show a sandbox as JSON",
+		Args:  exactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.GetSandbox(c.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(c.OutOrStdout(), sb)
+		},
+	}
+}
+
+func newRmCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID...",
+		Short: "Destroy sandboxes",
+		Args:  minArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			failed := 0
+			for _, id := range args {
+				if err := cl.DestroySandbox(c.Context(), id); err != nil {
+					failed++
+					fmt.Fprintf(c.ErrOrStderr(), "agentbox: %s: %v\n", id, err)
+					continue
+				}
+				fmt.Fprintln(c.OutOrStdout(), id)
+			}
+			if failed > 0 {
+				return &ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+}
+
+func newTTLCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ttl ID DURATION",
+		Short: "Make a sandbox expire DURATION from now (\"none\": never)",
+		Example: `  agentbox ttl sb-123 2h
+  agentbox ttl sb-123 none`,
+		Args: exactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			secs, err := parseTTLSeconds("ttl", args[1])
+			if err != nil {
+				return usageErrorf("ttl wants a duration like 30m, 2h or 1d, or \"none\" for no TTL, got %q", args[1])
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.UpdateSandbox(c.Context(), args[0], api.UpdateSandboxRequest{TTLSeconds: &secs})
+			if err != nil {
+				return err
+			}
+			if sb.ExpiresAt == nil {
+				fmt.Fprintf(c.OutOrStdout(), "%s never expires\n", sb.ID)
+			} else {
+				fmt.Fprintf(c.OutOrStdout(), "%s expires at %s\n", sb.ID, sb.ExpiresAt.Local().Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+}
