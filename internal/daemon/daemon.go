@@ -86,7 +86,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer pool.Close()
 
-	guestBin, err := config.ResolveGuestBinary(cfg.GuestBinary)
+	guestBin, err := cfg.ResolveGuestBinary()
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer svc.Close()
 
-	authn := auth.NewAuthenticator(st)
+	authn := auth.New(st, cfg.AdminKeyPath(), log)
 	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes()})
 	srv := &http.Server{
 		Handler:           api,
