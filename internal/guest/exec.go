@@ -267,12 +267,12 @@ func (s *Server) start(sp *execSpec, in stdinSource) (p *proc, err error) {
 
 	p = &proc{killDone: make(chan struct{})}
 	var outR, outW, errR, errW int
-	if outR, outW, err = pipe(); err != nil {
+	if outR, outW, err = pipe(true); err != nil {
 		return nil, err
 	}
 	cu.add(func() { unix.Close(outR) })
 	defer unix.Close(outW)
-	if errR, errW, err = pipe(); err != nil {
+	if errR, errW, err = pipe(true); err != nil {
 		return nil, err
 	}
 	cu.add(func() { unix.Close(errR) })
@@ -281,25 +281,21 @@ func (s *Server) start(sp *execSpec, in stdinSource) (p *proc, err error) {
 	stdinFD := s.devNull
 	switch {
 	case in.stream || len(in.data) > pipeCap:
-		r, w, err := pipe()
+		r, w, err := pipe(false)
 		if err != nil {
 			return nil, err
 		}
 		defer unix.Close(r)
-		if err := unix.SetNonblock(w, true); err != nil {
-			unix.Close(w)
-			return nil, fmt.Errorf("stdin pipe: %w", err)
-		}
 		p.stdin = os.NewFile(uintptr(w), "stdin")
 		cu.add(func() { p.stdin.Close() })
 		stdinFD = r
 	case len(in.data) > 0:
-		r, w, err := pipe()
+		r, w, err := pipe(false)
 		if err != nil {
 			return nil, err
 		}
 		defer unix.Close(r)
-		_, werr := unix.Write(w, in.data) // fits in the empty pipe: no block
+		_, werr := unix.Write(w, in.data) // fits in the empty pipe
 		unix.Close(w)
 		if werr != nil {
 			return nil, fmt.Errorf("writing stdin: %w", werr)
@@ -307,7 +303,7 @@ func (s *Server) start(sp *execSpec, in stdinSource) (p *proc, err error) {
 		stdinFD = r
 	case stdinFD < 0:
 		// No /dev/null in this root: an empty pipe gives EOF the same way.
-		r, w, err := pipe()
+		r, w, err := pipe(false)
 		if err != nil {
 			return nil, err
 		}
@@ -399,12 +395,20 @@ func (s *Server) startV1(cg *execCgroup, sp *execSpec, attr *syscall.ProcAttr) (
 	return r.pid, r.exited, r.err
 }
 
-func pipe() (r, w int, err error) {
+// pipe makes a close-on-exec pipe whose parent end is non-blocking (for
+// the runtime's poller) and whose child end stays blocking, as programs
+// expect of their stdio: the read end for output (parentReads), the write
+// end for stdin.
+func pipe(parentReads bool) (r, w int, err error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return -1, -1, fmt.Errorf("creating pipe: %w", err)
 	}
-	if err := unix.SetNonblock(p[0], true); err != nil {
+	parent := p[1]
+	if parentReads {
+		parent = p[0]
+	}
+	if err := unix.SetNonblock(parent, true); err != nil {
 		unix.Close(p[0])
 		unix.Close(p[1])
 		return -1, -1, fmt.Errorf("creating pipe: %w", err)
