@@ -11,7 +11,7 @@ import (
 // sizeUnits maps a size suffix (lowercase) to bytes. Like docker, the
 // short forms are binary: 2G is 2 GiB.
 var sizeUnits = map[string]float64{
-	"": 1 << 20, // plain numbers are MiB
+	"":  1 << 20, // plain numbers are MiB
 	"b": 1,
 	"k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
 	"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
