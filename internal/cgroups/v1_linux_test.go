@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,6 +217,20 @@ func TestV1Lifecycle(t *testing.T) {
 	}
 	if err := os.WriteFile(child+"/cgroup.procs", []byte(fmt.Sprint(procs[len(procs)-1])), 0); err != nil {
 		t.Fatal(err)
+	}
+
+	if err := again.Delegate(100000, 100000); err != nil {
+		t.Fatal(err)
+	}
+	fz := cg.Paths()["freezer"]
+	for _, f := range []string{fz, fz + "/cgroup.procs", fz + "/tasks", fz + "/freezer.state", cg.Paths()["pids"] + "/cgroup.procs"} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != 100000 {
+			t.Errorf("%s owned by %d after Delegate, want 100000", f, uid)
+		}
 	}
 
 	if err := again.Destroy(); err != nil {
