@@ -76,7 +76,7 @@ func header(name string, st *unix.Stat_t) *tar.Header {
 		Mode:    int64(st.Mode & 0o7777),
 		Uid:     int(st.Uid),
 		Gid:     int(st.Gid),
-		ModTime: time.Unix(st.Mtim.Unix()),
+		ModTime: time.Unix(st.Mtim.Sec, 0), // whole seconds, as ustar has them
 	}
 }
 
