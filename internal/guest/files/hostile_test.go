@@ -128,4 +128,3 @@ func TestMagicLinksRefused(t *testing.T) {
 	expect(t, resp, 200, "")
 	resp.Body.Close()
 }
-
