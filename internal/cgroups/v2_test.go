@@ -25,7 +25,7 @@ func newFakeV2(t *testing.T) *fakeV2 {
 		"cpu.max": "max 100000", "cpu.stat": "usage_usec 1500\nuser_usec 1000\n",
 		"memory.max": "max", "memory.swap.max": "max", "memory.current": "4096",
 		"memory.events": "low 0\nhigh 0\nmax 3\noom 2\noom_kill 1\n",
-		"pids.max": "max", "pids.current": "2",
+		"pids.max":      "max", "pids.current": "2",
 	}}
 	if err := os.WriteFile(f.root+"/cgroup.subtree_control", nil, 0o644); err != nil {
 		t.Fatal(err)

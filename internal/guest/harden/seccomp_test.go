@@ -101,7 +101,7 @@ func probes() map[string]func() error {
 		"clone_newnet":  func() error { return cloneProbe(unix.CLONE_NEWNET) },
 		"clone_plain":   func() error { return cloneProbe(0) },
 		"clone3":        func() error { return rawProbe(unix.SYS_CLONE3, 0, 0) },
-		"keyctl":        func() error {
+		"keyctl": func() error {
 			return rawProbe(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, ^uintptr(0) /* thread keyring */, 0)
 		},
 		"add_key":         func() error { return rawProbe(unix.SYS_ADD_KEY, 0, 0, 0, 0, 0) },
