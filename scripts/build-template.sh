@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Build a template root filesystem and import it into the running agentbox
+# daemon.
+#
+#   scripts/build-template.sh NAME [--force] [--no-import]
+#
+# NAME is one of:
+#   base     Debian bookworm (debootstrap minbase) with bash, python3, pip,
+#            venv, nodejs, npm, git, curl and friends; about 2-4 minutes.
+#   busybox  a tiny root filesystem made of busybox-static; well under a
+#            second.
+#
+# The rootfs is built under $AGENTBOX_BUILD_DIR/NAME (default
+# /var/lib/agentbox/build/NAME) and imported with
+# `agentbox template import NAME --rootfs DIR ...`. If the daemon already has
+# a template NAME the script does nothing unless --force is given (which
+# imports a new version). --no-import only builds the directory.
+# Environment: AGENTBOX (the CLI, default `agentbox` on PATH),
+# AGENTBOX_BUILD_DIR, DEBIAN_MIRROR (default: the mirror in apt's sources).
+set -euo pipefail
+
+usage() {
+	echo "usage: $0 base|busybox [--force] [--no-import]" >&2
+	exit 2
+}
+
+die() {
+	echo "build-template: error: $*" >&2
+	exit 1
+}
+
+log() { echo "build-template: $*" >&2; }
+
+[[ $# -ge 1 ]] || usage
+NAME=$1
+shift
+FORCE=0
+IMPORT=1
+for arg in "$@"; do
+	case $arg in
+	--force) FORCE=1 ;;
+	--no-import) IMPORT=0 ;;
+	*) usage ;;
+	esac
+done
+case $NAME in
+base | busybox) ;;
+*) die "unknown template \"$NAME\": this script builds \"base\" or \"busybox\"" ;;
+esac
+[[ $(id -u) -eq 0 ]] || die "run as root (debootstrap, chroot and file ownership need it)"
+
+AGENTBOX=${AGENTBOX:-agentbox}
+BUILD_ROOT=${AGENTBOX_BUILD_DIR:-/var/lib/agentbox/build}
+DIR=$BUILD_ROOT/$NAME
+START=$(date +%s%N)
+
+elapsed() {
+	local ms=$((($(date +%s%N) - START) / 1000000))
+	printf '%d.%03d' $((ms / 1000)) $((ms % 1000))
+}
+
+# Is the template already known to the daemon?
+if [[ $IMPORT -eq 1 ]]; then
+	command -v "$AGENTBOX" >/dev/null 2>&1 ||
+		die "the agentbox CLI ($AGENTBOX) is not on PATH: build it with 'go build -o /usr/local/bin/agentbox ./cmd/agentbox', or set AGENTBOX=/path/to/agentbox, or pass --no-import"
+	if ! LIST=$("$AGENTBOX" template ls 2>&1); then
+		die "cannot list templates (is the daemon running? start it with 'agentbox serve'): $LIST"
+	fi
+	if [[ $FORCE -eq 0 ]] && awk 'NR > 1 { print $1 }' <<<"$LIST" | grep -qx -- "$NAME"; then
+		log "template \"$NAME\" already exists; nothing to do (use --force to build and import a new version)"
+		exit 0
+	fi
+fi
+
+mkdir -p "$BUILD_ROOT"
+NEW=$DIR.new
+cleanup() {
+	# Never leave a chroot's mounts behind.
+	for m in proc sys dev/pts dev; do
+		if mountpoint -q "$NEW/$m" 2>/dev/null; then umount -l "$NEW/$m" || true; fi
+	done
+}
+trap cleanup EXIT
+cleanup
+rm -rf --one-file-system "$NEW"
+
+# debian_mirror prints the Debian mirror apt is configured with.
+debian_mirror() {
+	if [[ -n ${DEBIAN_MIRROR:-} ]]; then
+		echo "$DEBIAN_MIRROR"
+		return
+	fi
+	local f uri
+	# deb822 sources: the URIs of a stanza whose Suites has plain bookworm.
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[[ -e $f ]] || continue
+		uri=$(awk '
+			BEGIN { RS = ""; FS = "\n" }
+			{
+				u = ""; s = 0
+				for (i = 1; i <= NF; i++) {
+					if ($i ~ /^URIs:/) { sub(/^URIs:[ \t]*/, "", $i); split($i, a, /[ \t]+/); u = a[1] }
+					if ($i ~ /^Suites:/ && $i ~ /[ \t]bookworm([ \t]|$)/) s = 1
+				}
+				if (s && u != "") { print u; exit }
+			}' "$f")
+		if [[ -n $uri ]]; then
+			echo "$uri"
+			return
+		fi
+	done
+	# One-line sources: deb [options] URI bookworm ...
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[[ -e $f ]] || continue
+		uri=$(sed -E 's/\[[^]]*\]//' "$f" | awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }')
+		if [[ -n $uri ]]; then
+			echo "$uri"
+			return
+		fi
+	done
+	return 1
+}
+
+build_base() {
+	command -v debootstrap >/dev/null || die "debootstrap is not installed: apt-get install debootstrap"
+	local mirror
+	mirror=$(debian_mirror) || die "no Debian bookworm mirror found in /etc/apt/sources.list{,.d}: set DEBIAN_MIRROR=http://your.mirror/debian"
+	local pkgs=bash,coreutils,ca-certificates,curl,git,less,procps,iproute2,python3,python3-pip,python3-venv,nodejs,npm
+	log "debootstrap bookworm from $mirror into $NEW (packages: $pkgs); this takes a few minutes"
+	debootstrap --variant=minbase --include="$pkgs" bookworm "$NEW" "$mirror" >"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
+		die "debootstrap failed; see $BUILD_ROOT/$NAME.debootstrap.log"
+
+	log "configuring the rootfs"
+	chroot "$NEW" /usr/sbin/useradd --create-home --uid 1000 --user-group --shell /bin/bash user
+	# Processes in a sandbox have no capabilities, so apt cannot drop to _apt.
+	echo 'APT::Sandbox::User "root";' >"$NEW/etc/apt/apt.conf.d/99agentbox"
+	echo sandbox >"$NEW/etc/hostname"
+	cat >"$NEW/etc/hosts" <<-'HOSTS'
+		127.0.0.1	localhost sandbox
+		::1	localhost ip6-localhost ip6-loopback
+	HOSTS
+	# Placeholder: agentbox provides the sandbox's resolver at start.
+	echo '# managed by agentbox' >"$NEW/etc/resolv.conf"
+	chroot "$NEW" /usr/bin/apt-get clean
+	rm -rf "$NEW"/var/lib/apt/lists/* "$NEW"/var/cache/apt/*.bin "$NEW"/var/log/*.log \
+		"$NEW"/var/log/apt/* "$NEW"/tmp/* "$NEW"/var/tmp/* "$NEW"/root/.cache
+}
+
+build_busybox() {
+	local bb=""
+	if dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed"; then
+		bb=$(dpkg -L busybox-static | grep -E '/bin/busybox$' | head -n1)
+	fi
+	if [[ -z $bb || ! -x $bb ]]; then
+		log "busybox-static is not installed; fetching the package with apt-get download"
+		local tmp
+		tmp=$(mktemp -d)
+		(cd "$tmp" && apt-get download busybox-static >/dev/null) ||
+			die "could not download busybox-static: apt-get install busybox-static and retry"
+		dpkg-deb -x "$tmp"/busybox-static_*.deb "$tmp/x"
+		bb=$tmp/x/bin/busybox
+	fi
+	mkdir -p "$NEW"/{bin,sbin,usr/bin,usr/sbin,etc,root,home/user,tmp,proc,dev,sys,var/tmp}
+	install -m 0755 "$bb" "$NEW/bin/busybox"
+	# One process makes every applet link (a fork per link would cost a
+	# second). Paths come from busybox itself: bin/ls, usr/bin/awk, ...
+	"$NEW/bin/busybox" --list-full | perl -ne '
+		chomp; next if $_ eq "" || $_ eq "bin/busybox";
+		symlink("/bin/busybox", "'"$NEW"'/$_") or ($!{EEXIST} or die "symlink $_: $!\n");'
+	ln -sf busybox "$NEW/bin/sh"
+	cat >"$NEW/etc/passwd" <<-'EOT'
+		root:x:0:0:root:/root:/bin/sh
+		user:x:1000:1000:user:/home/user:/bin/sh
+		nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+	EOT
+	cat >"$NEW/etc/group" <<-'EOT'
+		root:x:0:
+		user:x:1000:
+		nogroup:x:65534:
+	EOT
+	echo sandbox >"$NEW/etc/hostname"
+	printf '127.0.0.1\tlocalhost sandbox\n' >"$NEW/etc/hosts"
+	echo '# managed by agentbox' >"$NEW/etc/resolv.conf"
+	chmod 1777 "$NEW/tmp" "$NEW/var/tmp"
+	chmod 0700 "$NEW/root"
+	chown 1000:1000 "$NEW/home/user"
+}
+
+"build_$NAME"
+rm -rf --one-file-system "$DIR"
+mv "$NEW" "$DIR"
+log "built $DIR in $(elapsed)s ($(du -sh --one-file-system "$DIR" | cut -f1))"
+
+[[ $IMPORT -eq 1 ]] || exit 0
+
+ENV=(--env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8)
+log "importing $DIR as template \"$NAME\""
+"$AGENTBOX" template import "$NAME" --rootfs "$DIR" --user root --workdir /root "${ENV[@]}" ||
+	die "import failed; the rootfs is kept in $DIR"
+log "template \"$NAME\" ready after $(elapsed)s"
