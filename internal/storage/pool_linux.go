@@ -20,7 +20,7 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultSizeGB   = 50
+	DefaultSizeGB   = 64
 	DefaultUIDBase  = 1000000
 	DefaultUIDCount = 65536
 )
@@ -31,7 +31,7 @@ type Options struct {
 	// (e.g. /var/lib/agentbox).
 	DataDir string
 	// SizeGB is the size of the sparse pool file when it is first made
-	// (default 50). An existing pool is never shrunk; a larger SizeGB grows it.
+	// (default 64). An existing pool is never shrunk; a larger SizeGB grows it.
 	SizeGB int
 	// UIDBase and UIDCount describe the host uid range that sandbox uids
 	// 0..UIDCount-1 map to (defaults 1000000 and 65536).
