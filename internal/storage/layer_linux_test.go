@@ -55,6 +55,20 @@ func TestOpenReopen(t *testing.T) {
 	if err != nil || len(ids) != 1 || ids[0] != "sb1" {
 		t.Errorf("ListLayers after remount = %v, %v; want [sb1]", ids, err)
 	}
+
+	// A larger size grows the pool in place.
+	opts.SizeGB = 3
+	p4, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatalf("reopen with a larger size: %v", err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(p4.Root(), &fs); err != nil {
+		t.Fatal(err)
+	}
+	if size := int64(fs.Blocks) * fs.Bsize; size < 5<<29 {
+		t.Errorf("pool size after growing to 3 GB = %d bytes", size)
+	}
 }
 
 func TestOpenInvalid(t *testing.T) {
