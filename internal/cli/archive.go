@@ -86,12 +86,9 @@ func writeTar(w io.Writer, dir string, warn io.Writer) error {
 // ".." components are refused, nothing is written through a symlink (a
 // link in the archive cannot redirect a later entry outside dest), hard
 // links must point inside dest, set-id bits are dropped and special files
-// are skipped with a warning.
-//
-// strip is the name the archive may put in front of every entry (the base
-// name of the directory that was archived). Whether it does is decided on
-// the first entry: a directory named strip means every entry is under it.
-func extractTar(r io.Reader, dest, strip string, warn io.Writer) error {
+// are skipped with a warning. Entry names are relative to dest, as the
+// guest's GET /files/archive writes them for a directory.
+func extractTar(r io.Reader, dest string, warn io.Writer) error {
 	tr := tar.NewReader(r)
 	type dirMeta struct {
 		path  string
@@ -99,7 +96,7 @@ func extractTar(r io.Reader, dest, strip string, warn io.Writer) error {
 		mtime time.Time
 	}
 	var dirs []dirMeta
-	first, stripping, skipped := true, false, 0
+	skipped := 0
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -111,15 +108,6 @@ func extractTar(r io.Reader, dest, strip string, warn io.Writer) error {
 		name, err := entryName(hdr.Name)
 		if err != nil {
 			return err
-		}
-		if first {
-			first = false
-			stripping = strip != "" && strip != "." && strip != "/" && name == strip && hdr.Typeflag == tar.TypeDir
-		}
-		if stripping {
-			if name, err = stripPrefix(name, strip, hdr.Name); err != nil {
-				return err
-			}
 		}
 		target := filepath.Join(dest, filepath.FromSlash(name))
 		mode := os.FileMode(hdr.Mode & 0o777) // set-id bits dropped
@@ -156,9 +144,6 @@ func extractTar(r io.Reader, dest, strip string, warn io.Writer) error {
 			}
 		case tar.TypeLink:
 			src, err := entryName(hdr.Linkname)
-			if err == nil && stripping {
-				src, err = stripPrefix(src, strip, hdr.Linkname)
-			}
 			if err != nil {
 				return fmt.Errorf("refusing hard link %q: %w", hdr.Name, err)
 			}
@@ -200,16 +185,6 @@ func entryName(raw string) (string, error) {
 		}
 	}
 	return path.Clean(strings.ReplaceAll(raw, `\`, "/")), nil
-}
-
-func stripPrefix(name, strip, raw string) (string, error) {
-	if name == strip {
-		return ".", nil
-	}
-	if rest, ok := strings.CutPrefix(name, strip+"/"); ok {
-		return rest, nil
-	}
-	return "", fmt.Errorf("refusing archive entry %q: it is not under %q like the entries before it", raw, strip)
 }
 
 // ensureDir makes sure every component of rel under dest is a real

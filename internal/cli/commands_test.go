@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -165,7 +164,7 @@ func (f *fakeDaemon) mux(t *testing.T) http.Handler {
 			return
 		}
 		if _, ok := f.archives[k]; ok || strings.HasSuffix(k, ":/work") {
-			json.NewEncoder(w).Encode(api.FileInfo{Path: r.URL.Query().Get("path"), Type: api.FileTypeDir, Mode: "0755"})
+			json.NewEncoder(w).Encode(api.FileInfo{Path: r.URL.Query().Get("path"), Type: api.FileTypeDir, Mode: "0705"})
 			return
 		}
 		writeErr(w, errdefs.NotFound("%s: no such file or directory", r.URL.Query().Get("path")))
@@ -209,12 +208,11 @@ func (f *fakeDaemon) mux(t *testing.T) http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	m.HandleFunc("GET /v1/sandboxes/{id}/files/archive", func(w http.ResponseWriter, r *http.Request) {
-		// A directory archive in the docker layout: entries under the
-		// directory's base name.
-		base := path.Base(r.URL.Query().Get("path"))
+		// A directory archive as the guest writes it: names relative to
+		// the directory, no entry for the directory itself.
 		tw := tar.NewWriter(w)
-		tw.WriteHeader(&tar.Header{Name: base + "/", Typeflag: tar.TypeDir, Mode: 0o750})
-		tw.WriteHeader(&tar.Header{Name: base + "/result.txt", Typeflag: tar.TypeReg, Mode: 0o640, Size: 2})
+		tw.WriteHeader(&tar.Header{Name: "sub/", Typeflag: tar.TypeDir, Mode: 0o750})
+		tw.WriteHeader(&tar.Header{Name: "result.txt", Typeflag: tar.TypeReg, Mode: 0o640, Size: 2})
 		tw.Write([]byte("42"))
 		tw.Close()
 	})
@@ -453,7 +451,7 @@ func TestCp(t *testing.T) {
 	}
 
 	// A directory back out: into an existing local directory, under its
-	// base name, with the archive's leading component stripped.
+	// base name.
 	dl := t.TempDir()
 	if _, errOut, code := run(t, "", "cp", "sb-a:/work", dl); code != 0 {
 		t.Fatalf("download dir: %s", errOut)
@@ -461,8 +459,11 @@ func TestCp(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dl, "work", "result.txt")); err != nil || string(b) != "42" {
 		t.Errorf("downloaded dir: %q %v", b, err)
 	}
-	if fi, _ := os.Stat(filepath.Join(dl, "work")); fi.Mode().Perm() != 0o750 {
-		t.Errorf("downloaded dir mode %v, want 0750", fi.Mode().Perm())
+	if fi, _ := os.Stat(filepath.Join(dl, "work", "sub")); fi == nil || fi.Mode().Perm() != 0o750 {
+		t.Errorf("downloaded subdirectory: %v, want mode 0750", fi)
+	}
+	if fi, _ := os.Stat(filepath.Join(dl, "work")); fi.Mode().Perm() != 0o705 {
+		t.Errorf("downloaded dir mode %v, want the sandbox's 0705", fi.Mode().Perm())
 	}
 
 	// Missing remote file: the API's message.

@@ -180,7 +180,15 @@ func (cp *copier) download(src cpArg, local string) error {
 			return err
 		}
 		defer rc.Close()
-		return extractTar(rc, target, path.Base(path.Clean(src.path)), cp.warn)
+		if err := extractTar(rc, target, cp.warn); err != nil {
+			return err
+		}
+		if mode, ok := parseMode(info.Mode); ok {
+			if err := os.Chmod(target, mode); err != nil {
+				return fmt.Errorf("setting the mode of %s: %w", target, err)
+			}
+		}
+		return nil
 	}
 
 	rc, err := cp.cl.ReadFile(cp.ctx, src.id, src.path)
@@ -196,9 +204,9 @@ func (cp *copier) download(src cpArg, local string) error {
 	if fi, err := os.Stat(local); (err == nil && fi.IsDir()) || strings.HasSuffix(local, string(filepath.Separator)) {
 		target = filepath.Join(local, path.Base(path.Clean(src.path)))
 	}
-	mode := os.FileMode(0o644)
-	if m, err := strconv.ParseUint(info.Mode, 8, 32); err == nil {
-		mode = os.FileMode(m).Perm()
+	mode, ok := parseMode(info.Mode)
+	if !ok {
+		mode = 0o644
 	}
 	f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
@@ -213,4 +221,14 @@ func (cp *copier) download(src cpArg, local string) error {
 		return fmt.Errorf("setting the mode of %s: %w", target, err)
 	}
 	return f.Close()
+}
+
+// parseMode reads the API's octal permission bits ("0644"); set-id and
+// sticky bits are dropped.
+func parseMode(s string) (os.FileMode, bool) {
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil {
+		return 0, false
+	}
+	return os.FileMode(m).Perm(), true
 }
