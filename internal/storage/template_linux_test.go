@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
@@ -211,5 +212,28 @@ func TestTemplateErrors(t *testing.T) {
 	}
 	if list, err := p.ListTemplates(); err != nil || len(list) != 0 {
 		t.Errorf("ListTemplates = %v, %v; want none", list, err)
+	}
+}
+
+// TestImportRealRootfs imports a real root filesystem (e.g. the output of
+// scripts/build-template.sh base --no-import) and reports how long it took:
+//
+//	AGENTBOX_TEST_ROOTFS=/var/lib/agentbox/build/base go test -run RealRootfs -v ./internal/storage
+func TestImportRealRootfs(t *testing.T) {
+	src := os.Getenv("AGENTBOX_TEST_ROOTFS")
+	if src == "" {
+		t.Skip("set AGENTBOX_TEST_ROOTFS to a rootfs directory to run")
+	}
+	p, _ := newTestPool(t)
+	start := time.Now()
+	tpl, err := p.ImportTemplate(context.Background(), api.ImportTemplateRequest{Name: "real", Rootfs: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("imported %d MB in %v (%.0f MB/s)", tpl.SizeBytes>>20, took, float64(tpl.SizeBytes)/(1<<20)/took.Seconds())
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(tpl.Rootfs, "etc/passwd"), &st); err != nil || st.Uid != testUIDBase {
+		t.Errorf("etc/passwd: %v, uid %d", err, st.Uid)
 	}
 }
