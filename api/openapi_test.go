@@ -1,0 +1,212 @@
+package api
+
+import (
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// node is a YAML mapping key with its scalar value and child keys. The
+// spec is YAML, and the module has no YAML library: this reads the subset
+// openapi.yaml is written in (block mappings, indented by spaces, block
+// scalars after "|"), skipping sequence items.
+type node struct {
+	value    string
+	children map[string]*node
+}
+
+func parseYAMLKeys(t *testing.T, src string) *node {
+	t.Helper()
+	root := &node{children: map[string]*node{}}
+	type frame struct {
+		indent int
+		n      *node
+	}
+	stack := []frame{{-1, root}}
+	skipDeeper := -1 // inside a block scalar or a sequence item: skip lines indented more
+	for i, line := range strings.Split(src, "\n") {
+		trimmed := strings.TrimLeft(line, " ")
+		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+			continue
+		}
+		indent := len(line) - len(trimmed)
+		if skipDeeper >= 0 {
+			if indent > skipDeeper {
+				continue
+			}
+			skipDeeper = -1
+		}
+		if strings.HasPrefix(trimmed, "- ") || trimmed == "-" {
+			skipDeeper = indent
+			continue
+		}
+		key, val, ok := strings.Cut(trimmed, ":")
+		if !ok {
+			t.Fatalf("openapi.yaml:%d: not a key: %q", i+1, line)
+		}
+		key = strings.Trim(key, `"'`)
+		val = strings.TrimSpace(val)
+		for len(stack) > 1 && stack[len(stack)-1].indent >= indent {
+			stack = stack[:len(stack)-1]
+		}
+		parent := stack[len(stack)-1].n
+		if _, dup := parent.children[key]; dup {
+			t.Errorf("openapi.yaml:%d: duplicate key %q", i+1, key)
+		}
+		n := &node{value: val, children: map[string]*node{}}
+		parent.children[key] = n
+		stack = append(stack, frame{indent, n})
+		if val == "|" || val == ">" {
+			skipDeeper = indent
+		}
+	}
+	return root
+}
+
+func (n *node) get(path ...string) *node {
+	for _, p := range path {
+		if n == nil {
+			return nil
+		}
+		n = n.children[p]
+	}
+	return n
+}
+
+func loadSpec(t *testing.T) (*node, string) {
+	t.Helper()
+	b, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseYAMLKeys(t, string(b)), string(b)
+}
+
+var httpMethods = map[string]bool{"get": true, "put": true, "post": true, "delete": true, "patch": true, "head": true, "options": true}
+
+// TestSpecDocumentsEveryRoute: every route the server registers is in the
+// spec with its method, and the spec documents no route that does not
+// exist.
+func TestSpecDocumentsEveryRoute(t *testing.T) {
+	spec, _ := loadSpec(t)
+	paths := spec.get("paths")
+	if paths == nil {
+		t.Fatal("openapi.yaml has no paths")
+	}
+	registered := map[string]bool{}
+	for _, r := range Routes {
+		registered[r.Pattern()] = true
+		t.Run(r.Pattern(), func(t *testing.T) {
+			op := paths.get(r.Path, strings.ToLower(r.Method))
+			if op == nil {
+				t.Fatalf("openapi.yaml does not document %s", r.Pattern())
+			}
+			if op.get("responses") == nil {
+				t.Errorf("%s has no responses", r.Pattern())
+			}
+			if op.get("responses", "default") == nil {
+				t.Errorf("%s does not document its error response (default)", r.Pattern())
+			}
+		})
+	}
+	for p, item := range paths.children {
+		for m := range item.children {
+			if httpMethods[m] && !registered[strings.ToUpper(m)+" "+p] {
+				t.Errorf("openapi.yaml documents %s %s, which is not in api.Routes", strings.ToUpper(m), p)
+			}
+		}
+	}
+}
+
+// TestSpecSchemasMatchTypes: each schema's properties are exactly the Go
+// type's json names, and its required list is exactly the fields without
+// omitempty.
+func TestSpecSchemasMatchTypes(t *testing.T) {
+	spec, _ := loadSpec(t)
+	types := map[string]any{
+		"CreateSandboxRequest":  CreateSandboxRequest{},
+		"Resources":             Resources{},
+		"Sandbox":               Sandbox{},
+		"UpdateSandboxRequest":  UpdateSandboxRequest{},
+		"ListSandboxesResponse": ListSandboxesResponse{},
+		"Template":              Template{},
+		"ImportTemplateRequest": ImportTemplateRequest{},
+		"ListTemplatesResponse": ListTemplatesResponse{},
+		"ErrorBody":             ErrorBody{},
+		"ErrorDetail":           ErrorDetail{},
+		"ExecRequest":           ExecRequest{},
+		"StdinFrame":            StdinFrame{},
+		"ExecEvent":             ExecEvent{},
+		"ExecResult":            ExecResult{},
+		"FileInfo":              FileInfo{},
+		"ListFilesResponse":     ListFilesResponse{},
+		"MkdirRequest":          MkdirRequest{},
+		"RenameRequest":         RenameRequest{},
+		"Health":                Health{},
+	}
+	for name, v := range types {
+		t.Run(name, func(t *testing.T) {
+			schema := spec.get("components", "schemas", name)
+			if schema == nil {
+				t.Fatalf("openapi.yaml has no schema %s", name)
+			}
+			var wantProps, wantRequired []string
+			rt := reflect.TypeOf(v)
+			for i := 0; i < rt.NumField(); i++ {
+				tag := rt.Field(i).Tag.Get("json")
+				jsonName, opts, _ := strings.Cut(tag, ",")
+				if jsonName == "-" || jsonName == "" {
+					continue
+				}
+				wantProps = append(wantProps, jsonName)
+				if !strings.Contains(opts, "omitempty") {
+					wantRequired = append(wantRequired, jsonName)
+				}
+			}
+			var gotProps []string
+			for k := range schema.get("properties").children {
+				gotProps = append(gotProps, k)
+			}
+			if g, w := sorted(gotProps), sorted(wantProps); !reflect.DeepEqual(g, w) {
+				t.Errorf("properties = %v, want %v (the json tags of api.%s)", g, w, name)
+			}
+			var gotRequired []string
+			if r := schema.get("required"); r != nil {
+				for _, s := range strings.Split(strings.Trim(r.value, "[]"), ",") {
+					if s = strings.TrimSpace(s); s != "" {
+						gotRequired = append(gotRequired, s)
+					}
+				}
+			}
+			if g, w := sorted(gotRequired), sorted(wantRequired); !reflect.DeepEqual(g, w) {
+				t.Errorf("required = %v, want %v (the fields without omitempty)", g, w)
+			}
+		})
+	}
+}
+
+// TestSpecRefsResolve: every $ref names a component that exists.
+func TestSpecRefsResolve(t *testing.T) {
+	spec, src := loadSpec(t)
+	refs := regexp.MustCompile(`\$ref: "#/components/([a-zA-Z]+)/([A-Za-z0-9_]+)"`).FindAllStringSubmatch(src, -1)
+	if len(refs) < 20 {
+		t.Fatalf("found only %d $refs; is the pattern stale?", len(refs))
+	}
+	for _, m := range refs {
+		if spec.get("components", m[1], m[2]) == nil {
+			t.Errorf("$ref to missing #/components/%s/%s", m[1], m[2])
+		}
+	}
+	if spec.get("components", "securitySchemes", "bearerAuth", "scheme").value != "bearer" {
+		t.Error("bearerAuth is not an http bearer scheme")
+	}
+}
+
+func sorted(s []string) []string {
+	out := append([]string(nil), s...)
+	sort.Strings(out)
+	return out
+}
