@@ -108,6 +108,33 @@ func TestImportTemplate(t *testing.T) {
 		t.Errorf("bin/big content differs (%d vs %d bytes)", len(gotBig), len(wantBig))
 	}
 
+	t.Run("xattrs", func(t *testing.T) {
+		tool := filepath.Join(src, "bin/tool")
+		if err := unix.Setxattr(tool, "user.agentbox", []byte("v"), 0); err != nil {
+			t.Skipf("source filesystem refuses user xattrs: %v", err)
+		}
+		// struct vfs_cap_data, revision 2, CAP_NET_RAW (13) permitted.
+		vcap := []byte{0, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+		if err := unix.Setxattr(tool, "security.capability", vcap, 0); err != nil {
+			t.Logf("cannot set security.capability on the source: %v", err)
+		}
+		t2, err := p.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "xattrs", Rootfs: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		n, err := unix.Lgetxattr(filepath.Join(t2.Rootfs, "bin/tool"), "user.agentbox", buf)
+		if err != nil || string(buf[:n]) != "v" {
+			t.Errorf("user.agentbox = %q, %v; want v", buf[:max(n, 0)], err)
+		}
+		if _, err := unix.Lgetxattr(filepath.Join(t2.Rootfs, "bin/tool"), "security.capability", buf); !errors.Is(err, unix.ENODATA) {
+			t.Errorf("security.capability on the copy: %v, want ENODATA (dropped)", err)
+		}
+		if err := p.RemoveTemplate(ctx, "xattrs", t2.Version); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	// Read-only: neither root nor anyone can change a version.
 	if err := os.WriteFile(filepath.Join(r, "new"), nil, 0o644); !errors.Is(err, unix.EROFS) {
 		t.Errorf("writing into the template: %v, want EROFS", err)
