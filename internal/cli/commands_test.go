@@ -32,6 +32,8 @@ type fakeDaemon struct {
 	modes     map[string]string
 	archives  map[string][]string // "id:/dir" -> "name mode" of uploaded entries
 	destroyed []string
+	imported  []api.ImportTemplateRequest
+	hang      bool // exec/stream waits for the client to leave
 	// exit is the exit event /exec/stream ends with.
 	exit api.ExecEvent
 }
@@ -131,8 +133,14 @@ func (f *fakeDaemon) mux(t *testing.T) http.Handler {
 		json.Unmarshal(line, &req)
 		f.mu.Lock()
 		f.execs = append(f.execs, req)
-		exit := f.exit
+		exit, hang := f.exit, f.hang
 		f.mu.Unlock()
+		if hang {
+			json.NewEncoder(w).Encode(api.ExecEvent{Type: api.EventStart, Pid: 7})
+			http.NewResponseController(w).Flush()
+			<-r.Context().Done()
+			return
+		}
 		enc := json.NewEncoder(w)
 		enc.Encode(api.ExecEvent{Type: api.EventStart, Pid: 7})
 		enc.Encode(api.ExecEvent{Type: api.EventStdout, Data: []byte("out:" + strings.Join(req.Cmd, "|") + "\n")})
@@ -153,6 +161,23 @@ func (f *fakeDaemon) mux(t *testing.T) http.Handler {
 			}
 		}
 		enc.Encode(exit)
+	})
+	m.HandleFunc("POST /v1/templates", func(w http.ResponseWriter, r *http.Request) {
+		var req api.ImportTemplateRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		f.mu.Lock()
+		f.imported = append(f.imported, req)
+		f.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(api.Template{Name: req.Name, Version: "v1"})
+	})
+	m.HandleFunc("GET /v1/templates", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(api.ListTemplatesResponse{Templates: []api.Template{
+			{Name: "base", Version: "v3", SizeBytes: 300 << 20, CreatedAt: time.Now().Add(-3 * time.Hour)},
+		}})
+	})
+	m.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(api.Health{Status: "ok", Version: "9.9.9"})
 	})
 	key := func(r *http.Request) string { return r.PathValue("id") + ":" + r.URL.Query().Get("path") }
 	m.HandleFunc("GET /v1/sandboxes/{id}/files/stat", func(w http.ResponseWriter, r *http.Request) {
@@ -470,5 +495,55 @@ func TestCp(t *testing.T) {
 	_, errOut, code := run(t, "", "cp", "sb-a:/nope", dir)
 	if code != 1 || !strings.Contains(errOut, "/nope: no such file or directory") {
 		t.Errorf("missing: exit %d %q", code, errOut)
+	}
+}
+
+func TestTemplatesAndVersion(t *testing.T) {
+	f := newFakeDaemon(t)
+	dir := t.TempDir()
+	t.Chdir(dir)
+	os.Mkdir("rootfs", 0o755)
+	out, errOut, code := run(t, "", "template", "import", "py", "--rootfs", "rootfs", "--user", "agent", "--workdir", "/home/agent", "--env", "LANG=C.UTF-8")
+	if code != 0 || out != "py v1\n" {
+		t.Fatalf("import: exit %d, %q %q", code, out, errOut)
+	}
+	got := f.imported[0]
+	if got.Rootfs != filepath.Join(dir, "rootfs") || got.User != "agent" || got.Workdir != "/home/agent" || got.Env["LANG"] != "C.UTF-8" {
+		t.Errorf("import request = %+v; want an absolute rootfs", got)
+	}
+	if _, errOut, code := run(t, "", "template", "import", "py"); code != 2 || !strings.Contains(errOut, "--rootfs") {
+		t.Errorf("import without --rootfs: exit %d, %q", code, errOut)
+	}
+	out, _, _ = run(t, "", "template", "ls")
+	if !strings.Contains(out, "NAME") || !strings.Contains(out, "base") || !strings.Contains(out, "300.0MiB") || !strings.Contains(out, "3h ago") {
+		t.Errorf("template ls = %q", out)
+	}
+	out, _, _ = run(t, "", "version")
+	if !strings.HasPrefix(out, "client: ") || !strings.Contains(out, "daemon: 9.9.9") {
+		t.Errorf("version = %q", out)
+	}
+	_, errOut, code = run(t, "", "exec", "sb-a", "ls", "-la")
+	if code != 2 || !strings.Contains(errOut, "put -- before the command") {
+		t.Errorf("exec without --: exit %d, %q", code, errOut)
+	}
+}
+
+func TestRunDestroysOnInterrupt(t *testing.T) {
+	f := newFakeDaemon(t)
+	f.hang = true
+	root := NewRootCommand(nil)
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel) // Ctrl-C
+	code := Execute(ctx, root, []string{"run", "--", "sleep", "1000"}, &errb)
+	if code != 130 || !strings.Contains(errb.String(), "agentbox: interrupted") {
+		t.Errorf("exit %d, stderr %q; want 130 and a note", code, errb.String())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.destroyed) != 1 || len(f.sandboxes) != 0 {
+		t.Errorf("destroyed %v, left %v; want the sandbox destroyed after the interrupt", f.destroyed, f.sandboxes)
 	}
 }

@@ -130,6 +130,10 @@ uses the local socket and the admin key by default.`,
 	}
 	root.PersistentFlags().StringVar(&g.host, "host", "", "daemon address (default $AGENTBOX_HOST, else the local daemon)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if c.Name() == "exec" || c.Name() == "run" {
+			// Most likely the command's own flags, given without --.
+			return usageError{fmt.Errorf("%w; put -- before the command and its flags: %s", err, c.UseLine())}
+		}
 		return usageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
