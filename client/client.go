@@ -88,7 +88,8 @@ func WithoutEnvironment() Option { return func(c *config) { c.noEnv = true } }
 // the key from WithAPIKey, else AGENTBOX_API_KEY. When no host is set and
 // the process runs as root, New uses the local unix socket if it exists
 // (else DefaultHTTPHost); when no key is set and the process runs as root,
-// it reads the admin key file if there is one.
+// it reads the admin key file if there is one, for a daemon on this
+// machine only (a unix socket or a loopback address).
 func New(opts ...Option) (*Client, error) {
 	cfg := config{
 		socketPath:   DefaultSocketPath,
@@ -115,7 +116,13 @@ func New(opts ...Option) (*Client, error) {
 			}
 		}
 	}
-	if cfg.apiKey == "" && root && cfg.adminKeyPath != "" {
+	base, socket, err := parseHost(cfg.host)
+	if err != nil {
+		return nil, err
+	}
+	// The admin key never leaves this machine: it is read only for a
+	// daemon on a unix socket or a loopback address.
+	if cfg.apiKey == "" && root && cfg.adminKeyPath != "" && (socket != "" || isLoopback(base)) {
 		b, err := os.ReadFile(cfg.adminKeyPath)
 		switch {
 		case err == nil:
@@ -123,11 +130,6 @@ func New(opts ...Option) (*Client, error) {
 		case !os.IsNotExist(err):
 			return nil, fmt.Errorf("reading admin key: %w", err)
 		}
-	}
-
-	base, socket, err := parseHost(cfg.host)
-	if err != nil {
-		return nil, err
 	}
 	hc := cfg.hc
 	if hc == nil {
@@ -138,6 +140,20 @@ func New(opts ...Option) (*Client, error) {
 
 // Host returns the daemon address the client talks to, as configured.
 func (c *Client) Host() string { return c.host }
+
+// isLoopback reports whether base ("http://host:port") names this machine.
+func isLoopback(base string) bool {
+	u, err := url.Parse(base)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
 
 // parseHost turns a host setting into a base URL and, for unix sockets, the
 // socket's path.

@@ -126,6 +126,17 @@ func TestNewResolution(t *testing.T) {
 			opts:     []Option{WithSocketPath(filepath.Join(t.TempDir(), "none.sock")), WithAdminKeyPath(filepath.Join(t.TempDir(), "none.key"))},
 			wantHost: DefaultHTTPHost},
 	}
+	t.Run("admin key stays local", func(t *testing.T) {
+		t.Setenv(EnvHost, "http://10.255.255.1:7423")
+		t.Setenv(EnvAPIKey, "")
+		c, err := New(WithAdminKeyPath(keyFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.apiKey != "" {
+			t.Errorf("the admin key was picked up for the remote host %s", c.Host())
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv(EnvHost, tt.envHost)
