@@ -118,6 +118,20 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	if v1 {
 		v1ctrls = []string{"pids", "freezer"}
 	}
+	// Mount points for the guest's private cgroup mounts (see boot).
+	mps := []string{"cg-cgroup2-"}
+	if v1 {
+		mps = nil
+		for _, c := range v1ctrls {
+			mps = append(mps, "cg-cgroup-"+c)
+		}
+	}
+	for _, mp := range mps {
+		if err := os.Mkdir(filepath.Join(spec.RunDir, mp), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("creating cgroup mount point: %w", err)
+		}
+		_ = os.Chown(filepath.Join(spec.RunDir, mp), d.opts.UIDBase, d.opts.UIDBase)
+	}
 	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
 		CPU:         spec.CPU,
 		MemoryBytes: spec.MemoryMB << 20,
@@ -159,6 +173,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	defer logFile.Close()
 
 	cmd := exec.Command(d.guest, "init")
+	cmd.Args[0] = "agentbox-guest" // not the host path
 	cmd.Env = []string{api.GuestSocketEnv + "=4", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
 	cmd.Stdout = logFile
@@ -172,6 +187,10 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: count}},
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: count}},
 		GidMappingsEnableSetgroups: true,
+		// Become uid 0 of the new user namespace before exec, so the guest
+		// starts as the sandbox's root (host uid UIDBase) with its
+		// capabilities in that namespace only.
+		Credential: &syscall.Credential{Uid: 0, Gid: 0},
 	}
 	if !v1 {
 		if fd, ferr := cg.FD(); ferr == nil {
