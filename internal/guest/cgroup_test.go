@@ -16,7 +16,13 @@ import (
 // real v1 pids and freezer cgroups: a double fork, setsid and ignored
 // SIGTERM must not outlive the deadline. The verdict comes from outside.
 func TestCgroupTimeoutKillsEscapees(t *testing.T) {
-	dirs, paths := testCgroupsV1(t)
+	for _, k := range cgroupKinds {
+		t.Run(k.name, func(t *testing.T) { testTimeoutKillsEscapees(t, k.make) })
+	}
+}
+
+func testTimeoutKillsEscapees(t *testing.T, mk func(testing.TB) ([]CgroupDir, []string)) {
+	dirs, paths := mk(t)
 	g := newTestGuest(t, Config{Cgroups: dirs})
 	dir := t.TempDir()
 	script := fmt.Sprintf(`trap '' TERM
@@ -53,7 +59,13 @@ sleep 300`, dir)
 }
 
 func TestCgroupPlacement(t *testing.T) {
-	dirs, paths := testCgroupsV1(t)
+	for _, k := range cgroupKinds {
+		t.Run(k.name, func(t *testing.T) { testPlacement(t, k.make) })
+	}
+}
+
+func testPlacement(t *testing.T, mk func(testing.TB) ([]CgroupDir, []string)) {
+	dirs, paths := mk(t)
 	g := newTestGuest(t, Config{Cgroups: dirs})
 	// The process is in its exec cgroup from its first instruction:
 	// /proc/self/cgroup of cat itself, a direct exec.
@@ -61,6 +73,9 @@ func TestCgroupPlacement(t *testing.T) {
 	for _, p := range paths {
 		rel := strings.TrimPrefix(p, filepath.Dir(p))
 		ctl := filepath.Base(filepath.Dir(p))
+		if ctl == "unified" || ctl == "cgroup" {
+			ctl = "" // the v2 line, "0::/path"
+		}
 		found := false
 		for l := range strings.Lines(res.Stdout) {
 			f := strings.SplitN(strings.TrimSpace(l), ":", 3)
@@ -92,7 +107,13 @@ func TestCgroupPlacement(t *testing.T) {
 }
 
 func TestCgroupBackgroundLingersUntilShutdown(t *testing.T) {
-	dirs, paths := testCgroupsV1(t)
+	for _, k := range cgroupKinds {
+		t.Run(k.name, func(t *testing.T) { testLingers(t, k.make) })
+	}
+}
+
+func testLingers(t *testing.T, mk func(testing.TB) ([]CgroupDir, []string)) {
+	dirs, paths := mk(t)
 	g := newTestGuest(t, Config{Cgroups: dirs})
 	res := g.mustExec(t, api.ExecRequest{Shell: "sleep 300 >/dev/null 2>&1 & echo $!"})
 	pid, err := strconv.Atoi(strings.TrimSpace(res.Stdout))

@@ -270,6 +270,16 @@ func TestExecOutput(t *testing.T) {
 			t.Errorf("got %d bytes (err %v, truncated %v), want the file's %d", len(got), err, res.Truncated, len(want))
 		}
 	})
+	t.Run("background holder of stdout does not hang the exec", func(t *testing.T) {
+		start := time.Now()
+		res := g.mustExec(t, api.ExecRequest{Shell: "echo before; sleep 5 & echo after"})
+		if el := time.Since(start); el > 2*time.Second {
+			t.Errorf("exec took %v: it waited for the background sleep", el)
+		}
+		if res.Stdout != "before\nafter\n" {
+			t.Errorf("stdout %q", res.Stdout)
+		}
+	})
 	t.Run("no fds beyond 0 1 2", func(t *testing.T) {
 		// ls opens the directory itself as fd 3.
 		res := g.mustExec(t, api.ExecRequest{Cmd: []string{"ls", "/proc/self/fd"}})

@@ -244,6 +244,57 @@ func testCgroupsV1(t testing.TB) (dirs []CgroupDir, paths []string) {
 	return dirs, paths
 }
 
+// testCgroupV2 makes a real cgroup on the v2 hierarchy (on this hybrid
+// host, /sys/fs/cgroup/unified) and returns its dir fd.
+func testCgroupV2(t testing.TB) (dirs []CgroupDir, paths []string) {
+	t.Helper()
+	requireRoot(t)
+	base := "/sys/fs/cgroup/unified"
+	if b, err := os.ReadFile("/proc/mounts"); err != nil || !strings.Contains(string(b), "cgroup2 /sys/fs/cgroup") {
+		t.Skip("needs a cgroup v2 hierarchy under /sys/fs/cgroup")
+	}
+	if _, err := os.Stat(filepath.Join(base, "cgroup.procs")); err != nil {
+		base = "/sys/fs/cgroup"
+	}
+	p := filepath.Join(base, fmt.Sprintf("agentbox-test-%08x", rand.Uint32()))
+	if err := os.Mkdir(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		entries, _ := os.ReadDir(p)
+		for _, e := range entries {
+			if e.IsDir() {
+				child := filepath.Join(p, e.Name())
+				os.WriteFile(filepath.Join(child, "cgroup.kill"), []byte("1"), 0)
+				for range 100 {
+					if unix.Rmdir(child) == nil {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}
+		unix.Close(fd)
+		if err := unix.Rmdir(p); err != nil {
+			t.Errorf("removing test cgroup %s: %v", p, err)
+		}
+	})
+	return []CgroupDir{{FD: fd, V2: true}}, []string{p}
+}
+
+// cgroupKinds are the cgroup setups the cgroup tests run on.
+var cgroupKinds = []struct {
+	name string
+	make func(testing.TB) ([]CgroupDir, []string)
+}{
+	{"v1", testCgroupsV1},
+	{"v2", testCgroupV2},
+}
+
 // moveSelf moves the test process into cgroup dir of ctl, as the agent
 // lives in the sandbox's cgroup, and back where it was at cleanup.
 func moveSelf(t testing.TB, ctl, dir string) {
