@@ -27,7 +27,7 @@ func newSandbox(t testing.TB, req api.CreateSandboxRequest) string {
 func needBase(t testing.TB) {
 	t.Helper()
 	if !env.hasBase {
-		t.Fatal("the base template is missing: run scripts/build-template.sh base --rootfs-only (make test does)")
+		t.Fatal("the base template is missing: run scripts/build-template.sh base --no-import (make test does)")
 	}
 }
 

@@ -154,16 +154,21 @@ func waitForDaemon(done <-chan error) error {
 func importTemplates() error {
 	ctx := context.Background()
 	for _, name := range []string{"busybox", "base"} {
-		dir := filepath.Join("/var/lib/agentbox/build", name, "rootfs")
 		if name == "busybox" {
-			cmd := exec.Command(filepath.Join(env.repo, "scripts/build-template.sh"), "busybox", "--rootfs-only")
+			cmd := exec.Command(filepath.Join(env.repo, "scripts/build-template.sh"), "busybox", "--no-import")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				return fmt.Errorf("building busybox rootfs: %v\n%s", err, out)
 			}
 		}
+		// build-template.sh builds into build/NAME; older layouts used
+		// build/NAME/rootfs.
+		dir := filepath.Join("/var/lib/agentbox/build", name)
+		if _, err := os.Stat(filepath.Join(dir, "rootfs", "bin")); err == nil {
+			dir = filepath.Join(dir, "rootfs")
+		}
 		if _, err := os.Stat(filepath.Join(dir, "bin")); err != nil {
 			if name == "base" {
-				fmt.Fprintln(os.Stderr, "note: no base rootfs in /var/lib/agentbox/build/base (run scripts/build-template.sh base --rootfs-only); base-template tests will fail")
+				fmt.Fprintln(os.Stderr, "note: no base rootfs in /var/lib/agentbox/build/base (run scripts/build-template.sh base --no-import); base-template tests will fail")
 				continue
 			}
 			return err
