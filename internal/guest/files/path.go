@@ -221,6 +221,8 @@ func fsError(p string, err error) error {
 		return diskFull(p, errno)
 	case unix.EACCES, unix.EPERM, unix.EROFS, unix.ETXTBSY:
 		return errdefs.New(errdefs.ErrPermissionDenied, "%s: %v", p, errno)
+	case unix.EBUSY:
+		return errdefs.Precondition("%s is busy (a mount point?); unmount it first", p)
 	case unix.EINVAL:
 		return errdefs.Invalid("%s: %v", p, errno)
 	}
