@@ -14,7 +14,8 @@
 # /var/lib/agentbox/build/NAME) and imported with
 # `agentbox template import NAME --rootfs DIR ...`. If the daemon already has
 # a template NAME the script does nothing unless --force is given (which
-# imports a new version). --no-import only builds the directory.
+# imports a new version). --no-import only builds the directory, and keeps
+# one built earlier unless --force is given.
 # Environment: AGENTBOX (the CLI, default `agentbox` on PATH),
 # AGENTBOX_BUILD_DIR, DEBIAN_MIRROR (default: the mirror in apt's sources).
 set -euo pipefail
@@ -70,6 +71,13 @@ if [[ $IMPORT -eq 1 ]]; then
 		log "template \"$NAME\" already exists; nothing to do (use --force to build and import a new version)"
 		exit 0
 	fi
+fi
+
+# --no-import keeps a rootfs built earlier (the test command relies on this
+# cache so that base is built once per machine); --force rebuilds it.
+if [[ $IMPORT -eq 0 && $FORCE -eq 0 && -d $DIR/bin ]]; then
+	log "$DIR already built; nothing to do (use --force to rebuild)"
+	exit 0
 fi
 
 mkdir -p "$BUILD_ROOT"

@@ -9,7 +9,7 @@ scripts/install-deps.sh
 make -s build
 # The integration tests build their own templates in their own data dir,
 # except base, which they take from the build cache of scripts/build-template.sh.
-scripts/build-template.sh base --rootfs-only
+scripts/build-template.sh base --no-import
 echo "==> go vet"
 go vet ./...
 echo "==> go test"
