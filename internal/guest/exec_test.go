@@ -2,6 +2,7 @@ package guest
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/users"
 )
 
 func TestExecExitCodes(t *testing.T) {
@@ -381,4 +383,60 @@ func TestPing(t *testing.T) {
 	if info.Version != "v-test" || info.Pid != os.Getpid() || info.Uptime == "" {
 		t.Errorf("got %+v", info)
 	}
+}
+
+func TestExecClientGoneKillsGroup(t *testing.T) {
+	g := newTestGuest(t, Config{})
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	body, _ := json.Marshal(api.ExecRequest{Shell: fmt.Sprintf("sleep 300 & echo $! > %s/pid; wait", dir)})
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://guest/exec", bytes.NewReader(body))
+	if resp, err := g.client.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatal("exec of sleep 300 answered before the client gave up")
+	}
+	var pid int
+	for i := 0; ; i++ {
+		b, _ := os.ReadFile(filepath.Join(dir, "pid"))
+		if pid, _ = strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 || i == 100 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pid == 0 {
+		t.Fatal("no background pid written")
+	}
+	waitGone(t, pid)
+}
+
+// FuzzExecRequest feeds arbitrary bodies to the request checks: they may
+// reject, never panic, and what they accept has a program to run.
+func FuzzExecRequest(f *testing.F) {
+	f.Add([]byte(`{"cmd":["ls","-l"],"env":{"A":"b"},"cwd":"/tmp","timeout_ms":5}`))
+	f.Add([]byte(`{"shell":"echo hi","stdin":"aGk=","max_output_bytes":10}`))
+	f.Add([]byte(`{"cmd":[""],"env":{"A=B":"\u0000"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req api.ExecRequest
+		if json.Unmarshal(body, &req) != nil {
+			return
+		}
+		for _, streaming := range []bool{false, true} {
+			if validate(&req, streaming) != nil {
+				continue
+			}
+			if len(req.Cmd) == 0 && req.Shell == "" {
+				t.Fatalf("accepted a request with nothing to run: %s", body)
+			}
+		}
+		env, err := buildEnv([]string{"X=1", "junk"}, req.Env, users.User{Name: "u", Home: "/h"})
+		if err != nil {
+			return
+		}
+		for _, kv := range env {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
+				t.Fatalf("bad env entry %q from %s", kv, body)
+			}
+		}
+	})
 }
