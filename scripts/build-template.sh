@@ -133,10 +133,26 @@ build_base() {
 	command -v debootstrap >/dev/null || die "debootstrap is not installed: apt-get install debootstrap"
 	local mirror
 	mirror=$(debian_mirror) || die "no Debian bookworm mirror found in /etc/apt/sources.list{,.d}: set DEBIAN_MIRROR=http://your.mirror/debian"
-	local pkgs=bash,coreutils,ca-certificates,curl,git,less,procps,iproute2,python3,python3-pip,python3-venv,nodejs,npm
+	# debootstrap's resolver cannot follow npm's dependencies (virtual
+	# packages), so it installs the base and apt inside adds the rest.
+	local pkgs=bash,coreutils,ca-certificates,curl,git,less,procps,iproute2,python3,python3-pip,python3-venv
+	local apt_pkgs=(nodejs npm)
 	log "debootstrap bookworm from $mirror into $NEW (packages: $pkgs); this takes a few minutes"
 	debootstrap --variant=minbase --include="$pkgs" bookworm "$NEW" "$mirror" >"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
 		die "debootstrap failed; see $BUILD_ROOT/$NAME.debootstrap.log"
+
+	log "installing ${apt_pkgs[*]} with apt inside the rootfs"
+	cp /etc/resolv.conf "$NEW/etc/resolv.conf"
+	mount -t proc proc "$NEW/proc"
+	printf '#!/bin/sh\nexit 101\n' >"$NEW/usr/sbin/policy-rc.d"
+	chmod 0755 "$NEW/usr/sbin/policy-rc.d"
+	{
+		chroot "$NEW" /usr/bin/apt-get update &&
+			DEBIAN_FRONTEND=noninteractive chroot "$NEW" /usr/bin/apt-get install -y --no-install-recommends "${apt_pkgs[@]}"
+	} >>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
+		die "apt-get install ${apt_pkgs[*]} failed; see $BUILD_ROOT/$NAME.debootstrap.log"
+	rm -f "$NEW/usr/sbin/policy-rc.d"
+	umount "$NEW/proc"
 
 	log "configuring the rootfs"
 	chroot "$NEW" /usr/sbin/useradd --create-home --uid 1000 --user-group --shell /bin/bash user
