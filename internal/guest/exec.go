@@ -147,18 +147,29 @@ func (s *Server) prepare(req *api.ExecRequest, streaming bool) (*execSpec, error
 // how runc's CVE-2024-21626 leaked host directories), and checks that the
 // user may enter it.
 func (sp *execSpec) openCwd(reqCwd, workdir string, u users.User) error {
-	cwd, explicit := reqCwd, true
-	if cwd == "" {
-		cwd = workdir
+	// Without an explicit cwd, try the sandbox's workdir, then the user's
+	// home, then /, taking the first that exists and the user may enter
+	// (the template's workdir is often root's home, closed to others).
+	if reqCwd == "" {
+		for _, c := range []string{workdir, u.Home, "/"} {
+			if c == "" {
+				continue
+			}
+			fd, err := openDir(c)
+			if err != nil {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && mayEnter(&st, sp.cred) {
+				sp.cwd, sp.dirFD = c, fd
+				return nil
+			}
+			unix.Close(fd)
+		}
+		return errdefs.Invalid("no usable working directory for uid %d; pass cwd", sp.cred.Uid)
 	}
-	if cwd == "" {
-		cwd, explicit = u.Home, false
-	}
+	cwd := reqCwd
 	fd, err := openDir(cwd)
-	if err != nil && !explicit {
-		cwd = "/"
-		fd, err = openDir(cwd)
-	}
 	if err != nil {
 		switch {
 		case errors.Is(err, unix.ENOENT):

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -215,7 +216,18 @@ func mountCgroups(spec api.BootSpec) ([]CgroupFD, error) {
 			// The run dir is the daemon's; it pre-creates these.
 			return fmt.Errorf("mkdir %s: %w", dir, err)
 		}
-		if err := unix.Mount("cgroup", dir, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data); err != nil {
+		// Mounting a v1 hierarchy from a cgroup namespace fails now and
+		// then with EPERM while the kernel tears down another mount of
+		// it; it succeeds on a retry.
+		var err error
+		for try := 0; try < 20; try++ {
+			err = unix.Mount("cgroup", dir, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data)
+			if err != unix.EPERM && err != unix.EBUSY {
+				break
+			}
+			time.Sleep(time.Duration(try+1) * time.Millisecond)
+		}
+		if err != nil {
 			return fmt.Errorf("mounting cgroup %s: %w", ctrl, err)
 		}
 		fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
