@@ -21,7 +21,9 @@ import (
 // included.
 type CgroupDir struct {
 	// FD is an O_DIRECTORY fd of the directory, writable by the agent.
-	// The Server does not close it.
+	// The Server does not close it. On v1 the agent itself is expected to
+	// live in this directory: the thread that starts an exec goes into the
+	// exec's child for the fork and then back here.
 	FD int
 	// V2 says the directory is on the unified (v2) hierarchy.
 	V2 bool

@@ -17,6 +17,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -202,8 +203,15 @@ func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	var req api.ExecRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxExecBody))
+	body := http.MaxBytesReader(w, r.Body, maxExecBody)
+	dec := json.NewDecoder(body)
 	if err := dec.Decode(&req); err != nil {
+		s.writeError(w, badBody(err))
+		return
+	}
+	// Read to the body's end: only then does the server watch the
+	// connection and cancel the request's context if the client leaves.
+	if _, err := io.Copy(io.Discard, body); err != nil {
 		s.writeError(w, badBody(err))
 		return
 	}

@@ -106,7 +106,9 @@ func (s *Server) streamExec(r *http.Request, rc *http.ResponseController, dec *j
 	)
 	gone := func() { // the client left: stop writing, kill the tree
 		out.failed = true
-		go p.kill(s)
+		if exited != nil { // once the main process ended, the exec is over
+			go p.kill(s)
+		}
 	}
 	for exited != nil || readers > 0 {
 		select {
@@ -129,7 +131,7 @@ func (s *Server) streamExec(r *http.Request, rc *http.ResponseController, dec *j
 			}
 			putBuf(c.buf)
 		case ws = <-exited:
-			exited, dur = nil, time.Since(p.started)
+			exited, timeout, dur = nil, nil, time.Since(p.started)
 			if readers > 0 {
 				t := time.NewTimer(outputGrace)
 				defer t.Stop()
