@@ -135,22 +135,25 @@ build_base() {
 	mirror=$(debian_mirror) || die "no Debian bookworm mirror found in /etc/apt/sources.list{,.d}: set DEBIAN_MIRROR=http://your.mirror/debian"
 	# debootstrap's resolver cannot follow npm's dependencies (virtual
 	# packages), so it installs the base and apt inside adds the rest.
-	# debootstrap's own resolver cannot configure npm's dependency graph, so
-	# it lays down minbase and apt installs the rest inside the chroot.
-	local pkgs="bash coreutils ca-certificates curl git less procps iproute2 python3 python3-pip python3-venv nodejs npm"
-	log "debootstrap bookworm (minbase) from $mirror into $NEW; this takes a few minutes"
-	debootstrap --variant=minbase bookworm "$NEW" "$mirror" >"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
+	local pkgs=bash,coreutils,ca-certificates,curl,git,less,procps,iproute2,python3,python3-pip,python3-venv
+	local apt_pkgs=(nodejs npm)
+	log "debootstrap bookworm from $mirror into $NEW (packages: $pkgs); this takes a few minutes"
+	debootstrap --variant=minbase --include="$pkgs" bookworm "$NEW" "$mirror" >"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
 		die "debootstrap failed; see $BUILD_ROOT/$NAME.debootstrap.log"
-	log "installing $pkgs"
-	mount -t proc proc "$NEW/proc"
+
+	log "installing ${apt_pkgs[*]} with apt inside the rootfs"
 	cp /etc/resolv.conf "$NEW/etc/resolv.conf"
-	chroot "$NEW" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
-		die "apt-get update in the rootfs failed; see $BUILD_ROOT/$NAME.debootstrap.log"
-	# shellcheck disable=SC2086
-	chroot "$NEW" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs \
-		>>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
-		die "apt-get install in the rootfs failed; see $BUILD_ROOT/$NAME.debootstrap.log"
+	mount -t proc proc "$NEW/proc"
+	printf '#!/bin/sh\nexit 101\n' >"$NEW/usr/sbin/policy-rc.d"
+	chmod 0755 "$NEW/usr/sbin/policy-rc.d"
+	{
+		chroot "$NEW" /usr/bin/apt-get update &&
+			DEBIAN_FRONTEND=noninteractive chroot "$NEW" /usr/bin/apt-get install -y --no-install-recommends "${apt_pkgs[@]}"
+	} >>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
+		die "apt-get install ${apt_pkgs[*]} failed; see $BUILD_ROOT/$NAME.debootstrap.log"
+	rm -f "$NEW/usr/sbin/policy-rc.d"
 	umount "$NEW/proc"
+
 	log "configuring the rootfs"
 	chroot "$NEW" /usr/sbin/useradd --create-home --uid 1000 --user-group --shell /bin/bash user
 	# Processes in a sandbox have no capabilities, so apt cannot drop to _apt.
