@@ -58,12 +58,24 @@ type BootSpec struct {
 	// ShmSizeMB and TmpSizeMB size /dev/shm (a tmpfs, counted in the
 	// sandbox's memory).
 	ShmSizeMB int64 `json:"shm_size_mb"`
-	// CgroupV1 lists the v1 controllers (e.g. "pids", "freezer") the guest
-	// mounts privately (cgroup namespace rooted at the sandbox's cgroup) to
-	// put each exec in its own child cgroup, so a timeout kills the whole
-	// tree even after double forks. Empty on cgroup v2, where Cgroup2 is set.
-	CgroupV1 []string `json:"cgroup_v1,omitempty"`
-	Cgroup2  bool     `json:"cgroup2,omitempty"`
+	// Cgroups are directory fds, inherited from the daemon, of the
+	// sandbox's own cgroups (one per v1 hierarchy the guest uses, "pids"
+	// and "freezer", or the one v2 directory with Controller ""). They are
+	// delegated to the sandbox's root, so the guest can put each exec in a
+	// child cgroup and a timeout kills the whole tree, double forks
+	// included. Empty means: fall back to process groups.
+	Cgroups []BootCgroup `json:"cgroups,omitempty"`
 	// Seccomp turns on the seccomp filter (always, outside tests).
 	Seccomp bool `json:"seccomp"`
+}
+
+// BootCgroup is one inherited cgroup directory fd.
+type BootCgroup struct {
+	// FD is the workload's cgroup dir in this hierarchy: execs go into a
+	// child of it (or into it, when NoChild).
+	FD int `json:"fd"`
+	// HomeFD is the agent's own cgroup dir, above the workload.
+	HomeFD     int    `json:"home_fd"`
+	Controller string `json:"controller"`
+	NoChild    bool   `json:"no_child,omitempty"`
 }

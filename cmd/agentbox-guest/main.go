@@ -73,7 +73,7 @@ func run() error {
 	}
 	var cgs []guest.CgroupDir
 	for _, c := range prep.CgroupFDs {
-		cgs = append(cgs, guest.CgroupDir{FD: c.FD, V2: c.Controller == "", Freezer: c.Controller == "freezer"})
+		cgs = append(cgs, guest.CgroupDir{FD: c.FD, HomeFD: c.HomeFD, V2: c.Controller == "", Freezer: c.Controller == "freezer", NoChild: c.NoChild})
 	}
 	srv := guest.NewServer(guest.Config{
 		Env:     spec.Env,

@@ -96,6 +96,12 @@ func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Pause: true}
 }
 
+// The agent's reserve above the workload's limits.
+const (
+	agentReservePids   = 64
+	agentReserveMemory = 48 << 20
+)
+
 // socketPath is where the guest listens, inside the sandbox's run dir.
 func socketPath(runDir string) string { return filepath.Join(runDir, "guest.sock") }
 
@@ -114,34 +120,36 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		return nil, fmt.Errorf("creating rootfs mount point: %w", err)
 	}
 	v1 := d.cg.Version() == 1
-	var v1ctrls []string
-	if v1 {
-		v1ctrls = []string{"pids", "freezer"}
-	}
-	// Mount points for the guest's private cgroup mounts (see boot).
-	mps := []string{"cg-cgroup2-"}
-	if v1 {
-		mps = nil
-		for _, c := range v1ctrls {
-			mps = append(mps, "cg-cgroup-"+c)
-		}
-	}
-	for _, mp := range mps {
-		if err := os.Mkdir(filepath.Join(spec.RunDir, mp), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("creating cgroup mount point: %w", err)
-		}
-		_ = os.Chown(filepath.Join(spec.RunDir, mp), d.opts.UIDBase, d.opts.UIDBase)
-	}
+	// The agent lives in the sandbox's cgroup; the workload in a child
+	// with the requested limits. The parent adds a small reserve, so that
+	// a fork bomb or a memory hog inside hits its own limits while the
+	// agent keeps answering.
 	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
 		CPU:         spec.CPU,
-		MemoryBytes: spec.MemoryMB << 20,
-		Pids:        spec.Pids,
+		MemoryBytes: spec.MemoryMB<<20 + agentReserveMemory,
+		Pids:        spec.Pids + agentReservePids,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating cgroup: %w", err)
 	}
 	undo = append(undo, func() { _ = cg.Destroy() })
-	if err := cg.Delegate(d.opts.UIDBase, d.opts.UIDBase, v1ctrls...); err != nil {
+	home := cg
+	if !v1 {
+		// v2: a cgroup that hands controllers to children holds no
+		// processes itself, so the agent gets a leaf of its own.
+		if home, err = cg.Child("agent", cgroups.Resources{}); err != nil {
+			return nil, fmt.Errorf("creating agent cgroup: %w", err)
+		}
+	}
+	work, err := cg.Child("workload", cgroups.Resources{MemoryBytes: spec.MemoryMB << 20, Pids: spec.Pids})
+	if err != nil {
+		return nil, fmt.Errorf("creating workload cgroup: %w", err)
+	}
+	ctrls := []string{""}
+	if v1 {
+		ctrls = []string{"pids", "freezer", "memory", "cpu", "cpuacct"}
+	}
+	if err := work.Delegate(d.opts.UIDBase, d.opts.UIDBase, ctrls...); err != nil {
 		return nil, fmt.Errorf("delegating cgroup: %w", err)
 	}
 
@@ -179,6 +187,27 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.ExtraFiles = []*os.File{bootR, lnFile}
+	// The workload's and the agent's cgroup dirs, for per-exec child
+	// cgroups and the guest's thread moves (fds 5...).
+	var bootCgs []api.BootCgroup
+	workPaths, homePaths := work.Paths(), home.Paths()
+	for _, c := range ctrls {
+		if _, ok := workPaths[c]; !ok {
+			continue
+		}
+		var fds [2]int
+		for i, p := range []string{workPaths[c], homePaths[c]} {
+			f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+			if err != nil {
+				return nil, fmt.Errorf("opening cgroup dir: %w", err)
+			}
+			defer f.Close()
+			fds[i] = 3 + len(cmd.ExtraFiles)
+			cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+		}
+		bootCgs = append(bootCgs, api.BootCgroup{FD: fds[0], HomeFD: fds[1], Controller: c,
+			NoChild: c == "memory" || c == "cpu" || c == "cpuacct"})
+	}
 	base, count := d.opts.UIDBase, d.opts.UIDCount
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid: true,
@@ -193,7 +222,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		Credential: &syscall.Credential{Uid: 0, Gid: 0},
 	}
 	if !v1 {
-		if fd, ferr := cg.FD(); ferr == nil {
+		if fd, ferr := home.FD(); ferr == nil {
 			cmd.SysProcAttr.UseCgroupFD = true
 			cmd.SysProcAttr.CgroupFD = fd
 		}
@@ -227,8 +256,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		User:      spec.User,
 		Workdir:   spec.Workdir,
 		ShmSizeMB: shmSize(spec.MemoryMB),
-		CgroupV1:  v1ctrls,
-		Cgroup2:   !v1,
+		Cgroups:   bootCgs,
 		Seccomp:   d.opts.Seccomp,
 	}
 	if err := json.NewEncoder(bootW).Encode(&boot); err != nil {

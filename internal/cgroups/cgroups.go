@@ -61,6 +61,9 @@ type Manager interface {
 // Cgroup is one sandbox's cgroup.
 type Cgroup interface {
 	Name() string
+	// Child makes a child cgroup in every controller with limits r.
+	// Destroy of the parent removes it too.
+	Child(name string, r Resources) (Cgroup, error)
 	// Set changes the limits of a live cgroup, in an order the kernel
 	// accepts whether they go up or down.
 	Set(r Resources) error

@@ -29,6 +29,15 @@ type CgroupDir struct {
 	V2 bool
 	// Freezer says the directory is on the v1 freezer hierarchy.
 	Freezer bool
+	// NoChild says execs go into FD's directory itself rather than a
+	// per-exec child (v1 memory and cpu: the workload's limits apply, and
+	// a child per exec would only cost time).
+	NoChild bool
+	// HomeFD, when > 0, is the agent's own cgroup in this hierarchy, where
+	// the forking thread returns after an exec started (v1). The agent
+	// lives above the workload so that the workload's pids and memory
+	// limits cannot starve or OOM-kill it. 0 means FD.
+	HomeFD int
 }
 
 // cgroupSet makes and removes the per-exec child cgroups.
@@ -80,6 +89,10 @@ func (s *cgroupSet) create() (*execCgroup, error) {
 
 func (c *execCgroup) mkdirs() error {
 	for i, r := range c.set.roots {
+		if r.NoChild {
+			c.fds = append(c.fds, -1)
+			continue
+		}
 		err := unix.Mkdirat(r.FD, c.name, 0o755)
 		if err == nil {
 			var fd int
@@ -92,6 +105,9 @@ func (c *execCgroup) mkdirs() error {
 		}
 		// Undo the ones made so far.
 		for j := 0; j < i; j++ {
+			if c.fds[j] < 0 {
+				continue
+			}
 			unix.Close(c.fds[j])
 			unix.Unlinkat(c.set.roots[j].FD, c.name, unix.AT_REMOVEDIR)
 		}
@@ -129,7 +145,11 @@ func (c *execCgroup) enterV1(tid []byte) error {
 		if r.V2 {
 			continue
 		}
-		if err := writeAt(c.fds[i], "tasks", tid); err != nil {
+		fd := c.fds[i]
+		if r.NoChild {
+			fd = r.FD
+		}
+		if err := writeAt(fd, "tasks", tid); err != nil {
 			return fmt.Errorf("moving thread into cgroup %s: %w", c.name, err)
 		}
 	}
@@ -142,7 +162,11 @@ func (c *execCgroup) leaveV1(tid []byte) error {
 		if r.V2 {
 			continue
 		}
-		if err := writeAt(r.FD, "tasks", tid); err != nil {
+		home := r.FD
+		if r.HomeFD > 0 {
+			home = r.HomeFD
+		}
+		if err := writeAt(home, "tasks", tid); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -25,14 +24,16 @@ import (
 type Prepared struct {
 	Spec api.BootSpec
 	// CgroupFDs are O_DIRECTORY fds of the sandbox's own cgroups (one per
-	// mounted v1 controller, or the v2 root), still valid after pivot_root.
+	// v1 controller, or the v2 directory), inherited from the daemon.
 	CgroupFDs []CgroupFD
 }
 
 // CgroupFD is one cgroup directory the guest may create children in.
 type CgroupFD struct {
 	FD         int
-	Controller string // "pids", "freezer", or "" for v2
+	HomeFD     int
+	Controller string // "pids", "freezer", "memory", "cpu", or "" for v2
+	NoChild    bool
 }
 
 // ReadSpec reads the BootSpec from r (the boot pipe); the daemon writes it
@@ -69,11 +70,11 @@ func Prepare(spec api.BootSpec) (*Prepared, error) {
 	if err := mountSpecial(spec); err != nil {
 		return nil, err
 	}
-	fds, err := mountCgroups(spec)
-	if err != nil {
-		return nil, err
+	for _, c := range spec.Cgroups {
+		p.CgroupFDs = append(p.CgroupFDs, CgroupFD{FD: c.FD, HomeFD: c.HomeFD, Controller: c.Controller, NoChild: c.NoChild})
+		unix.CloseOnExec(c.FD)
+		unix.CloseOnExec(c.HomeFD)
 	}
-	p.CgroupFDs = fds
 	if err := pivot(spec.Rootfs); err != nil {
 		return nil, err
 	}
@@ -202,52 +203,6 @@ func mountSpecial(spec api.BootSpec) error {
 		}
 	}
 	return nil
-}
-
-// mountCgroups mounts the sandbox's own cgroups (the namespace root) at a
-// private place outside the new root and keeps a directory fd to each; the
-// mounts leave with the old root, the fds stay valid.
-func mountCgroups(spec api.BootSpec) ([]CgroupFD, error) {
-	base := filepath.Dir(spec.Rootfs)
-	var out []CgroupFD
-	mountOne := func(ctrl, fstype, data string) error {
-		dir := filepath.Join(base, "cg-"+fstype+"-"+ctrl)
-		if err := os.MkdirAll(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			// The run dir is the daemon's; it pre-creates these.
-			return fmt.Errorf("mkdir %s: %w", dir, err)
-		}
-		// Mounting a v1 hierarchy from a cgroup namespace fails now and
-		// then with EPERM while the kernel tears down another mount of
-		// it; it succeeds on a retry.
-		var err error
-		for try := 0; try < 20; try++ {
-			err = unix.Mount("cgroup", dir, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data)
-			if err != unix.EPERM && err != unix.EBUSY {
-				break
-			}
-			time.Sleep(time.Duration(try+1) * time.Millisecond)
-		}
-		if err != nil {
-			return fmt.Errorf("mounting cgroup %s: %w", ctrl, err)
-		}
-		fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("opening cgroup %s: %w", ctrl, err)
-		}
-		out = append(out, CgroupFD{FD: fd, Controller: ctrl})
-		return nil
-	}
-	if spec.Cgroup2 {
-		if err := mountOne("", "cgroup2", ""); err != nil {
-			return nil, err
-		}
-	}
-	for _, ctrl := range spec.CgroupV1 {
-		if err := mountOne(ctrl, "cgroup", ctrl); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }
 
 func pivot(root string) error {
