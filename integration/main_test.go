@@ -32,7 +32,19 @@ var env struct {
 	cliBin  string
 	repo    string
 	hasBase bool
+	// stop stops the running daemon and waits for it.
+	stop func()
 }
+
+func testLogger() *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("AGENTBOX_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func clientListAll() client.ListOptions { return client.ListOptions{} }
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -72,16 +84,11 @@ func run(m *testing.M) int {
 	env.cfg = cfg
 
 	ctx, cancel := context.WithCancel(context.Background())
-	level := slog.LevelWarn
-	if os.Getenv("AGENTBOX_TEST_DEBUG") != "" {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	done := make(chan error, 1)
-	go func() { done <- daemon.Serve(ctx, &env.cfg, log) }()
+	go func() { done <- daemon.Serve(ctx, &env.cfg, testLogger()) }()
+	env.stop = func() { cancel(); <-done }
 	defer func() {
-		cancel()
-		<-done
+		env.stop()
 		cleanupHost(tmp)
 	}()
 	if err := waitForDaemon(done); err != nil {
