@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -217,9 +216,9 @@ func countHost(t testing.TB) hostCounts {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
-		// Sandbox processes run as host uids from uid_base up.
-		var st syscall.Stat_t
-		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) >= env.cfg.UIDBase {
+		// Processes of this daemon's sandboxes sit in its cgroup parent
+		// (other daemons may run sandboxes on this host meanwhile).
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cgroup"); err == nil && strings.Contains(string(b), "/"+env.cfg.CgroupParent+"/") {
 			c.procs++
 		}
 	}
