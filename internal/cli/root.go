@@ -150,6 +150,7 @@ uses the local socket and the admin key by default.`,
 		newTTLCommand(g),
 		newTemplateCommand(g),
 		newVersionCommand(g),
+		newBenchCommand(g),
 	)
 	return root
 }

@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// baselines measures what starting a process costs on this machine
+// without agentbox: the floors our figures are judged against.
+func (r *runner) baselines(ctx context.Context) {
+	n := max(r.opts.N*2, 10)
+	run := func(name string, n int, mk func() *exec.Cmd) {
+		if !r.want(name) {
+			return
+		}
+		r.add(r.sample(ctx, name, GroupBaseline, n, true, func(ctx context.Context) (time.Duration, error) {
+			cmd := mk()
+			return timed(func() error {
+				if out, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("%s: %w: %s", cmd, err, out)
+				}
+				return nil
+			})
+		}))
+	}
+	run("baseline/fork-exec", n, func() *exec.Cmd { return exec.Command("/bin/true") })
+	run("baseline/namespaces", n, func() *exec.Cmd {
+		cmd := exec.Command("/bin/true")
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS |
+				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET | syscall.CLONE_NEWCGROUP,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		}
+		return cmd
+	})
+	if _, err := exec.LookPath("unshare"); err != nil {
+		r.note("baseline/unshare: skipped, unshare(1) is not installed (util-linux)")
+	} else {
+		run("baseline/unshare", n, func() *exec.Cmd {
+			return exec.Command("unshare", "-Upmuin", "--map-root-user", "true")
+		})
+	}
+	if r.want("baseline/runc") {
+		r.runcBaseline(ctx, max(r.opts.N, 5))
+	}
+	if r.want("baseline/runsc") {
+		r.note("baseline/runsc: skipped (the gvisor issue adds it)")
+	}
+}
+
+// runcBaseline measures `runc run` of `true` in a busybox bundle: what a
+// platform built on an OCI runtime pays per start.
+func (r *runner) runcBaseline(ctx context.Context, n int) {
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		r.note("baseline/runc: skipped, runc is not installed (apt-get install runc; make bench does it)")
+		return
+	}
+	if _, err := os.Stat(filepath.Join(r.opts.RuncRootfs, "bin", "true")); err != nil {
+		r.note("baseline/runc: skipped, no busybox root filesystem at %s (scripts/build-template.sh busybox builds it)", r.opts.RuncRootfs)
+		return
+	}
+	dir, err := os.MkdirTemp("", "agentbox-bench-runc-")
+	if err != nil {
+		r.note("baseline/runc: skipped: %v", err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	bundle, state := filepath.Join(dir, "bundle"), filepath.Join(dir, "state")
+	if err := writeRuncBundle(ctx, runc, bundle, r.opts.RuncRootfs); err != nil {
+		r.note("baseline/runc: skipped: %v", err)
+		return
+	}
+	i := 0
+	r.add(r.sample(ctx, "baseline/runc", GroupBaseline, n, true, func(ctx context.Context) (time.Duration, error) {
+		i++
+		id := "agentbox-bench-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(i)
+		cmd := exec.CommandContext(ctx, runc, "--root", state, "run", "--bundle", bundle, id)
+		return timed(func() error {
+			if out, err := cmd.CombinedOutput(); err != nil {
+				_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
+				return fmt.Errorf("runc run: %w: %s", err, out)
+			}
+			return nil
+		})
+	}))
+}
+
+// writeRuncBundle makes an OCI bundle whose process is `true`, from the
+// default spec `runc spec` writes.
+func writeRuncBundle(ctx context.Context, runc, bundle, rootfs string) error {
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, runc, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
+		return fmt.Errorf("runc spec: %w: %s", err, out)
+	}
+	path := filepath.Join(bundle, "config.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return fmt.Errorf("reading runc's spec: %w", err)
+	}
+	proc, _ := spec["process"].(map[string]any)
+	root, _ := spec["root"].(map[string]any)
+	if proc == nil || root == nil {
+		return fmt.Errorf("runc's spec has no process or root")
+	}
+	proc["args"] = []string{"true"}
+	proc["terminal"] = false
+	abs, err := filepath.Abs(rootfs)
+	if err != nil {
+		return err
+	}
+	root["path"] = abs
+	root["readonly"] = true
+	b, err = json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}

@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Floors the budget lines compare with.
+var floorNames = []string{"baseline/fork-exec", "baseline/namespaces", "baseline/unshare", "baseline/runc"}
+
+// judge checks the report against the performance budget: the issue's
+// lines (create p50 <= 30 ms, exec p50 <= 3 ms, <= 8 MiB per idle
+// sandbox) and the stricter targets of docs/ARCHITECTURE.md.
+func judge(r *Report) []Budget {
+	var out []Budget
+	// ratios fills each result's ratio to its floor, and returns a text of
+	// ratios of v (ms) to every floor measured.
+	floorsOf := func(v float64) string {
+		var parts []string
+		for _, f := range floorNames {
+			if b := r.Find(f); b != nil && b.N > 0 && b.P50 > 0 {
+				parts = append(parts, fmt.Sprintf("%.1fx %s", v/b.P50, strings.TrimPrefix(f, "baseline/")))
+			}
+		}
+		return strings.Join(parts, ", ")
+	}
+	for i := range r.Results {
+		res := &r.Results[i]
+		if res.Floor == "" {
+			continue
+		}
+		if f := r.Find(res.Floor); f != nil && f.N > 0 && f.P50 > 0 && res.N > 0 {
+			res.Ratio = res.P50 / f.P50
+		}
+	}
+	lat := func(name, what string, pick func(*Result) float64, limit float64, source string) {
+		res := r.Find(name)
+		if res == nil || res.N == 0 {
+			return
+		}
+		v := pick(res)
+		out = append(out, Budget{What: what, Limit: fmt.Sprintf("<= %g ms", limit), Value: v, Unit: "ms",
+			Pass: v <= limit, Source: source, Floors: floorsOf(v)})
+	}
+	p50 := func(r *Result) float64 { return r.P50 }
+	p99 := func(r *Result) float64 { return r.P99 }
+	lat("create/busybox", "create p50 (busybox)", p50, 30, "issue")
+	lat("create/base", "create p50 (base)", p50, 30, "issue")
+	lat("exec/true", "exec p50 (buffered true)", p50, 3, "issue")
+	lat("create/busybox", "create p50 (busybox)", p50, 10, "ARCHITECTURE")
+	lat("create/busybox", "create p99 (busybox)", p99, 30, "ARCHITECTURE")
+	for _, res := range r.Results {
+		if strings.HasPrefix(res.Name, "create-to-first-output") {
+			lat(res.Name, "create-to-first-output p50", p50, 15, "ARCHITECTURE")
+		}
+	}
+	if fe := r.Find("baseline/fork-exec"); fe != nil && fe.N > 0 {
+		lat("exec/true", "exec p50 within 1.5x fork+exec", p50, 1.5*fe.P50, "ARCHITECTURE")
+	}
+	if d := r.Density; d != nil && d.HostPer > 0 {
+		v := float64(d.HostPer) / (1 << 20)
+		out = append(out, Budget{What: fmt.Sprintf("host memory per idle sandbox (%d idle)", d.Sandboxes), Limit: "<= 8 MiB",
+			Value: v, Unit: "MiB", Pass: v <= 8, Source: "issue"})
+	}
+	if res := r.Find("throughput/creates"); res != nil && res.N > 0 {
+		out = append(out, Budget{What: "sustained creates/s", Limit: ">= 100/s", Value: res.Rate, Unit: "/s",
+			Pass: res.Rate >= 100, Source: "ARCHITECTURE"})
+	}
+	return out
+}

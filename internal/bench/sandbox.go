@@ -1,0 +1,264 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// lifecycle measures create and destroy per template, and
+// create-to-first-output.
+func (r *runner) lifecycle(ctx context.Context) {
+	for _, t := range r.templates {
+		cname, dname := "create/"+t, "destroy/"+t
+		if !r.want(cname) && !r.want(dname) {
+			continue
+		}
+		var destroys []time.Duration
+		destroyErrs := 0
+		res := r.sample(ctx, cname, GroupLifecycle, r.opts.N, true, func(ctx context.Context) (time.Duration, error) {
+			var id string
+			d, err := timed(func() error {
+				sb, err := r.c.CreateSandbox(ctx, createReq(t))
+				if sb != nil {
+					id = sb.ID
+				}
+				return err
+			})
+			if id != "" {
+				dd, derr := timed(func() error { return r.destroy(ctx, id) })
+				if derr != nil {
+					destroyErrs++
+				} else {
+					destroys = append(destroys, dd)
+				}
+			}
+			return d, err
+		})
+		res.Floor = "baseline/namespaces"
+		if r.want(cname) {
+			r.add(res)
+		}
+		if r.want(dname) {
+			r.add(Result{Name: dname, Group: GroupLifecycle, Summary: Summarize(destroys), Errors: destroyErrs})
+		}
+	}
+
+	name := "create-to-first-output"
+	if !r.want(name) {
+		return
+	}
+	t := r.templates[0]
+	res := r.sample(ctx, name, GroupLifecycle, r.opts.N, true, func(ctx context.Context) (time.Duration, error) {
+		var id string
+		d, err := timed(func() error {
+			sb, err := r.c.CreateSandbox(ctx, createReq(t))
+			if err != nil {
+				return err
+			}
+			id = sb.ID
+			res, err := r.c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "hi"}})
+			if err != nil {
+				return err
+			}
+			if res.Stdout != "hi\n" || res.ExitCode != 0 {
+				return fmt.Errorf("echo hi printed %q, exit %d", res.Stdout, res.ExitCode)
+			}
+			return nil
+		})
+		if id != "" {
+			_ = r.destroy(ctx, id)
+		}
+		return d, err
+	})
+	res.Name = name + " (" + t + ")"
+	res.Floor = "baseline/namespaces"
+	r.add(res)
+}
+
+// withSandbox runs fn with a fresh sandbox of the first template, and
+// destroys it afterwards.
+func (r *runner) withSandbox(ctx context.Context, what string, fn func(id string)) {
+	sb, err := r.c.CreateSandbox(ctx, createReq(r.templates[0]))
+	if err != nil {
+		r.note("%s: skipped, could not create a sandbox: %v", what, err)
+		return
+	}
+	defer r.destroy(ctx, sb.ID)
+	fn(sb.ID)
+}
+
+// execs measures exec round trips (buffered and streamed) of `true`, and
+// the stdout throughput of a stream.
+func (r *runner) execs(ctx context.Context) {
+	names := []string{"exec/true", "exec-stream/true", "exec-stream/stdout"}
+	if !r.wantAny(names...) {
+		return
+	}
+	r.withSandbox(ctx, "exec", func(id string) {
+		n := r.opts.N * 4
+		if r.want(names[0]) {
+			res := r.sample(ctx, names[0], GroupExec, n, true, func(ctx context.Context) (time.Duration, error) {
+				return timed(func() error {
+					res, err := r.c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}})
+					if err == nil && res.ExitCode != 0 {
+						err = fmt.Errorf("true exited %d", res.ExitCode)
+					}
+					return err
+				})
+			})
+			res.Floor = "baseline/fork-exec"
+			r.add(res)
+		}
+		if r.want(names[1]) {
+			res := r.sample(ctx, names[1], GroupExec, n, true, func(ctx context.Context) (time.Duration, error) {
+				return timed(func() error {
+					ev, err := r.c.ExecStream(ctx, id, api.ExecRequest{Cmd: []string{"true"}}, nil, nil, nil)
+					if err == nil && (ev.ExitCode == nil || *ev.ExitCode != 0) {
+						err = fmt.Errorf("true did not exit 0: %+v", ev)
+					}
+					return err
+				})
+			})
+			res.Floor = "baseline/fork-exec"
+			r.add(res)
+		}
+		if r.want(names[2]) {
+			size, rounds := int64(200<<20), 3
+			if r.opts.Quick {
+				size, rounds = 20<<20, 2
+			}
+			var total int64
+			var busy time.Duration
+			res := r.sample(ctx, names[2], GroupExec, rounds, false, func(ctx context.Context) (time.Duration, error) {
+				var cw countWriter
+				d, err := timed(func() error {
+					ev, err := r.c.ExecStream(ctx, id, api.ExecRequest{Cmd: []string{"head", "-c", strconv.FormatInt(size, 10), "/dev/zero"}}, nil, &cw, nil)
+					if err == nil && (ev.ExitCode == nil || *ev.ExitCode != 0) {
+						err = fmt.Errorf("head did not exit 0: %+v", ev)
+					}
+					return err
+				})
+				if err == nil && cw.n.Load() != size {
+					err = fmt.Errorf("got %d bytes of stdout, want %d", cw.n.Load(), size)
+				}
+				if err == nil {
+					total += size
+					busy += d
+				}
+				return d, err
+			})
+			res.Name = fmt.Sprintf("%s (%d MiB)", names[2], size>>20)
+			res.Rate, res.RateUnit = mbps(total, busy), "MB/s"
+			r.add(res)
+		}
+	})
+}
+
+func (r *runner) wantAny(names ...string) bool {
+	for _, n := range names {
+		if r.want(n) {
+			return true
+		}
+	}
+	return false
+}
+
+type countWriter struct{ n atomic.Int64 }
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// mbps is bytes over d in MB/s (10^6 bytes).
+func mbps(bytes int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(bytes) / 1e6 / d.Seconds()
+}
+
+// files measures writing and reading files of three sizes.
+func (r *runner) files(ctx context.Context) {
+	sizes := []struct {
+		label string
+		size  int
+		n     int
+	}{
+		{"4KiB", 4 << 10, r.opts.N * 2},
+		{"1MiB", 1 << 20, r.opts.N},
+		{"100MiB", 100 << 20, max(r.opts.N/10, 2)},
+	}
+	if r.opts.Quick {
+		sizes[2].n = 1
+	}
+	var selected bool
+	for _, s := range sizes {
+		selected = selected || r.wantAny("files/write-"+s.label, "files/read-"+s.label)
+	}
+	if !selected {
+		return
+	}
+	r.withSandbox(ctx, "files", func(id string) {
+		for _, s := range sizes {
+			data := bytes.Repeat([]byte("agentbox"), s.size/8)
+			path := "/tmp/agentbox-bench-" + s.label
+			wname, rname := "files/write-"+s.label, "files/read-"+s.label
+			if r.want(wname) || r.want(rname) {
+				var moved int64
+				var busy time.Duration
+				res := r.sample(ctx, wname, GroupFiles, s.n, true, func(ctx context.Context) (time.Duration, error) {
+					d, err := timed(func() error {
+						info, err := r.c.WriteFile(ctx, id, path, bytes.NewReader(data), 0o644)
+						if err == nil && info.Size != int64(len(data)) {
+							err = fmt.Errorf("wrote %d bytes, the guest has %d", len(data), info.Size)
+						}
+						return err
+					})
+					if err == nil {
+						moved += int64(len(data))
+						busy += d
+					}
+					return d, err
+				})
+				res.Rate, res.RateUnit = mbps(moved, busy), "MB/s"
+				if r.want(wname) {
+					r.add(res)
+				}
+			}
+			if r.want(rname) {
+				var moved int64
+				var busy time.Duration
+				res := r.sample(ctx, rname, GroupFiles, s.n, true, func(ctx context.Context) (time.Duration, error) {
+					d, err := timed(func() error {
+						rc, err := r.c.ReadFile(ctx, id, path)
+						if err != nil {
+							return err
+						}
+						defer rc.Close()
+						n, err := io.Copy(io.Discard, rc)
+						if err == nil && n != int64(len(data)) {
+							err = fmt.Errorf("read %d bytes, want %d", n, len(data))
+						}
+						return err
+					})
+					if err == nil {
+						moved += int64(len(data))
+						busy += d
+					}
+					return d, err
+				})
+				res.Rate, res.RateUnit = mbps(moved, busy), "MB/s"
+				r.add(res)
+			}
+			_ = r.c.Remove(ctx, id, path, false)
+		}
+	})
+}

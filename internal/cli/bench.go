@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/internal/bench"
+)
+
+func newBenchCommand(g *globals) *cobra.Command {
+	var (
+		opts     bench.Options
+		only     string
+		jsonPath string
+		strict   bool
+	)
+	c := &cobra.Command{
+		Use:   "bench [--quick] [--n N] [--only REGEX] [--density N] [--json FILE]",
+		Short: "Measure a running daemon against the performance budget",
+		Long: `bench drives the daemon through its HTTP API and prints, for create,
+destroy, create-to-first-output, exec, streams, files, memory per idle
+sandbox and sustained creates and execs per second, the n, p50, p90, p99
+and max, next to floors measured in the same run (fork+exec, namespaces,
+unshare, runc), and judges them against the budget (docs/performance.md).
+It needs root on the daemon's host for the memory and baseline lines.`,
+		Args: exactArgs(0),
+		RunE: func(c *cobra.Command, _ []string) error {
+			if only != "" {
+				re, err := regexp.Compile(only)
+				if err != nil {
+					return usageErrorf("--only: %v", err)
+				}
+				opts.Only = re
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			opts.Client = cl
+			opts.Progress = c.ErrOrStderr()
+			opts.Log = slog.New(slog.NewTextHandler(c.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
+			rep, err := bench.Run(c.Context(), opts)
+			if err != nil && rep == nil {
+				return err
+			}
+			rep.Command = "agentbox " + strings.Join(os.Args[1:], " ")
+			rep.WriteTable(c.OutOrStdout())
+			if jsonPath != "" {
+				if jerr := rep.WriteJSON(jsonPath); jerr != nil {
+					return jerr
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if strict {
+				for _, b := range rep.Budgets {
+					if !b.Pass {
+						return errors.New("some budget lines FAIL (see above)")
+					}
+				}
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.BoolVar(&opts.Quick, "quick", false, "few samples and short load phases (a CI smoke run, about a minute)")
+	f.IntVar(&opts.N, "n", 0, "samples per latency line (default 50, 5 with --quick)")
+	f.StringVar(&only, "only", "", "run only the lines whose name matches this regular expression (e.g. 'create|baseline')")
+	f.IntVar(&opts.Density, "density", 0, "idle sandboxes held at once for the memory line (default 50, 5 with --quick)")
+	f.IntVar(&opts.Concurrency, "concurrency", 16, "clients in the throughput lines")
+	f.DurationVar(&opts.LoadDuration, "duration", 0, "how long each throughput line runs (default 10s, 2s with --quick)")
+	f.StringSliceVar(&opts.Templates, "templates", []string{"busybox", "base"}, "templates create is measured on; the first serves the other lines")
+	f.StringVar(&opts.CgroupParent, "cgroup-parent", "agentbox", "the daemon's cgroup_parent, where the sandboxes' memory cgroups are")
+	f.IntVar(&opts.DaemonPID, "daemon-pid", 0, "the daemon's pid, for its RSS (default: /run/agentbox/agentbox.pid, else the one `agentbox serve`)")
+	f.StringVar(&opts.RuncRootfs, "runc-rootfs", "/var/lib/agentbox/build/busybox", "busybox root filesystem for the runc baseline")
+	f.StringVar(&jsonPath, "json", "", "also write the report as JSON to FILE")
+	f.BoolVar(&strict, "strict", false, "exit 1 when a budget line FAILs")
+	return c
+}
