@@ -15,14 +15,15 @@ start() {
 	mkdir -p /run/agentbox
 	setsid nohup "$BIN" serve "$@" >>"$LOG" 2>&1 < /dev/null &
 	echo $! > "$PIDFILE"
-	for _ in $(seq 1 200); do
-		if [[ -S $SOCK ]] && "$BIN" version >/dev/null 2>&1 && "$BIN" ls >/dev/null 2>&1; then
+	local out=""
+	for _ in $(seq 1 600); do
+		if [[ -S $SOCK ]] && out=$("$BIN" ls 2>&1); then
 			echo "agentbox: daemon running (pid $(cat $PIDFILE)), log in $LOG"; return
 		fi
 		running || { echo "agentbox: daemon failed to start; last log lines:" >&2; tail -20 "$LOG" >&2; exit 1; }
 		sleep 0.1
 	done
-	echo "agentbox: daemon did not answer within 20 s; see $LOG" >&2; exit 1
+	echo "agentbox: daemon did not answer within 60 s (last answer: ${out:-none}); see $LOG" >&2; exit 1
 }
 
 stop() {
