@@ -73,14 +73,22 @@ if [[ $IMPORT -eq 1 ]]; then
 	fi
 fi
 
-# --no-import keeps a rootfs built earlier (the test command relies on this
-# cache so that base is built once per machine); --force rebuilds it.
-if [[ $IMPORT -eq 0 && $FORCE -eq 0 && -d $DIR/bin ]]; then
-	log "$DIR already built; nothing to do (use --force to rebuild)"
+mkdir -p "$BUILD_ROOT"
+# One build of a name at a time (make test and make up may race).
+exec 9>"$BUILD_ROOT/.$NAME.lock"
+flock 9
+
+# A rootfs built earlier is reused (the test command and make up share
+# this cache, so base is built once per machine); --force rebuilds it.
+CACHED=0
+if [[ $FORCE -eq 0 && -d $DIR/bin ]]; then
+	log "using the rootfs built earlier in $DIR (--force rebuilds it)"
+	CACHED=1
+fi
+if [[ $CACHED -eq 1 && $IMPORT -eq 0 ]]; then
 	exit 0
 fi
 
-mkdir -p "$BUILD_ROOT"
 NEW=$DIR.new
 cleanup() {
 	# Never leave a chroot's mounts behind.
@@ -210,10 +218,12 @@ build_busybox() {
 	chown 1000:1000 "$NEW/home/user"
 }
 
-"build_$NAME"
-rm -rf --one-file-system "$DIR"
-mv "$NEW" "$DIR"
-log "built $DIR in $(elapsed)s ($(du -sh --one-file-system "$DIR" | cut -f1))"
+if [[ $CACHED -eq 0 ]]; then
+	"build_$NAME"
+	rm -rf --one-file-system "$DIR"
+	mv "$NEW" "$DIR"
+	log "built $DIR in $(elapsed)s ($(du -sh --one-file-system "$DIR" | cut -f1))"
+fi
 
 [[ $IMPORT -eq 1 ]] || exit 0
 
