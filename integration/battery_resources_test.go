@@ -55,33 +55,47 @@ func itemForkBomb(t *testing.T, b *battery) {
 	const limit = 64
 	id := b.hostileSandbox(t, api.CreateSandboxRequest{Pids: limit})
 	pid := sandboxPid(t, id)
-	if got := readHostInt(t, filepath.Join(cgroupPath("pids", id), "pids.max")); got != limit {
-		t.Errorf("pids.max = %d, want %d", got, limit)
+	if got := readHostInt(t, filepath.Join(workloadPath("pids", id), "pids.max")); got != limit {
+		t.Errorf("workload pids.max = %d, want %d", got, limit)
 	}
-	before := nsTasks(pid)
+	whole := readHostInt(t, filepath.Join(cgroupPath("pids", id), "pids.max"))
+	before := nsTasks(pid, pid)
 	hostBefore := hostTasks()
-	peak := sample(50*time.Millisecond, func() int64 { return int64(nsTasks(pid)) })
+	peak := sample(50*time.Millisecond, func() int64 { return int64(nsTasks(pid, pid)) })
+	peakAll := sample(50*time.Millisecond, func() int64 { return int64(nsTasks(pid, 0)) })
 	hostPeak := sample(50*time.Millisecond, func() int64 { return int64(hostTasks()) })
-	res := b.hostile(t, id, api.ExecRequest{Shell: "bomb() { bomb | bomb & }; bomb; sleep 10", TimeoutMs: 3000})
-	thr := b.hostile(t, id, api.ExecRequest{Cmd: []string{"/tmp/probe", "threads", "1000"}, TimeoutMs: 3000})
-	maxTasks, maxHost := peak.Stop(), hostPeak.Stop()
-	events := keyedValue(t, filepath.Join(cgroupPath("pids", id), "pids.events"), "max")
-	evidence(t, "sandbox tasks before %d, peak %d (limit %d); host tasks %d -> peak %d (whole host, noisy); pids.events max=%d; fork bomb timed_out=%v; thread bomb exit %d %s",
-		before, maxTasks, limit, hostBefore, maxHost, events, res.TimedOut, thr.ExitCode, lastLine(thr.Stderr))
-	if maxTasks > limit {
-		t.Errorf("the host saw %d tasks in the sandbox's pid namespace; the limit is %d", maxTasks, limit)
+	res := b.hostile(t, id, api.ExecRequest{Shell: `for i in $(seq 300); do sleep 30 & done 2>/dev/null
+bomb() { bomb | bomb & }; bomb 2>/dev/null; sleep 30`, TimeoutMs: 3000})
+	answers := alive(id)
+	thr := &api.ExecResult{ExitCode: -1}
+	if answers == nil {
+		thr = b.hostile(t, id, api.ExecRequest{Cmd: []string{"/tmp/probe", "threads", "1000"}, TimeoutMs: 3000})
 	}
-	if events == 0 {
-		t.Errorf("pids.events shows the limit was never hit: the bomb did not run")
+	maxTasks, maxAll, maxHost := peak.Stop(), peakAll.Stop(), hostPeak.Stop()
+	events := keyedValue(t, filepath.Join(workloadPath("pids", id), "pids.events"), "max")
+	evidence(t, "tasks in the sandbox's pid ns besides the agent: %d before, peak %d (limit %d); with the agent peak %d (sandbox cap %d); host tasks %d -> peak %d (whole host, noisy); pids.events max=%d; fork bomb timed_out=%v; thread bomb exit %d %s",
+		before, maxTasks, limit, maxAll, whole, hostBefore, maxHost, events, res.TimedOut, thr.ExitCode, lastLine(thr.Stderr))
+	if maxTasks > limit {
+		t.Errorf("the host saw %d tasks in the sandbox's pid namespace besides the agent; the limit is %d", maxTasks, limit)
+	}
+	if maxAll > whole {
+		t.Errorf("the host saw %d tasks in the sandbox's pid namespace; the sandbox's cap is %d", maxAll, whole)
+	}
+	if events == 0 || maxTasks < limit/2 {
+		t.Errorf("the limit was never hit (pids.events max=%d, peak %d): the bomb did not run", events, maxTasks)
 	}
 	if thr.ExitCode == 0 {
 		t.Errorf("the thread bomb finished 1000 threads under a pids limit of %d: %s", limit, thr.Stdout)
 	}
-	if err := alive(id); err != nil {
-		t.Errorf("sandbox does not answer after the bomb: %v", err)
+	if answers != nil {
+		t.Errorf("sandbox does not answer after the fork bomb: %v", answers)
 		if err := env.client.DestroySandbox(context.Background(), id); err != nil {
 			t.Errorf("and cannot be destroyed: %v", err)
+		} else if pidAlive(pid) {
+			t.Errorf("destroy returned but init %d still runs", pid)
 		}
+	} else if err := alive(id); err != nil {
+		t.Errorf("sandbox does not answer after the thread bomb: %v", err)
 	}
 }
 
@@ -112,10 +126,11 @@ func itemMemoryBomb(t *testing.T, b *battery) {
 	const limitMB = 64
 	id := b.hostileSandbox(t, api.CreateSandboxRequest{MemoryMB: limitMB})
 	pid := sandboxPid(t, id)
-	mem := cgroupPath("memory", id)
+	mem := workloadPath("memory", id)
 	if got := readHostInt(t, filepath.Join(mem, "memory.limit_in_bytes")); got != limitMB<<20 {
-		t.Errorf("memory.limit_in_bytes = %d, want %d", got, limitMB<<20)
+		t.Errorf("workload memory.limit_in_bytes = %d, want %d", got, limitMB<<20)
 	}
+	whole := readHostInt(t, filepath.Join(cgroupPath("memory", id), "memory.limit_in_bytes"))
 	oomBefore := keyedValue(t, filepath.Join(mem, "memory.oom_control"), "oom_kill")
 	hostOOMBefore := keyedValue(t, "/proc/vmstat", "oom_kill")
 	shm := b.hostile(t, id, api.ExecRequest{Shell: "dd if=/dev/zero of=/dev/shm/fill bs=1M count=512 2>&1 | tail -n1; echo rc=$?", TimeoutMs: 20000})
@@ -123,22 +138,26 @@ func itemMemoryBomb(t *testing.T, b *battery) {
 	oomAfter := keyedValue(t, filepath.Join(mem, "memory.oom_control"), "oom_kill")
 	hostOOMAfter := keyedValue(t, "/proc/vmstat", "oom_kill")
 	peak := readHostInt(t, filepath.Join(mem, "memory.max_usage_in_bytes"))
-	evidence(t, "shm: %s; heap: signal %q last %s; cgroup oom_kill %d -> %d; host oom_kill %d -> %d; max_usage %d MiB (limit %d)",
-		strings.TrimSpace(shm.Stdout), heap.Signal, lastLine(heap.Stdout), oomBefore, oomAfter, hostOOMBefore, hostOOMAfter, peak>>20, limitMB)
+	peakAll := readHostInt(t, filepath.Join(cgroupPath("memory", id), "memory.max_usage_in_bytes"))
+	evidence(t, "shm: %s; heap: signal %q last %s; workload oom_kill %d -> %d; host oom_kill %d -> %d; workload max_usage %d MiB (limit %d); sandbox max_usage %d MiB (cap %d)",
+		strings.ReplaceAll(strings.TrimSpace(shm.Stdout), "\n", " "), heap.Signal, lastLine(heap.Stdout), oomBefore, oomAfter, hostOOMBefore, hostOOMAfter, peak>>20, limitMB, peakAll>>20, whole>>20)
 	if oomAfter <= oomBefore {
-		t.Errorf("no OOM kill was counted in the sandbox's memory cgroup")
+		t.Errorf("no OOM kill was counted in the sandbox's workload memory cgroup")
 	}
 	if strings.Contains(heap.Stdout, "alloc_done") {
 		t.Errorf("the heap bomb allocated 1 GiB under a %d MiB limit", limitMB)
 	}
 	if peak > limitMB<<20 {
-		t.Errorf("memory.max_usage_in_bytes %d is above the limit", peak)
+		t.Errorf("workload memory.max_usage_in_bytes %d is above the limit", peak)
+	}
+	if peakAll > whole {
+		t.Errorf("sandbox memory.max_usage_in_bytes %d is above its cap %d", peakAll, whole)
 	}
 	if _, err := env.client.Health(context.Background()); err != nil {
 		t.Errorf("daemon unhealthy after the memory bomb: %v", err)
 	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-		t.Errorf("the sandbox's init (host pid %d) died in the OOM: %v", pid, err)
+	if !pidAlive(pid) {
+		t.Errorf("the sandbox's init (host pid %d) died in the OOM", pid)
 	}
 	if err := alive(id); err != nil {
 		t.Errorf("sandbox does not answer after its OOM: %v", err)
@@ -154,32 +173,48 @@ func statfsFree(t testing.TB, path string) int64 {
 	return int64(st.Bavail) * st.Bsize
 }
 
+// poolUsed is the storage pool's used bytes (total minus free).
+func poolUsed(t testing.TB) int64 {
+	t.Helper()
+	syscall.Sync()
+	var st unix.Statfs_t
+	pool := filepath.Join(env.cfg.DataDir, "storage")
+	if err := unix.Statfs(pool, &st); err != nil {
+		t.Fatalf("statfs %s: %v", pool, err)
+	}
+	return int64(st.Blocks-st.Bfree) * st.Bsize
+}
+
 func itemDiskFill(t *testing.T, b *battery) {
 	const limitMB = 64
 	id := b.hostileSandbox(t, api.CreateSandboxRequest{DiskMB: limitMB})
-	pool := filepath.Join(env.cfg.DataDir, "storage")
-	syscall.Sync()
-	poolBefore, hostBefore := statfsFree(t, pool), statfsFree(t, "/var/tmp")
+	used0, host0 := poolUsed(t), statfsFree(t, "/var/tmp")
 	fill := b.hostile(t, id, api.ExecRequest{Shell: "dd if=/dev/zero of=/root/fill bs=1M count=512 2>&1 | head -n1; sync; ls -l /root/fill", TimeoutMs: 30000})
-	files, _ := b.probe(t, id, "", "files", "/root/many", "8")
-	inodes := b.hostile(t, id, api.ExecRequest{Shell: "rm -f /root/fill; sync", TimeoutMs: 30000})
-	files2, _ := b.probe(t, id, "", "files", "/root/many2", "8")
-	syscall.Sync()
-	poolAfter, hostAfter := statfsFree(t, pool), statfsFree(t, "/var/tmp")
+	used1 := poolUsed(t)
+	full, fullRes := b.probe(t, id, "", "files", "/root/many", "3")
+	// Inode exhaustion: with 8 MiB left, empty files must hit the limit.
+	b.hostile(t, id, api.ExecRequest{Shell: "rm -rf /root/fill /root/many; dd if=/dev/zero of=/root/fill bs=1M count=" + strconv.Itoa(limitMB-8) + " 2>/dev/null; sync", TimeoutMs: 30000})
+	inodes, inodesRes := b.probe(t, id, "", "files", "/root/many2", "15")
+	used2, host2 := poolUsed(t), statfsFree(t, "/var/tmp")
 	fillErr := strings.TrimSpace(fill.Stdout)
-	evidence(t, "dd: %q; files when full: %s; files after rm: %s (%v); pool free -%d MiB, host /var/tmp free -%d MiB (limit %d MiB)",
-		fillErr, files["create_files"], files2["create_files"], inodes.ExitCode, (poolBefore-poolAfter)>>20, (hostBefore-hostAfter)>>20, limitMB)
+	evidence(t, "dd: %q; files on the full disk: %s; empty files with 8 MiB left: %s; pool used +%d MiB after dd, +%d MiB after the files (limit %d MiB); host /var/tmp free -%d MiB (noisy)",
+		fillErr, strings.TrimSpace(fullRes.Stdout), strings.TrimSpace(inodesRes.Stdout), (used1-used0)>>20, (used2-used0)>>20, limitMB, (host0-host2)>>20)
 	if !strings.Contains(fillErr, "quota exceeded") && !strings.Contains(fillErr, "No space left") {
 		t.Errorf("writing 512 MiB under a %d MiB disk limit did not end in EDQUOT/ENOSPC: %q", limitMB, fill.Stdout)
 	}
-	if v := files["create_files"]; v != "EDQUOT" && v != "ENOSPC" {
+	if v := full["create_files"]; v != "EDQUOT" && v != "ENOSPC" {
 		t.Errorf("creating files on a full disk: got %s, want EDQUOT or ENOSPC", v)
 	}
-	if poolBefore-poolAfter > (limitMB+32)<<20 {
-		t.Errorf("the storage pool lost %d MiB for a sandbox limited to %d MiB", (poolBefore-poolAfter)>>20, limitMB)
+	if v := inodes["create_files"]; v != "EDQUOT" && v != "ENOSPC" {
+		t.Errorf("creating empty files with 8 MiB left for 15 s never hit the disk limit: %s", inodesRes.Stdout)
+	}
+	for _, u := range []int64{used1 - used0, used2 - used0} {
+		if u > (limitMB+32)<<20 {
+			t.Errorf("the storage pool grew by %d MiB for a sandbox limited to %d MiB", u>>20, limitMB)
+		}
 	}
 	if err := alive(id); err != nil {
-		t.Errorf("sandbox does not answer with a full disk: %v", err)
+		t.Errorf("sandbox does not answer after filling its disk: %v", err)
 	}
 }
 
@@ -314,11 +349,11 @@ sleep 1005`
 	if out.err != nil {
 		t.Fatalf("exec: %v", out.err)
 	}
-	var left []int
+	var left, inNS []int
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		left = sandboxPids(id)
-		if (len(left) == 1 && left[0] == pid) || time.Now().After(deadline) {
+		left, inNS = sandboxPids(id), nsProcs(pid)
+		if (len(left) == 1 && left[0] == pid && len(inNS) == 1) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -342,6 +377,9 @@ sleep 1005`
 	}
 	if len(left) != 1 || left[0] != pid {
 		t.Errorf("after the timeout the sandbox's cgroup still holds %v (only init %d may remain)", left, pid)
+	}
+	if len(inNS) != 1 || inNS[0] != pid {
+		t.Errorf("after the timeout the sandbox's pid namespace still holds %v (only init %d may remain)", inNS, pid)
 	}
 	if len(survivors) > 0 {
 		t.Errorf("processes %v outlived the timeout", survivors)
@@ -403,7 +441,7 @@ func itemKillAll(t *testing.T, b *battery) {
 	storm := goExec(id, api.ExecRequest{Shell: `for i in $(seq 60); do sh -c 'sleep 0 & sleep 0 & exec sleep 2' & done; sleep 2.5`, TimeoutMs: 10000})
 	time.Sleep(1200 * time.Millisecond)
 	zombies := 0
-	for _, p := range sandboxPids(id) {
+	for _, p := range nsProcs(pid) {
 		if !pidAlive(p) {
 			zombies++
 		}
@@ -418,7 +456,7 @@ func itemKillAll(t *testing.T, b *battery) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	zombiesAfter := 0
-	for _, p := range sandboxPids(id) {
+	for _, p := range nsProcs(pid) {
 		if !pidAlive(p) {
 			zombiesAfter++
 		}

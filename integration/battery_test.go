@@ -375,6 +375,13 @@ func keyedValue(t testing.TB, path, key string) int64 {
 	return 0
 }
 
+// workloadPath is the cgroup of a sandbox's workload (everything but its
+// agent), which holds the requested limits; the sandbox's own cgroup adds
+// the agent's reserve on top.
+func workloadPath(ctrl, id string) string {
+	return filepath.Join(cgroupPath(ctrl, id), "workload")
+}
+
 // sandboxPids lists the host pids of every process in a sandbox's pids
 // cgroup tree (its own cgroup and the per-exec children).
 func sandboxPids(id string) []int {
@@ -395,25 +402,42 @@ func sandboxPids(id string) []int {
 	return pids
 }
 
-// nsTasks counts the host's tasks (threads included) whose pid namespace
-// is the one of pid: the sandbox's processes as the host's /proc sees
-// them, whatever cgroup they are in.
-func nsTasks(pid int) int {
+// nsProcs lists the host pids of the processes (zombies included) whose
+// pid namespace is the one of pid: the sandbox's processes as the host's
+// /proc sees them, whatever cgroup they are in.
+func nsProcs(pid int) []int {
 	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
 	if err != nil {
-		return -1
+		return nil
 	}
 	ents, _ := os.ReadDir("/proc")
-	n := 0
+	var out []int
 	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		ns, err := os.Readlink("/proc/" + e.Name() + "/ns/pid")
-		if err != nil || ns != want {
+		if err == nil && ns == want {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// nsTasks counts the tasks (threads included) of the processes in pid's
+// pid namespace, leaving out those of skip (the agent).
+func nsTasks(pid, skip int) int {
+	n := 0
+	for _, p := range nsProcs(pid) {
+		if p == skip {
 			continue
 		}
-		tasks, _ := os.ReadDir("/proc/" + e.Name() + "/task")
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
+		if err != nil || len(tasks) == 0 {
+			n++ // a zombie still holds its pid
+			continue
+		}
 		n += len(tasks)
 	}
 	return n

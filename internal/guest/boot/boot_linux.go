@@ -13,7 +13,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -53,8 +55,8 @@ func ReadSpec(r io.Reader) (api.BootSpec, error) {
 func Prepare(spec api.BootSpec) (*Prepared, error) {
 	p := &Prepared{Spec: spec}
 	// A cgroup namespace rooted at the cgroups the daemon just put us in.
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return nil, fmt.Errorf("unshare cgroup namespace: %w", err)
+	if err := unshareCgroupAllThreads(); err != nil {
+		return nil, err
 	}
 	if spec.Hostname != "" {
 		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
@@ -82,6 +84,28 @@ func Prepare(spec api.BootSpec) (*Prepared, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// unshareCgroupAllThreads makes a new cgroup namespace and moves every
+// thread of the process into it. unshare(2) changes only the calling
+// thread; without the setns on the others, processes the agent later
+// starts from another thread would sit in the host's cgroup namespace and
+// see host cgroup paths in /proc/self/cgroup.
+func unshareCgroupAllThreads() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("unshare cgroup namespace: %w", err)
+	}
+	fd, err := unix.Open("/proc/thread-self/ns/cgroup", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the new cgroup namespace: %w", err)
+	}
+	defer unix.Close(fd)
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_SETNS, uintptr(fd), unix.CLONE_NEWCGROUP, 0); e != 0 {
+		return fmt.Errorf("moving every thread into the new cgroup namespace (the guest must be built with CGO_ENABLED=0): %w", e)
+	}
+	return nil
 }
 
 func mountOverlay(spec api.BootSpec) error {

@@ -438,7 +438,10 @@ func probeThreads(args []string) {
 func probeFiles(args []string) {
 	dir := args[0]
 	secs, _ := strconv.Atoi(args[1])
-	_ = os.MkdirAll(dir, 0o755)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		report("create_files", err, "mkdir")
+		return
+	}
 	deadline := time.Now().Add(time.Duration(secs) * time.Second)
 	n := 0
 	var err error
