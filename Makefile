@@ -27,6 +27,19 @@ test:
 test-unit:
 	$(GO) test ./...
 
+# `make bench` measures a running daemon against the performance budget
+# (docs/performance.md): it installs the binaries, installs runc for the
+# baseline if apt can, starts the daemon if it is not running, builds the
+# busybox and base templates if missing, then runs `agentbox bench`.
+# BENCH_FLAGS passes flags, e.g. make bench BENCH_FLAGS='--quick'.
+BENCH_FLAGS ?= --json $(BIN)/bench.json
+bench: install
+	@command -v runc >/dev/null 2>&1 || apt-get install -y -q runc >/dev/null 2>&1 || echo "bench: runc is not installed; its baseline is skipped"
+	scripts/daemon.sh start
+	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh busybox
+	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh base
+	$(BIN)/agentbox bench $(BENCH_FLAGS)
+
 lint:
 	$(GO) vet ./...
 	test -z "$$(gofmt -l .)"

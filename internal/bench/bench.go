@@ -22,6 +22,10 @@ import (
 type Options struct {
 	// Client talks to the daemon under test.
 	Client *client.Client
+	// FreshClient, when set, opens a new connection per request (see
+	// FreshConnClient); the stream lines use it as the CLI would, and
+	// also run on Client to show what connection reuse does.
+	FreshClient *client.Client
 	// Quick runs every measurement with few samples and short load
 	// phases: a smoke test for CI (about a minute in all).
 	Quick bool

@@ -39,7 +39,7 @@ func judge(r *Report) []Budget {
 			return
 		}
 		v := pick(res)
-		out = append(out, Budget{What: what, Limit: fmt.Sprintf("<= %g ms", limit), Value: v, Unit: "ms",
+		out = append(out, Budget{What: what, Limit: fmt.Sprintf("<= %.2f ms", limit), Value: v, Unit: "ms",
 			Pass: v <= limit, Source: source, Floors: floorsOf(v)})
 	}
 	p50 := func(r *Result) float64 { return r.P50 }

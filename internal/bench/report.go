@@ -56,7 +56,7 @@ type Density struct {
 	DaemonRSSBefore   int64 `json:"daemon_rss_before_bytes,omitempty"`
 	DaemonRSSAfter    int64 `json:"daemon_rss_after_bytes,omitempty"`
 	DaemonGrowthPer   int64 `json:"daemon_growth_bytes_per_sandbox,omitempty"`
-	HostPer           int64 `json:"host_bytes_per_sandbox"` // UsagePer + DaemonGrowthPer: what the budget is judged on
+	HostPer           int64 `json:"host_bytes_per_sandbox"` // max(UsagePer, PSSPer) + DaemonGrowthPer: what the budget is judged on
 	CreateErrors      int   `json:"create_errors"`
 	UnreadableCgroups int   `json:"unreadable_cgroups,omitempty"`
 }
@@ -171,7 +171,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			row("daemon RSS with all idle", d.DaemonRSSAfter)
 			row("daemon growth / sandbox", d.DaemonGrowthPer)
 		}
-		row("host memory / sandbox (usage + daemon growth)", d.HostPer)
+		row("host memory / sandbox (max(usage, PSS) + daemon growth)", d.HostPer)
 		tw.Flush()
 		if d.CreateErrors > 0 || d.UnreadableCgroups > 0 {
 			fmt.Fprintf(w, "(%d creates failed, %d cgroups unreadable)\n", d.CreateErrors, d.UnreadableCgroups)

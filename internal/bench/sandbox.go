@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
 )
 
 // lifecycle measures create and destroy per template, and
@@ -116,10 +117,23 @@ func (r *runner) execs(ctx context.Context) {
 			res.Floor = "baseline/fork-exec"
 			r.add(res)
 		}
-		if r.want(names[1]) {
-			res := r.sample(ctx, names[1], GroupExec, n, true, func(ctx context.Context) (time.Duration, error) {
+		// Streams: on a fresh connection each (as the CLI runs them), and
+		// on the shared keep-alive connection.
+		type via struct {
+			name string
+			c    *client.Client
+		}
+		vias := []via{{names[1] + " (keep-alive)", r.c}}
+		if r.opts.FreshClient != nil {
+			vias = append([]via{{names[1], r.opts.FreshClient}}, vias...)
+		}
+		for _, v := range vias {
+			if !r.want(v.name) {
+				continue
+			}
+			res := r.sample(ctx, v.name, GroupExec, n, true, func(ctx context.Context) (time.Duration, error) {
 				return timed(func() error {
-					ev, err := r.c.ExecStream(ctx, id, api.ExecRequest{Cmd: []string{"true"}}, nil, nil, nil)
+					ev, err := v.c.ExecStream(ctx, id, api.ExecRequest{Cmd: []string{"true"}}, nil, nil, nil)
 					if err == nil && (ev.ExitCode == nil || *ev.ExitCode != 0) {
 						err = fmt.Errorf("true did not exit 0: %+v", ev)
 					}
@@ -136,10 +150,14 @@ func (r *runner) execs(ctx context.Context) {
 			}
 			var total int64
 			var busy time.Duration
+			sc := r.c
+			if r.opts.FreshClient != nil {
+				sc = r.opts.FreshClient
+			}
 			res := r.sample(ctx, names[2], GroupExec, rounds, false, func(ctx context.Context) (time.Duration, error) {
 				var cw countWriter
 				d, err := timed(func() error {
-					ev, err := r.c.ExecStream(ctx, id, api.ExecRequest{Cmd: []string{"head", "-c", strconv.FormatInt(size, 10), "/dev/zero"}}, nil, &cw, nil)
+					ev, err := sc.ExecStream(ctx, id, api.ExecRequest{Cmd: []string{"head", "-c", strconv.FormatInt(size, 10), "/dev/zero"}}, nil, &cw, nil)
 					if err == nil && (ev.ExitCode == nil || *ev.ExitCode != 0) {
 						err = fmt.Errorf("head did not exit 0: %+v", ev)
 					}

@@ -42,6 +42,9 @@ It needs root on the daemon's host for the memory and baseline lines.`,
 				return err
 			}
 			opts.Client = cl
+			if opts.FreshClient, err = bench.FreshConnClient(g.host); err != nil {
+				return err
+			}
 			opts.Progress = c.ErrOrStderr()
 			opts.Log = slog.New(slog.NewTextHandler(c.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
 			rep, err := bench.Run(c.Context(), opts)
