@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
 )
 
 // sampler polls f every period until stopped and keeps the maximum.
@@ -67,35 +68,44 @@ func itemForkBomb(t *testing.T, b *battery) {
 	res := b.hostile(t, id, api.ExecRequest{Shell: `for i in $(seq 300); do sleep 30 & done 2>/dev/null
 bomb() { bomb | bomb & }; bomb 2>/dev/null; sleep 30`, TimeoutMs: 3000})
 	answers := alive(id)
-	thr := &api.ExecResult{ExitCode: -1}
-	if answers == nil {
-		thr = b.hostile(t, id, api.ExecRequest{Cmd: []string{"/tmp/probe", "threads", "1000"}, TimeoutMs: 3000})
-	}
+	// A thread bomb in a second sandbox with the same limit.
+	id2 := b.hostileSandbox(t, api.CreateSandboxRequest{Pids: limit})
+	pid2 := sandboxPid(t, id2)
+	peak2 := sample(50*time.Millisecond, func() int64 { return int64(nsTasks(pid2, pid2)) })
+	thr := b.hostile(t, id2, api.ExecRequest{Cmd: []string{"/tmp/probe", "threads", "1000"}, TimeoutMs: 3000})
+	maxThreads := peak2.Stop()
 	maxTasks, maxAll, maxHost := peak.Stop(), peakAll.Stop(), hostPeak.Stop()
 	events := keyedValue(t, filepath.Join(workloadPath("pids", id), "pids.events"), "max")
-	evidence(t, "tasks in the sandbox's pid ns besides the agent: %d before, peak %d (limit %d); with the agent peak %d (sandbox cap %d); host tasks %d -> peak %d (whole host, noisy); pids.events max=%d; fork bomb timed_out=%v; thread bomb exit %d %s",
-		before, maxTasks, limit, maxAll, whole, hostBefore, maxHost, events, res.TimedOut, thr.ExitCode, lastLine(thr.Stderr))
-	if maxTasks > limit {
-		t.Errorf("the host saw %d tasks in the sandbox's pid namespace besides the agent; the limit is %d", maxTasks, limit)
+	evidence(t, "fork bomb: tasks in the sandbox's pid ns besides the agent %d before, peak %d (limit %d); with the agent peak %d (sandbox cap %d); pids.events max=%d; timed_out=%v; next exec: %v; thread bomb: peak %d tasks, exit %d %s; host tasks %d -> peak %d (whole host, noisy)",
+		before, maxTasks, limit, maxAll, whole, events, res.TimedOut, errClass(answers), maxThreads, thr.ExitCode, lastLine(thr.Stderr), hostBefore, maxHost)
+	if maxTasks > limit || maxThreads > limit {
+		t.Errorf("the host saw %d (fork) and %d (thread) tasks in a sandbox's pid namespace besides the agent; the limit is %d", maxTasks, maxThreads, limit)
 	}
 	if maxAll > whole {
 		t.Errorf("the host saw %d tasks in the sandbox's pid namespace; the sandbox's cap is %d", maxAll, whole)
 	}
-	if events == 0 || maxTasks < limit/2 {
+	if events == 0 && maxTasks < limit-2 {
 		t.Errorf("the limit was never hit (pids.events max=%d, peak %d): the bomb did not run", events, maxTasks)
 	}
 	if thr.ExitCode == 0 {
 		t.Errorf("the thread bomb finished 1000 threads under a pids limit of %d: %s", limit, thr.Stdout)
 	}
-	if answers != nil {
-		t.Errorf("sandbox does not answer after the fork bomb: %v", answers)
-		if err := env.client.DestroySandbox(context.Background(), id); err != nil {
-			t.Errorf("and cannot be destroyed: %v", err)
-		} else if pidAlive(pid) {
-			t.Errorf("destroy returned but init %d still runs", pid)
-		}
-	} else if err := alive(id); err != nil {
+	if err := alive(id2); err != nil {
 		t.Errorf("sandbox does not answer after the thread bomb: %v", err)
+	}
+	// With its bomb still running, the sandbox must answer (an exec, or a
+	// clean resource-exhausted error) and be destroyable without a trace.
+	if answers != nil && !errors.Is(answers, errdefs.ErrResourceExhausted) {
+		t.Errorf("sandbox does not answer after the fork bomb: %v", answers)
+	}
+	if err := env.client.DestroySandbox(context.Background(), id); err != nil {
+		t.Fatalf("destroying the bombed sandbox: %v", err)
+	}
+	if pidAlive(pid) {
+		t.Errorf("destroy returned but init %d still runs", pid)
+	}
+	if _, err := os.Stat(cgroupPath("pids", id)); err == nil {
+		t.Errorf("destroy left the cgroup %s", cgroupPath("pids", id))
 	}
 }
 
@@ -481,5 +491,3 @@ func itemKillAll(t *testing.T, b *battery) {
 		t.Errorf("%d zombies remain in the sandbox 0.5 s later", zombiesAfter)
 	}
 }
-
-var _ = errors.Is

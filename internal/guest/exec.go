@@ -297,8 +297,9 @@ func (s *Server) start(sp *execSpec, in stdinSource) (p *proc, err error) {
 			return nil, err
 		}
 		defer unix.Close(r)
-		p.stdin = os.NewFile(uintptr(w), "stdin")
-		cu.add(func() { p.stdin.Close() })
+		stdin := os.NewFile(uintptr(w), "stdin")
+		p.stdin = stdin
+		cu.add(func() { stdin.Close() })
 		stdinFD = r
 	case len(in.data) > 0:
 		r, w, err := pipe(false)
@@ -324,10 +325,14 @@ func (s *Server) start(sp *execSpec, in stdinSource) (p *proc, err error) {
 	}
 
 	if s.cgroups != nil {
-		if p.cg, err = s.cgroups.create(); err != nil {
+		cg, err := s.cgroups.create()
+		if err != nil {
 			return nil, err
 		}
-		cu.add(func() { p.cg.remove() })
+		// Not p.cg in the closure: p is the named result, nil by the time
+		// an error return runs the cleanup.
+		p.cg = cg
+		cu.add(func() { cg.remove() })
 	}
 
 	dir := sp.cwd
