@@ -1,0 +1,208 @@
+"""Request building and answer parsing shared by the sync and async clients."""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import json
+import signal as _signal
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from urllib.parse import quote
+
+import httpx
+
+from ._config import ENV_API_KEY, ENV_HOST, Config
+from .errors import (AgentboxError, InternalError, InvalidArgumentError, NotSupportedError,
+                     TimeoutError, UnavailableError, error_from_code, error_from_status)
+from .models import ExecResult
+
+USER_AGENT = "agentbox-python"
+DEFAULT_TEMPLATE = "base"
+# Connecting must be quick; reading may take as long as a command runs.
+DEFAULT_TIMEOUT = httpx.Timeout(None, connect=10.0)
+
+Command = Union[str, Sequence[str]]
+Callback = Callable[[str], Any]
+Data = Union[str, bytes, bytearray, memoryview]
+
+
+def sandbox_path(sandbox_id: str, rest: str = "") -> str:
+    if not sandbox_id:
+        raise InvalidArgumentError("a sandbox id is required")
+    return "/v1/sandboxes/" + quote(sandbox_id, safe="") + rest
+
+
+def headers(cfg: Config) -> Dict[str, str]:
+    h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+    if cfg.api_key:
+        h["Authorization"] = "Bearer " + cfg.api_key
+    return h
+
+
+def api_error(cfg: Config, status: int, body: bytes) -> AgentboxError:
+    """Turn a non-2xx answer into the typed error it names."""
+    err: AgentboxError
+    try:
+        d = json.loads(body)
+        e = d["error"]
+        err = error_from_code(e["code"], e.get("message", ""), status)
+    except (ValueError, KeyError, TypeError):
+        text = body.decode("utf-8", "replace").strip() or httpx.codes.get_reason_phrase(status)
+        err = error_from_status(status, f"agentbox daemon answered {status}: {text}")
+    if status == 401 and not cfg.api_key:
+        err.message += f" (no API key is set: set {ENV_API_KEY} or pass api_key=)"
+        err.args = (err.message,)
+    return err
+
+
+def transport_error(cfg: Config, e: Exception) -> AgentboxError:
+    """Turn an httpx failure into a typed error."""
+    if isinstance(e, httpx.TimeoutException):
+        return TimeoutError(f"request to the agentbox daemon at {cfg.host} timed out ({e})")
+    return UnavailableError(
+        f"cannot reach the agentbox daemon at {cfg.host} ({e}); is `agentbox serve` running? "
+        f"Set {ENV_HOST} to its address")
+
+
+def to_bytes(data: Data) -> bytes:
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidArgumentError(f"data must be str or bytes, got {type(data).__name__}")
+
+
+def command_fields(cmd: Command) -> Dict[str, Any]:
+    """A str runs through /bin/sh -c; a list is an argv run directly."""
+    if isinstance(cmd, str):
+        if not cmd:
+            raise InvalidArgumentError("the command is empty; pass a shell string or an argv list")
+        return {"shell": cmd}
+    argv = list(cmd)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise InvalidArgumentError("the command must be a non-empty shell string or a list of strings")
+    return {"cmd": argv}
+
+
+def exec_body(cmd: Command, env: Optional[Dict[str, str]], cwd: Optional[str], user: Optional[str],
+              timeout: Optional[float], stdin: Optional[Data]) -> Dict[str, Any]:
+    body = command_fields(cmd)
+    if env:
+        body["env"] = dict(env)
+    if cwd:
+        body["cwd"] = cwd
+    if user:
+        body["user"] = str(user)
+    if timeout is not None:
+        if timeout <= 0:
+            raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout}")
+        body["timeout_ms"] = max(1, int(timeout * 1000))
+    if stdin is not None:
+        body["stdin"] = base64.b64encode(to_bytes(stdin)).decode("ascii")
+    return body
+
+
+class StreamDecoder:
+    """Feeds a streaming exec's NDJSON events to text callbacks (UTF-8
+    decoded incrementally, so a character split between chunks stays whole)
+    and builds the ExecResult."""
+
+    def __init__(self, on_stdout: Optional[Callback], on_stderr: Optional[Callback]) -> None:
+        self.callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        self.decoders = {k: codecs.getincrementaldecoder("utf-8")("replace") for k in self.callbacks}
+        self.data: Dict[str, List[bytes]] = {"stdout": [], "stderr": []}
+        self.pending = b""
+        self.result: Optional[ExecResult] = None
+
+    def feed(self, chunk: bytes) -> List[Any]:
+        """Consume bytes of the answer; return what the callbacks returned
+        (the async client awaits those that are awaitable)."""
+        self.pending += chunk
+        out: List[Any] = []
+        while b"\n" in self.pending:
+            line, self.pending = self.pending.split(b"\n", 1)
+            if line.strip():
+                out.extend(self.event(json.loads(line)))
+        return out
+
+    def event(self, ev: Dict[str, Any]) -> List[Any]:
+        kind = ev.get("type")
+        if kind in ("stdout", "stderr"):
+            b = base64.b64decode(ev.get("data") or "")
+            self.data[kind].append(b)
+            cb = self.callbacks[kind]
+            text = self.decoders[kind].decode(b)
+            if cb is not None and text:
+                return [cb(text)]
+        elif kind == "exit":
+            rets = []
+            for k, cb in self.callbacks.items():
+                tail = self.decoders[k].decode(b"", final=True)
+                if cb is not None and tail:
+                    rets.append(cb(tail))
+            out, err = b"".join(self.data["stdout"]), b"".join(self.data["stderr"])
+            self.result = ExecResult(
+                stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+                exit_code=int(ev.get("exit_code", 0)), signal=ev.get("signal", ""),
+                timed_out=bool(ev.get("timed_out", False)), truncated=bool(ev.get("truncated", False)),
+                duration_ms=float(ev.get("duration_ms", 0.0)), stdout_bytes=out, stderr_bytes=err)
+            return rets
+        elif kind == "error":
+            e = ev.get("error") or {}
+            raise error_from_code(e.get("code", "internal"), e.get("message", "the exec stream failed"))
+        return []
+
+    def finish(self) -> ExecResult:
+        if self.pending.strip():
+            self.feed(b"\n")
+        if self.result is None:
+            raise UnavailableError("the exec stream ended before the command's exit was reported")
+        return self.result
+
+
+def signal_name(sig: Union[str, int]) -> Union[str, int]:
+    """Normalise a signal: "INT", "SIGINT", signal.SIGINT or 2."""
+    if isinstance(sig, _signal.Signals):
+        return sig.name
+    if isinstance(sig, int):
+        return sig
+    s = str(sig).upper()
+    return s if s.startswith("SIG") else "SIG" + s
+
+
+def create_body(template: Optional[str], ttl_seconds: Optional[int], isolation: Optional[str],
+                cpu: Optional[float], memory_mb: Optional[int], disk_mb: Optional[int],
+                env: Optional[Dict[str, str]], metadata: Optional[Dict[str, str]],
+                network: Any, snapshot: Optional[str], pids: Optional[int]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"template": template or DEFAULT_TEMPLATE}
+    for k, v in (("ttl_seconds", ttl_seconds), ("isolation", isolation), ("cpu", cpu),
+                 ("memory_mb", memory_mb), ("disk_mb", disk_mb), ("pids", pids),
+                 ("network", network), ("snapshot", snapshot)):
+        if v is not None:
+            body[k] = v
+    if env:
+        body["env"] = dict(env)
+    if metadata:
+        body["metadata"] = dict(metadata)
+    return body
+
+
+def list_params(metadata: Optional[Dict[str, str]], state: Optional[str]) -> Dict[str, str]:
+    q = {"metadata." + k: v for k, v in (metadata or {}).items()}
+    if state:
+        q["state"] = state
+    return q
+
+
+def url_not_supported(port: int) -> NotSupportedError:
+    return NotSupportedError(
+        f"preview URLs (port {port}) are not available yet: they come with agentbox's "
+        "network support. Until then, reach a server inside the sandbox with exec "
+        "(e.g. curl http://127.0.0.1:PORT) from inside the sandbox")
+
+
+def decode_json(cfg: Config, body: bytes, what: str) -> Any:
+    try:
+        return json.loads(body) if body else None
+    except ValueError as e:
+        raise InternalError(f"decoding the answer to {what}: {e}") from e

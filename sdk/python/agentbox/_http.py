@@ -1,0 +1,121 @@
+"""The HTTP layer: one httpx client per connection, with errors typed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, AsyncIterator, Dict, Iterator, Optional
+
+import httpx
+
+from ._common import DEFAULT_TIMEOUT, api_error, decode_json, headers, transport_error
+from ._config import Config, resolve
+
+
+def _client_args(cfg: Config, timeout: Optional[float]) -> Dict[str, Any]:
+    t = DEFAULT_TIMEOUT if timeout is None else httpx.Timeout(timeout, connect=min(10.0, timeout))
+    # A unix socket never goes through an HTTP proxy from the environment.
+    return {"base_url": cfg.base_url, "headers": headers(cfg), "timeout": t, "trust_env": cfg.socket is None}
+
+
+class SyncHTTP:
+    """Blocking requests to one daemon."""
+
+    def __init__(self, cfg: Config, timeout: Optional[float] = None) -> None:
+        self.cfg = cfg
+        self.timeout = timeout
+        transport = httpx.HTTPTransport(uds=cfg.socket) if cfg.socket else None
+        self.client = httpx.Client(transport=transport, **_client_args(cfg, timeout))
+
+    @classmethod
+    def open(cls, api_key: Optional[str], base_url: Optional[str], timeout: Optional[float]) -> "SyncHTTP":
+        return cls(resolve(api_key, base_url), timeout)
+
+    def clone(self) -> "SyncHTTP":
+        return SyncHTTP(self.cfg, self.timeout)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def request(self, method: str, path: str, *, params: Optional[Dict[str, Any]] = None,
+                json_body: Any = None, content: Any = None, content_type: Optional[str] = None) -> bytes:
+        """Send a request and return the answer's body; a non-2xx answer
+        raises the typed error it names."""
+        with self.stream(method, path, params=params, json_body=json_body, content=content,
+                         content_type=content_type) as resp:
+            try:
+                return resp.read()
+            except httpx.HTTPError as e:
+                raise transport_error(self.cfg, e) from e
+
+    def json(self, method: str, path: str, **kw: Any) -> Any:
+        return decode_json(self.cfg, self.request(method, path, **kw), f"{method} {path}")
+
+    @contextlib.contextmanager
+    def stream(self, method: str, path: str, *, params: Optional[Dict[str, Any]] = None,
+               json_body: Any = None, content: Any = None,
+               content_type: Optional[str] = None) -> Iterator[httpx.Response]:
+        """Send a request and yield the response with its body unread."""
+        h = {}
+        if json_body is not None:
+            content = json.dumps(json_body).encode()
+            h["Content-Type"] = "application/json"
+        if content_type:
+            h["Content-Type"] = content_type
+        try:
+            with self.client.stream(method, path, params=params, content=content, headers=h) as resp:
+                if resp.status_code >= 300:
+                    raise api_error(self.cfg, resp.status_code, resp.read())
+                yield resp
+        except httpx.HTTPError as e:
+            raise transport_error(self.cfg, e) from e
+
+
+class AsyncHTTP:
+    """Asynchronous requests to one daemon."""
+
+    def __init__(self, cfg: Config, timeout: Optional[float] = None) -> None:
+        self.cfg = cfg
+        self.timeout = timeout
+        transport = httpx.AsyncHTTPTransport(uds=cfg.socket) if cfg.socket else None
+        self.client = httpx.AsyncClient(transport=transport, **_client_args(cfg, timeout))
+
+    @classmethod
+    def open(cls, api_key: Optional[str], base_url: Optional[str], timeout: Optional[float]) -> "AsyncHTTP":
+        return cls(resolve(api_key, base_url), timeout)
+
+    def clone(self) -> "AsyncHTTP":
+        return AsyncHTTP(self.cfg, self.timeout)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def request(self, method: str, path: str, *, params: Optional[Dict[str, Any]] = None,
+                      json_body: Any = None, content: Any = None, content_type: Optional[str] = None) -> bytes:
+        async with self.stream(method, path, params=params, json_body=json_body, content=content,
+                               content_type=content_type) as resp:
+            try:
+                return await resp.aread()
+            except httpx.HTTPError as e:
+                raise transport_error(self.cfg, e) from e
+
+    async def json(self, method: str, path: str, **kw: Any) -> Any:
+        return decode_json(self.cfg, await self.request(method, path, **kw), f"{method} {path}")
+
+    @contextlib.asynccontextmanager
+    async def stream(self, method: str, path: str, *, params: Optional[Dict[str, Any]] = None,
+                     json_body: Any = None, content: Any = None,
+                     content_type: Optional[str] = None) -> AsyncIterator[httpx.Response]:
+        h = {}
+        if json_body is not None:
+            content = json.dumps(json_body).encode()
+            h["Content-Type"] = "application/json"
+        if content_type:
+            h["Content-Type"] = content_type
+        try:
+            async with self.client.stream(method, path, params=params, content=content, headers=h) as resp:
+                if resp.status_code >= 300:
+                    raise api_error(self.cfg, resp.status_code, await resp.aread())
+                yield resp
+        except httpx.HTTPError as e:
+            raise transport_error(self.cfg, e) from e

@@ -1,0 +1,243 @@
+"""Plain data classes for what the API answers (api/openapi.yaml)."""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Dict, List, Optional
+
+__all__ = [
+    "SandboxInfo", "Resources", "FileInfo", "ExecResult", "Template", "Health",
+    "ProcessInfo", "ProcessOutput", "Snapshot",
+]
+
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def parse_time(v: Optional[str]) -> Optional[datetime]:
+    """Parse an RFC 3339 time as Go writes it (nanoseconds, ``Z``)."""
+    if not v:
+        return None
+    s = _FRACTION.sub(r"\1", v)
+    if s.endswith("Z"):
+        s = s[:-1] + "+00:00"
+    try:
+        return datetime.fromisoformat(s)
+    except ValueError:
+        return None
+
+
+def _b64(v: Optional[str]) -> bytes:
+    return base64.b64decode(v) if v else b""
+
+
+@dataclass
+class Resources:
+    """A sandbox's limits, as applied."""
+
+    cpu: float = 0.0
+    memory_mb: int = 0
+    disk_mb: int = 0
+    pids: int = 0
+
+    @classmethod
+    def from_dict(cls, d: Optional[Dict[str, Any]]) -> "Resources":
+        d = d or {}
+        return cls(cpu=float(d.get("cpu", 0)), memory_mb=int(d.get("memory_mb", 0)),
+                   disk_mb=int(d.get("disk_mb", 0)), pids=int(d.get("pids", 0)))
+
+
+@dataclass
+class SandboxInfo:
+    """What the API shows of a sandbox (``GET /v1/sandboxes/{id}``)."""
+
+    id: str
+    state: str
+    template: str = ""
+    template_version: str = ""
+    isolation: str = ""
+    resources: Resources = field(default_factory=Resources)
+    env: Dict[str, str] = field(default_factory=dict)
+    metadata: Dict[str, str] = field(default_factory=dict)
+    created_at: Optional[datetime] = None
+    expires_at: Optional[datetime] = None
+    error: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "SandboxInfo":
+        return cls(
+            id=d["id"], state=d.get("state", ""), template=d.get("template", ""),
+            template_version=d.get("template_version", ""), isolation=d.get("isolation", ""),
+            resources=Resources.from_dict(d.get("resources")), env=d.get("env") or {},
+            metadata=d.get("metadata") or {}, created_at=parse_time(d.get("created_at")),
+            expires_at=parse_time(d.get("expires_at")), error=d.get("error", ""),
+        )
+
+
+@dataclass
+class FileInfo:
+    """One file inside a sandbox. ``type`` is "file", "dir", "symlink" or
+    "other"; ``mode`` the octal permission bits as a string, e.g. "0644"."""
+
+    name: str
+    path: str
+    type: str
+    size: int = 0
+    mode: str = ""
+    mtime: Optional[datetime] = None
+    target: str = ""
+    uid: int = 0
+    gid: int = 0
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.type == "file"
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "FileInfo":
+        return cls(name=d.get("name", ""), path=d.get("path", ""), type=d.get("type", ""),
+                   size=int(d.get("size", 0)), mode=d.get("mode", ""), mtime=parse_time(d.get("mtime")),
+                   target=d.get("target", ""), uid=int(d.get("uid", 0)), gid=int(d.get("gid", 0)))
+
+
+@dataclass
+class ExecResult:
+    """The result of a command that ran to its end.
+
+    A command that failed is not an error: look at ``exit_code``, ``signal``
+    (e.g. "SIGKILL") and ``timed_out`` (the ``timeout`` passed; the command
+    was killed, ``exit_code`` is then 137). ``stdout``/``stderr`` are text
+    (invalid UTF-8 replaced); ``stdout_bytes``/``stderr_bytes`` the exact bytes.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    signal: str = ""
+    timed_out: bool = False
+    truncated: bool = False
+    duration_ms: float = 0.0
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 within its timeout."""
+        return self.exit_code == 0 and not self.timed_out
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "ExecResult":
+        if d.get("encoding") == "base64":
+            out, err = _b64(d.get("stdout")), _b64(d.get("stderr"))
+        else:
+            out, err = (d.get("stdout") or "").encode(), (d.get("stderr") or "").encode()
+        return cls(stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+                   exit_code=int(d.get("exit_code", 0)), signal=d.get("signal", ""),
+                   timed_out=bool(d.get("timed_out", False)), truncated=bool(d.get("truncated", False)),
+                   duration_ms=float(d.get("duration_ms", 0.0)), stdout_bytes=out, stderr_bytes=err)
+
+
+@dataclass
+class Template:
+    """A template sandboxes are created from."""
+
+    name: str
+    version: str = ""
+    user: str = ""
+    workdir: str = ""
+    env: Dict[str, str] = field(default_factory=dict)
+    size_bytes: int = 0
+    created_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Template":
+        return cls(name=d["name"], version=d.get("version", ""), user=d.get("user", ""),
+                   workdir=d.get("workdir", ""), env=d.get("env") or {},
+                   size_bytes=int(d.get("size_bytes", 0)), created_at=parse_time(d.get("created_at")))
+
+
+@dataclass
+class Health:
+    """The daemon's status (``GET /v1/health``)."""
+
+    status: str
+    version: str = ""
+    drivers: List[str] = field(default_factory=list)
+    sandboxes: int = 0
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Health":
+        return cls(status=d.get("status", ""), version=d.get("version", ""),
+                   drivers=list(d.get("drivers") or []), sandboxes=int(d.get("sandboxes", 0)))
+
+
+@dataclass
+class ProcessInfo:
+    """A background process started with ``start``. ``state`` is e.g.
+    "running" or "exited"; ``exit_code``/``signal`` are set once it ended."""
+
+    pid: int
+    tag: str = ""
+    cmd: List[str] = field(default_factory=list)
+    state: str = ""
+    exit_code: Optional[int] = None
+    signal: str = ""
+    started_at: Optional[datetime] = None
+    ended_at: Optional[datetime] = None
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "ProcessInfo":
+        cmd = d.get("cmd") or []
+        if isinstance(cmd, str):
+            cmd = [cmd]
+        sig = d.get("signal") or ""
+        return cls(pid=int(d.get("pid", 0)), tag=d.get("tag") or "", cmd=list(cmd),
+                   state=d.get("state", ""), exit_code=d.get("exit_code"), signal=str(sig),
+                   started_at=parse_time(d.get("started_at")), ended_at=parse_time(d.get("ended_at")))
+
+
+@dataclass
+class ProcessOutput:
+    """Output of a background process from the offsets asked for. Pass
+    ``stdout_offset``/``stderr_offset`` back to ``output()`` to read on."""
+
+    stdout: str
+    stderr: str
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+    stdout_offset: int = 0
+    stderr_offset: int = 0
+    state: str = ""
+    exit_code: Optional[int] = None
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "ProcessOutput":
+        out, err = _b64(d.get("stdout")), _b64(d.get("stderr"))
+        return cls(stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+                   stdout_bytes=out, stderr_bytes=err, stdout_offset=int(d.get("stdout_offset", 0)),
+                   stderr_offset=int(d.get("stderr_offset", 0)), state=d.get("state", ""),
+                   exit_code=d.get("exit_code"))
+
+
+@dataclass
+class Snapshot:
+    """A saved state of a sandbox. ``raw`` holds every field the API sent."""
+
+    id: str
+    name: str = ""
+    sandbox_id: str = ""
+    created_at: Optional[datetime] = None
+    size_bytes: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Snapshot":
+        return cls(id=str(d.get("id") or d.get("name") or ""), name=d.get("name", ""),
+                   sandbox_id=d.get("sandbox_id", ""), created_at=parse_time(d.get("created_at")),
+                   size_bytes=int(d.get("size_bytes", 0)), raw=dict(d))

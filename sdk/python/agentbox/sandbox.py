@@ -1,0 +1,440 @@
+"""The blocking SDK: ``Sandbox``, its ``files``, background ``Process`` and
+``Pty`` terminals, and ``Client`` for daemon-wide calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import IO, Any, Dict, List, Optional, Union
+
+from . import _archive
+from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, list_params,
+                      sandbox_path, signal_name, to_bytes, url_not_supported)
+from ._http import AsyncHTTP, SyncHTTP
+from ._pty import AsyncPty, LoopThread, Pty, pty_body
+from .errors import InvalidArgumentError, NotFoundError, TimeoutError
+from .models import (ExecResult, FileInfo, Health, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
+                     Template)
+
+__all__ = ["Client", "Sandbox", "Files", "Process", "Pty"]
+
+Writable = Union[str, bytes, bytearray, memoryview, IO[bytes]]
+
+
+def _mode(mode: Optional[int]) -> Optional[str]:
+    return None if mode is None else "%04o" % (mode & 0o7777)
+
+
+def write_content(data: Writable) -> Any:
+    """Bytes for str/bytes; a chunk iterator for a binary file object."""
+    if hasattr(data, "read"):
+        return _archive.chunks(data)  # type: ignore[arg-type]
+    return to_bytes(data)  # type: ignore[arg-type]
+
+
+class Client:
+    """Daemon-wide calls (health, templates) and the connection the
+    ``Sandbox`` class methods use. Arguments as for ``Sandbox.create``."""
+
+    def __init__(self, api_key: Optional[str] = None, base_url: Optional[str] = None,
+                 request_timeout: Optional[float] = None) -> None:
+        self._http = SyncHTTP.open(api_key, base_url, request_timeout)
+
+    def health(self) -> Health:
+        """The daemon's status."""
+        return Health.from_dict(self._http.json("GET", "/v1/health"))
+
+    def templates(self) -> List[Template]:
+        """The templates sandboxes can be created from."""
+        return [Template.from_dict(t) for t in self._http.json("GET", "/v1/templates")["templates"]]
+
+    def template(self, name: str) -> Template:
+        """The newest version of one template."""
+        if not name:
+            raise InvalidArgumentError("a template name is required")
+        return Template.from_dict(self._http.json("GET", "/v1/templates/" + name))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Files:
+    """Files inside a sandbox (``sbx.files``). Paths are paths inside the
+    sandbox; relative ones are taken from the sandbox's working directory by
+    the guest."""
+
+    def __init__(self, http: SyncHTTP, sandbox_id: str) -> None:
+        self._http = http
+        self._id = sandbox_id
+
+    def _p(self, rest: str) -> str:
+        return sandbox_path(self._id, rest)
+
+    @staticmethod
+    def _q(path: str, **extra: Any) -> Dict[str, str]:
+        if not path:
+            raise InvalidArgumentError("a path inside the sandbox is required")
+        q = {"path": path}
+        q.update({k: str(v) for k, v in extra.items() if v is not None})
+        return q
+
+    def write(self, path: str, data: Writable, *, mode: Optional[int] = None,
+              user: Optional[str] = None) -> FileInfo:
+        """Write ``data`` (str, bytes or a binary file object, streamed) to
+        ``path``, creating parent directories. ``mode`` e.g. 0o755."""
+        q = self._q(path, mode=_mode(mode), user=user)
+        return FileInfo.from_dict(self._http.json("PUT", self._p("/files"), params=q,
+                                                  content=write_content(data),
+                                                  content_type="application/octet-stream"))
+
+    def read(self, path: str) -> bytes:
+        """The bytes of a regular file."""
+        return self._http.request("GET", self._p("/files"), params=self._q(path))
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """The content of a text file."""
+        return self.read(path).decode(encoding)
+
+    def read_to(self, path: str, f: IO[bytes]) -> int:
+        """Stream a file into the binary file object ``f``; return the bytes copied."""
+        n = 0
+        with self._http.stream("GET", self._p("/files"), params=self._q(path)) as resp:
+            for chunk in resp.iter_bytes():
+                f.write(chunk)
+                n += len(chunk)
+        return n
+
+    def list(self, path: str = ".", depth: int = 1) -> List[FileInfo]:
+        """Entries of a directory, descending ``depth`` levels (1: its own entries)."""
+        if depth < 1:
+            raise InvalidArgumentError(f"depth must be 1 or more, got {depth}")
+        d = self._http.json("GET", self._p("/files/list"), params=self._q(path, depth=depth))
+        return [FileInfo.from_dict(e) for e in d.get("entries") or []]
+
+    def stat(self, path: str) -> FileInfo:
+        """Describe one file (a final symlink is not followed)."""
+        return FileInfo.from_dict(self._http.json("GET", self._p("/files/stat"), params=self._q(path)))
+
+    def exists(self, path: str) -> bool:
+        """Whether anything exists at ``path``."""
+        try:
+            self.stat(path)
+            return True
+        except NotFoundError:
+            return False
+
+    def mkdir(self, path: str, *, mode: Optional[int] = None, user: Optional[str] = None) -> FileInfo:
+        """Create a directory and its parents (mkdir -p)."""
+        self._q(path)
+        body: Dict[str, Any] = {"path": path}
+        if mode is not None:
+            body["mode"] = _mode(mode)
+        if user:
+            body["user"] = user
+        return FileInfo.from_dict(self._http.json("POST", self._p("/files/mkdir"), json_body=body))
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove a file or an empty directory; with ``recursive``, a tree."""
+        self._http.request("DELETE", self._p("/files"),
+                           params=self._q(path, recursive="true" if recursive else None))
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move a file or directory inside the sandbox."""
+        if not src or not dst:
+            raise InvalidArgumentError("rename wants both a source and a destination path")
+        self._http.request("POST", self._p("/files/rename"), json_body={"from": src, "to": dst})
+
+
+class Process:
+    """A background process started with ``Sandbox.start``. Its fields are
+    those of ``info`` as last seen (``pid``, ``tag``, ``state``, ``exit_code``)."""
+
+    def __init__(self, http: SyncHTTP, sandbox_id: str, info: ProcessInfo) -> None:
+        self._http = http
+        self._id = sandbox_id
+        self.info = info
+
+    @property
+    def pid(self) -> int:
+        return self.info.pid
+
+    @property
+    def tag(self) -> str:
+        return self.info.tag
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self.info.exit_code
+
+    def _p(self, rest: str = "") -> str:
+        return sandbox_path(self._id, f"/processes/{self.pid}{rest}")
+
+    def wait(self, timeout: Optional[float] = None) -> ProcessInfo:
+        """Wait for the process to end and return its final info. Raises
+        TimeoutError when it still runs after ``timeout`` seconds."""
+        q = {} if timeout is None else {"timeout_ms": str(max(1, int(timeout * 1000)))}
+        self.info = ProcessInfo.from_dict(self._http.json("POST", self._p("/wait"), params=q))
+        if self.info.state == "running":
+            raise TimeoutError(f"process {self.pid} still runs after {timeout} s")
+        return self.info
+
+    def output(self, stdout_offset: int = 0, stderr_offset: int = 0) -> ProcessOutput:
+        """Output from the given offsets (default: all the daemon holds)."""
+        q = {"stdout_offset": str(stdout_offset), "stderr_offset": str(stderr_offset)}
+        return ProcessOutput.from_dict(self._http.json("GET", self._p("/output"), params=q))
+
+    def send_stdin(self, data: Data, eof: bool = False) -> None:
+        """Write to the process's stdin; ``eof=True`` closes it after."""
+        q = {"eof": "true"} if eof else None
+        self._http.request("POST", self._p("/stdin"), params=q, content=to_bytes(data),
+                           content_type="application/octet-stream")
+
+    def close_stdin(self) -> None:
+        """Close the process's stdin."""
+        self.send_stdin(b"", eof=True)
+
+    def signal(self, sig: Union[str, int], tree: bool = False) -> None:
+        """Send a signal ("SIGTERM", "INT", signal.SIGINT or 15); with
+        ``tree``, to every process it started too."""
+        self._http.request("POST", self._p("/signal"), json_body={"signal": signal_name(sig), "tree": tree})
+
+    def kill(self) -> None:
+        """Kill the process and everything it started."""
+        self._http.request("DELETE", self._p())
+
+    def refresh(self) -> ProcessInfo:
+        """Re-read the process's info (state, exit code)."""
+        out = self.output(1 << 62, 1 << 62)
+        self.info.state = out.state or self.info.state
+        self.info.exit_code = out.exit_code
+        return self.info
+
+
+class Sandbox:
+    """A disposable Linux sandbox.
+
+    ::
+
+        with Sandbox.create(template="base", ttl_seconds=300) as sbx:
+            r = sbx.exec("python3 -c 'print(sum(range(101)))'")
+            print(r.stdout)   # 5050
+
+    Leaving the ``with`` block destroys the sandbox. Configuration comes from
+    ``api_key=``/``base_url=`` or AGENTBOX_API_KEY/AGENTBOX_HOST (a
+    ``unix:///path`` socket or an ``http://host:port`` URL); as root on the
+    daemon's host none is needed.
+    """
+
+    def __init__(self, info: SandboxInfo, http: SyncHTTP) -> None:
+        self._info = info
+        self._http = http
+        self.files = Files(http, info.id)
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r})"
+
+    @property
+    def id(self) -> str:
+        """The sandbox's id."""
+        return self._info.id
+
+    # --- lifecycle ---------------------------------------------------------
+
+    @classmethod
+    def create(cls, template: Optional[str] = None, *, ttl_seconds: Optional[int] = None,
+               isolation: Optional[str] = None, cpu: Optional[float] = None,
+               memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
+               pids: Optional[int] = None, env: Optional[Dict[str, str]] = None,
+               metadata: Optional[Dict[str, str]] = None, network: Any = None,
+               snapshot: Optional[str] = None, api_key: Optional[str] = None,
+               base_url: Optional[str] = None, request_timeout: Optional[float] = None) -> "Sandbox":
+        """Create a sandbox from ``template`` (default "base") and return once
+        it can run commands. ``ttl_seconds``: destroyed that long after
+        creation (-1: never; None: the daemon's default). ``cpu`` in cores,
+        sizes in MiB; ``env`` is every command's default environment;
+        ``metadata`` free-form labels to find it by with ``Sandbox.list``.
+        ``network`` and ``snapshot`` are sent as given, for daemons that
+        support them."""
+        http = SyncHTTP.open(api_key, base_url, request_timeout)
+        try:
+            body = create_body(template, ttl_seconds, isolation, cpu, memory_mb, disk_mb, env, metadata,
+                               network, snapshot, pids)
+            info = SandboxInfo.from_dict(http.json("POST", "/v1/sandboxes", json_body=body))
+        except BaseException:
+            http.close()
+            raise
+        return cls(info, http)
+
+    @classmethod
+    def connect(cls, sandbox_id: str, *, api_key: Optional[str] = None, base_url: Optional[str] = None,
+                request_timeout: Optional[float] = None) -> "Sandbox":
+        """Attach to an existing sandbox."""
+        http = SyncHTTP.open(api_key, base_url, request_timeout)
+        try:
+            info = SandboxInfo.from_dict(http.json("GET", sandbox_path(sandbox_id)))
+        except BaseException:
+            http.close()
+            raise
+        return cls(info, http)
+
+    @classmethod
+    def list(cls, metadata: Optional[Dict[str, str]] = None, *, state: Optional[str] = None,
+             api_key: Optional[str] = None, base_url: Optional[str] = None) -> List[SandboxInfo]:
+        """Sandboxes the key can see, filtered by every ``metadata`` pair and
+        ``state`` (e.g. "running")."""
+        http = SyncHTTP.open(api_key, base_url, None)
+        try:
+            d = http.json("GET", "/v1/sandboxes", params=list_params(metadata, state))
+        finally:
+            http.close()
+        return [SandboxInfo.from_dict(s) for s in d.get("sandboxes") or []]
+
+    def info(self) -> SandboxInfo:
+        """The sandbox as the daemon sees it now."""
+        self._info = SandboxInfo.from_dict(self._http.json("GET", sandbox_path(self.id)))
+        return self._info
+
+    def set_ttl(self, seconds: Optional[int]) -> SandboxInfo:
+        """Expire the sandbox ``seconds`` from now; None or -1 removes the TTL."""
+        secs = -1 if seconds is None or seconds < 0 else int(seconds)
+        self._info = SandboxInfo.from_dict(self._http.json("PATCH", sandbox_path(self.id),
+                                                           json_body={"ttl_seconds": secs}))
+        return self._info
+
+    def destroy(self) -> None:
+        """Destroy the sandbox and everything in it (no error if already gone)."""
+        try:
+            self._http.request("DELETE", sandbox_path(self.id))
+        except NotFoundError:
+            pass
+
+    def close(self) -> None:
+        """Release the connection (the sandbox keeps running)."""
+        self._http.close()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.destroy()
+        finally:
+            self.close()
+
+    # --- commands ----------------------------------------------------------
+
+    def exec(self, cmd: Command, *, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+             user: Optional[str] = None, timeout: Optional[float] = None, stdin: Optional[Data] = None,
+             on_stdout: Optional[Callback] = None, on_stderr: Optional[Callback] = None) -> ExecResult:
+        """Run a command to its end. A str runs through ``/bin/sh -c``; a
+        list is an argv. ``timeout`` in seconds: the command (and all it
+        started) is killed and the result has ``timed_out=True`` and
+        ``exit_code`` 137 — that is not an exception. ``on_stdout`` and
+        ``on_stderr`` are called with text as it comes, in order; the
+        result holds all of it too."""
+        body = exec_body(cmd, env, cwd, user, timeout, stdin)
+        if on_stdout is None and on_stderr is None:
+            return ExecResult.from_dict(self._http.json("POST", sandbox_path(self.id, "/exec"), json_body=body))
+        dec = StreamDecoder(on_stdout, on_stderr)
+        line = json.dumps(body).encode() + b"\n"
+        with self._http.stream("POST", sandbox_path(self.id, "/exec/stream"), content=line,
+                               content_type="application/x-ndjson") as resp:
+            for chunk in resp.iter_raw():
+                dec.feed(chunk)
+                if dec.result is not None:
+                    break
+        return dec.finish()
+
+    def start(self, cmd: Command, *, tag: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+              cwd: Optional[str] = None, user: Optional[str] = None) -> Process:
+        """Start a background process and return at once. ``tag`` names it."""
+        body = exec_body(cmd, env, cwd, user, None, None)
+        if tag:
+            body["tag"] = tag
+        d = self._http.json("POST", sandbox_path(self.id, "/processes"), json_body=body)
+        return Process(self._http, self.id, ProcessInfo.from_dict(d))
+
+    def pty(self, cols: int = 80, rows: int = 24, *, cmd: Optional[Command] = None,
+            env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+            user: Optional[str] = None) -> Pty:
+        """Open an interactive terminal running ``cmd`` (default: the
+        user's shell). Close it with ``close()`` or a ``with`` block."""
+        body = pty_body(cols, rows, cmd, env, cwd, user)
+        lt = LoopThread()
+        try:
+            inner = lt.run(_start_pty(self._http, self.id, body))
+        except BaseException:
+            lt.stop()
+            raise
+        return Pty(lt, inner)
+
+    # --- files -------------------------------------------------------------
+
+    def upload(self, local_path: str, remote_path: str) -> None:
+        """Copy a local file or directory tree to ``remote_path`` in the
+        sandbox (a directory's content lands under ``remote_path``)."""
+        if os.path.isdir(local_path):
+            with _archive.tar_dir(local_path) as f:
+                self._http.request("PUT", sandbox_path(self.id, "/files/archive"),
+                                   params=Files._q(remote_path), content=_archive.chunks(f),
+                                   content_type="application/x-tar")
+            return
+        with open(local_path, "rb") as f:
+            self.files.write(remote_path, f, mode=os.stat(local_path).st_mode & 0o777)
+
+    def download(self, remote_path: str, local_path: str) -> None:
+        """Copy a file or directory tree from the sandbox to ``local_path``
+        (a directory's content lands under ``local_path``)."""
+        if not self.files.stat(remote_path).is_dir:
+            os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
+            with open(local_path, "wb") as out:
+                self.files.read_to(remote_path, out)
+            return
+        with tempfile.SpooledTemporaryFile(max_size=_archive.SPOOL) as f:
+            with self._http.stream("GET", sandbox_path(self.id, "/files/archive"),
+                                   params=Files._q(remote_path)) as resp:
+                for chunk in resp.iter_bytes():
+                    f.write(chunk)
+            f.seek(0)
+            _archive.extract(f, local_path)  # type: ignore[arg-type]
+
+    # --- state -------------------------------------------------------------
+
+    def pause(self) -> SandboxInfo:
+        """Freeze every process in the sandbox."""
+        self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/pause")))
+        return self._info
+
+    def resume(self) -> SandboxInfo:
+        """Thaw a paused sandbox."""
+        self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/resume")))
+        return self._info
+
+    def snapshot(self, name: Optional[str] = None) -> Snapshot:
+        """Save the sandbox's state; ``Sandbox.create(snapshot=...)`` starts from it."""
+        body = {"name": name} if name else {}
+        return Snapshot.from_dict(self._http.json("POST", sandbox_path(self.id, "/snapshots"), json_body=body))
+
+    def fork(self, count: int = 1) -> List["Sandbox"]:
+        """Make ``count`` copies of the sandbox, each with its own connection."""
+        if count < 1:
+            raise InvalidArgumentError(f"count must be 1 or more, got {count}")
+        d = self._http.json("POST", sandbox_path(self.id, "/fork"), json_body={"count": count})
+        return [Sandbox(SandboxInfo.from_dict(s), self._http.clone()) for s in d.get("sandboxes") or []]
+
+    def url(self, port: int) -> str:
+        """The preview URL of a port served inside the sandbox. Not
+        available yet: raises NotSupportedError until agentbox's network
+        support lands."""
+        raise url_not_supported(port)
+
+
+async def _start_pty(http: SyncHTTP, sandbox_id: str, body: Dict[str, Any]) -> AsyncPty:
+    return await AsyncPty.start(AsyncHTTP(http.cfg, http.timeout), sandbox_id, body)
