@@ -146,6 +146,17 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		"MkdirRequest":          MkdirRequest{},
 		"RenameRequest":         RenameRequest{},
 		"Health":                Health{},
+		"StartProcessRequest":   StartProcessRequest{},
+		"Process":               Process{},
+		"ProcessList":           ProcessList{},
+		"ProcessOutput":         ProcessOutput{},
+		"SignalRequest":         SignalRequest{},
+		"CreatePTYRequest":      CreatePTYRequest{},
+		"PTYSession":            PTYSession{},
+		"PTYList":               PTYList{},
+		"PTYSize":               PTYSize{},
+		"PTYControl":            PTYControl{},
+		"WatchEvent":            WatchEvent{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

@@ -150,6 +150,9 @@ type ExecEvent struct {
 	Type string `json:"type"`
 	Pid  int    `json:"pid,omitempty"`  // start
 	Data []byte `json:"data,omitempty"` // stdout, stderr (base64 in JSON)
+	// Offset is, on a background process's stream, the byte offset of
+	// Data's first byte in its stream (see ProcessOutput).
+	Offset *int64 `json:"offset,omitempty"`
 	// exit:
 	ExitCode   *int    `json:"exit_code,omitempty"`
 	Signal     string  `json:"signal,omitempty"` // e.g. "SIGKILL" when killed by a signal

@@ -75,6 +75,11 @@ type Server struct {
 	started   time.Time
 	handler   http.Handler
 
+	// procs, ptys: background processes and PTY sessions (processes.go,
+	// pty.go).
+	procs procTable
+	ptys  ptyTable
+
 	// mu guards live and servers.
 	mu      sync.Mutex
 	live    map[*proc]struct{}
@@ -122,6 +127,9 @@ func NewServer(cfg Config) *Server {
 	mux.HandleFunc("GET /ping", s.handlePing)
 	mux.HandleFunc("POST /exec", s.handleExec)
 	mux.HandleFunc("POST /exec/stream", s.handleExecStream)
+	s.registerProcesses(mux)
+	s.registerPTY(mux)
+	mux.HandleFunc("GET /files/watch", s.handleWatch)
 	files.Register(mux, files.Options{DefaultUser: cfg.User, Logger: s.log})
 	s.handler = mux
 	return s
