@@ -24,6 +24,15 @@ var Routes = []Route{
 	{"GET", "/v1/sandboxes/{id}"},
 	{"PATCH", "/v1/sandboxes/{id}"},
 	{"DELETE", "/v1/sandboxes/{id}"},
+	// State (api/state.go): pause, snapshots, fork, reset.
+	{"POST", "/v1/sandboxes/{id}/pause"},
+	{"POST", "/v1/sandboxes/{id}/resume"},
+	{"POST", "/v1/sandboxes/{id}/snapshots"},
+	{"POST", "/v1/sandboxes/{id}/fork"},
+	{"POST", "/v1/sandboxes/{id}/reset"},
+	{"GET", "/v1/snapshots"},
+	{"GET", "/v1/snapshots/{ref}"},
+	{"DELETE", "/v1/snapshots/{ref}"},
 
 	// Forwarded to the guest (see guest.go), under SandboxPrefix.
 	{"POST", SandboxPrefix + "/exec"},

@@ -28,6 +28,15 @@ type CreateSandboxRequest struct {
 	Pids       int64             `json:"pids,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
+	// Snapshot starts the sandbox from a snapshot (id or name) instead of
+	// a template; see api/state.go.
+	Snapshot string `json:"snapshot,omitempty"`
+	// OnTimeout is what the TTL does: OnTimeoutDestroy (default) or
+	// OnTimeoutPause, which keeps the sandbox paused and its files.
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// AutoResume makes exec and file requests resume a paused sandbox
+	// instead of failing.
+	AutoResume bool `json:"auto_resume,omitempty"`
 }
 
 // Resources are a sandbox's limits, as applied.
@@ -52,6 +61,12 @@ type Sandbox struct {
 	ExpiresAt       *time.Time        `json:"expires_at,omitempty"`
 	Error           string            `json:"error,omitempty"` // why it failed, when state is failed
 	Pid             int               `json:"pid,omitempty"`   // host pid of the sandbox's init (admin view)
+	// Lineage: the sandbox this one was forked from, and the snapshot it
+	// started from.
+	Parent     string `json:"parent,omitempty"`
+	Snapshot   string `json:"snapshot,omitempty"`
+	OnTimeout  string `json:"on_timeout,omitempty"`
+	AutoResume bool   `json:"auto_resume,omitempty"`
 }
 
 // UpdateSandboxRequest is the body of PATCH /v1/sandboxes/{id}.

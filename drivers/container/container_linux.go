@@ -415,8 +415,11 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	if h.Pid <= 0 || !alive(h) {
 		return errdefs.NotFound("sandbox %s: init process %d is gone", h.ID, h.Pid)
 	}
-	if err := ping(ctx, h.Socket); err != nil {
-		return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
+	// A paused sandbox's agent is frozen too and cannot answer.
+	if !d.frozen(h.ID) {
+		if err := ping(ctx, h.Socket); err != nil {
+			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
+		}
 	}
 	fd, err := unix.PidfdOpen(h.Pid, 0)
 	if err != nil {
@@ -472,6 +475,25 @@ func (d *Driver) Pause(ctx context.Context, h *driver.Handle) error {
 		return err
 	}
 	return cg.Freeze()
+}
+
+// frozen reports whether sandbox id's cgroup is frozen (v1 freezer.state,
+// v2 cgroup.freeze).
+func (d *Driver) frozen(id string) bool {
+	cg, err := d.cg.Open(id)
+	if err != nil {
+		return false
+	}
+	paths := cg.Paths()
+	if p, ok := paths["freezer"]; ok {
+		b, err := os.ReadFile(filepath.Join(p, "freezer.state"))
+		return err == nil && strings.TrimSpace(string(b)) != "THAWED"
+	}
+	if p, ok := paths[""]; ok {
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.freeze"))
+		return err == nil && strings.TrimSpace(string(b)) == "1"
+	}
+	return false
 }
 
 // Resume implements driver.Pauser.

@@ -20,6 +20,10 @@ type createFlags struct {
 	isolation string
 	env       []string
 	meta      []string
+	// State (docs/state.md).
+	snapshot   string
+	onTimeout  string
+	autoResume bool
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -32,6 +36,9 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.isolation, "isolation", "", "isolation tier: container, gvisor, ... (default: the daemon's)")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of every process (repeatable)")
 	fs.StringArrayVar(&f.meta, "meta", nil, "metadata KEY=VALUE to find the sandbox by (repeatable)")
+	fs.StringVar(&f.snapshot, "snapshot", "", "start from this snapshot (id or name) instead of a template")
+	fs.StringVar(&f.onTimeout, "on-timeout", "", "what the TTL does: destroy (default) or pause (keeps the sandbox and its files)")
+	fs.BoolVar(&f.autoResume, "auto-resume", false, "let exec and file requests resume the sandbox when it is paused")
 }
 
 // request turns the flags into a create request, checking each.
@@ -42,6 +49,7 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 		CPU:       f.cpu,
 		Pids:      f.pids,
 	}
+	req.Snapshot, req.OnTimeout, req.AutoResume = f.snapshot, f.onTimeout, f.autoResume
 	var err error
 	if f.ttl != "" {
 		if req.TTLSeconds, err = parseTTLSeconds("ttl", f.ttl); err != nil {

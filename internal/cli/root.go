@@ -152,6 +152,8 @@ uses the local socket and the admin key by default.`,
 		newVersionCommand(g),
 		newBenchCommand(g),
 	)
+	// State (docs/state.md).
+	root.AddCommand(newPauseCommand(g), newResumeCommand(g), newSnapshotCommand(g), newForkCommand(g), newResetCommand(g))
 	return root
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -18,24 +19,51 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(s.cfg.RunDir, "sandboxes"), 0o711); err != nil {
 		return err
 	}
+	// Snapshots a crash left half-taken go first: their record is the
+	// intent, their subvolume (if any) is incomplete.
+	if snaps, err := s.st.ListSnapshots(ctx, "", store.SnapshotCreating); err == nil {
+		for _, sn := range snaps {
+			_ = s.pool.RemoveSnapshot(ctx, sn.ID)
+			_ = s.st.DeleteSnapshot(ctx, sn.ID)
+			s.log.Info("removed a snapshot left half-taken", "snapshot", sn.ID, "sandbox", sn.SandboxID)
+		}
+	}
 	recs, err := s.st.ListSandboxes(ctx, store.Filter{States: []string{
-		api.StateCreating, api.StateRunning, api.StatePaused, api.StateDestroying,
+		api.StateCreating, api.StateRunning, api.StatePaused, api.StateStopped, api.StateDestroying,
 	}})
 	if err != nil {
 		return err
 	}
-	keep := map[string]bool{}
+	// keep: sandboxes whose init runs; keepLayer adds the stopped ones.
+	keep, keepLayer := map[string]bool{}, map[string]bool{}
 	for _, rec := range recs {
 		drv := s.drivers[rec.Isolation]
+		if rec.State == api.StateStopped {
+			keepLayer[rec.ID] = true
+			continue
+		}
 		if (rec.State == api.StateRunning || rec.State == api.StatePaused) && drv != nil && rec.Handle != nil {
-			if err := drv.Adopt(ctx, rec.Handle); err == nil {
-				e := s.newEntry(rec.ID, rec.Tenant, drv, rec.Handle)
+			if e, err := s.adopt(ctx, rec, drv); err == nil {
 				s.mu.Lock()
 				s.live[rec.ID] = e
 				s.mu.Unlock()
-				s.watch(e)
-				keep[rec.ID] = true
+				s.watch(e, 0)
+				keep[rec.ID], keepLayer[rec.ID] = true, true
 				s.log.Info("re-adopted sandbox", "sandbox", rec.ID, "state", rec.State, "pid", rec.Handle.Pid)
+				continue
+			} else if persistent(rec) {
+				// Its files are kept; resume starts it cold.
+				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				_ = drv.Destroy(rctx, rec.Handle)
+				cancel()
+				_ = os.RemoveAll(s.runDir(rec.ID))
+				_ = s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
+					r.State = api.StateStopped
+					r.Handle = nil
+					return nil
+				})
+				keepLayer[rec.ID] = true
+				s.log.Info("sandbox's init is gone; kept stopped with its files", "sandbox", rec.ID, "reason", err)
 				continue
 			} else {
 				s.log.Warn("sandbox did not survive; cleaning up", "sandbox", rec.ID, "reason", err)
@@ -68,7 +96,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if layers, err := s.pool.ListLayers(); err == nil {
 		for _, id := range layers {
-			if !keep[id] {
+			if !keepLayer[id] {
 				if err := s.pool.RemoveLayer(ctx, id); err != nil {
 					s.log.Warn("removing leftover layer", "sandbox", id, "err", err)
 				} else {
@@ -85,9 +113,68 @@ func (s *Service) Start(ctx context.Context) error {
 			}
 		}
 	}
+	s.sweepSnapshots(ctx)
 	s.wg.Add(1)
 	go s.reaper()
 	return nil
+}
+
+// persistent reports whether a sandbox asked to be kept (on_timeout pause):
+// it survives the loss of its init as a stopped sandbox.
+func persistent(rec *store.SandboxRecord) bool {
+	return rec.Spec.OnTimeout == api.OnTimeoutPause || rec.State == api.StatePaused
+}
+
+// adopt re-attaches a sandbox an earlier daemon left. A running sandbox
+// is thawed first: a crash in the middle of a snapshot leaves it frozen.
+func (s *Service) adopt(ctx context.Context, rec *store.SandboxRecord, drv driver.Driver) (*entry, error) {
+	p, canPause := drv.(driver.Pauser)
+	canPause = canPause && drv.Capabilities().Pause
+	if rec.State == api.StateRunning && canPause {
+		_ = p.Resume(ctx, rec.Handle)
+	}
+	if err := drv.Adopt(ctx, rec.Handle); err != nil {
+		return nil, err
+	}
+	e := s.newEntry(rec.ID, rec.Tenant, drv, rec.Handle)
+	e.autoResume = rec.Spec.AutoResume
+	if rec.State == api.StatePaused {
+		e.paused.Store(true)
+		if canPause {
+			// Make sure it is frozen, whatever happened meanwhile.
+			_ = p.Pause(ctx, rec.Handle)
+		}
+	}
+	return e, nil
+}
+
+// sweepSnapshots removes snapshot subvolumes with no record (a crash
+// between removing the record and the subvolume) and internal snapshots
+// nothing depends on any more.
+func (s *Service) sweepSnapshots(ctx context.Context) {
+	recs, err := s.st.ListSnapshots(ctx, "")
+	if err != nil {
+		s.log.Warn("listing snapshots", "err", err)
+		return
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[r.ID] = true
+	}
+	if ids, err := s.pool.ListSnapshots(); err == nil {
+		for _, id := range ids {
+			if !known[id] {
+				if err := s.pool.RemoveSnapshot(ctx, id); err == nil {
+					s.log.Info("cleaned up leftover", "what", "snapshot "+id)
+				}
+			}
+		}
+	}
+	for _, r := range recs {
+		if r.Internal {
+			s.collect(ctx, r.ID)
+		}
+	}
 }
 
 // reaper destroys sandboxes past their TTL, until Close.
@@ -125,6 +212,16 @@ func (s *Service) reapOnce() {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			if rec, err := s.st.GetSandbox(ctx, id); err == nil && rec.Spec.OnTimeout == api.OnTimeoutPause {
+				if rec.State == api.StatePaused {
+					return
+				}
+				s.log.Info("TTL expired; pausing (on_timeout: pause)", "sandbox", id)
+				if _, err := s.Pause(ctx, "", id); err != nil {
+					s.log.Warn("reaper: pause failed", "sandbox", id, "err", err)
+				}
+				return
+			}
 			s.log.Info("TTL expired; destroying", "sandbox", id)
 			if err := s.Destroy(ctx, "", id); err != nil {
 				s.log.Warn("reaper: destroy failed", "sandbox", id, "err", err)

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -49,6 +50,9 @@ type Service struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
+	// coldMu serializes cold starts of stopped sandboxes.
+	coldMu sync.Mutex
+
 	mu sync.Mutex
 	// live are the sandboxes with a running (or paused) init.
 	live map[string]*entry
@@ -59,13 +63,23 @@ type entry struct {
 	id     string
 	tenant string
 	drv    driver.Driver
-	h      *driver.Handle
-	guest  *http.Transport
+	// hp is the driver's handle; reset swaps it for a new one.
+	hp    atomic.Pointer[driver.Handle]
+	guest *http.Transport
+	// paused is set while the sandbox is frozen; autoResume makes guest
+	// requests thaw it instead of failing.
+	paused     atomic.Bool
+	autoResume bool
 
-	// op serializes lifecycle operations (destroy, pause, ...).
+	// op serializes lifecycle operations (destroy, pause, snapshot, reset).
 	op         sync.Mutex
 	destroying bool
+	// gen counts the inits this entry has had (reset starts a new one), so
+	// that the watcher of a replaced init ignores its exit.
+	gen uint64
 }
+
+func (e *entry) handle() *driver.Handle { return e.hp.Load() }
 
 // New returns a service; call Start to recover state and start the reaper.
 func New(o Options) *Service {
@@ -109,8 +123,24 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	if !ok {
 		return nil, errdefs.Invalid("isolation %q is not available on this host; available: %s", r.Isolation, strings.Join(s.DriverNames(), ", "))
 	}
-	tpl, err := s.pool.Template(r.Template)
-	if err != nil {
+	var (
+		tpl  *storage.Template
+		snap *store.SnapshotRecord
+	)
+	if req.Snapshot != "" {
+		if req.Template != "" {
+			return nil, errdefs.Invalid("send either template or snapshot, not both: a snapshot already names its template")
+		}
+		if snap, err = s.st.GetSnapshot(ctx, tenant, req.Snapshot); err != nil {
+			return nil, err
+		}
+		if snap.State != store.SnapshotReady {
+			return nil, errdefs.NotFound("snapshot %q is still being taken; retry in a moment", req.Snapshot)
+		}
+		if tpl, err = s.pool.TemplateVersion(snap.Template, snap.TemplateVersion); err != nil {
+			return nil, fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
+		}
+	} else if tpl, err = s.pool.Template(r.Template); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
@@ -126,6 +156,13 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		Env:             r.Env,
 		Metadata:        r.Metadata,
 		CreatedAt:       now,
+		Lowers:          []string{tpl.Rootfs},
+	}
+	if snap != nil {
+		rec.Snapshot = snap.ID
+		rec.Spec.Snapshot = snap.ID
+		rec.Lowers = snap.Lowers
+		rec.Env = mergeEnv(snap.Env, r.Env)
 	}
 	if r.TTL > 0 {
 		exp := now.Add(r.TTL)
@@ -134,10 +171,10 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	// The sandbox outlives this request: build it on a context of its own.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
-	if err := s.st.CreateSandbox(cctx, rec); err != nil {
+	if err := s.st.CreateSandboxFromSnapshot(cctx, rec); err != nil {
 		return nil, err
 	}
-	e, err := s.start(cctx, rec, tpl, drv)
+	e, err := s.start(cctx, rec, tpl, drv, false)
 	if err != nil {
 		s.log.Warn("create failed", "sandbox", rec.ID, "err", err)
 		_ = s.st.UpdateSandbox(cctx, rec.ID, func(r *store.SandboxRecord) error {
@@ -150,7 +187,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(cctx, rec.ID, func(r *store.SandboxRecord) error {
 		r.State = api.StateRunning
-		r.Handle = e.h
+		r.Handle = e.handle()
 		out = r
 		return nil
 	})
@@ -161,14 +198,27 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	s.mu.Lock()
 	s.live[rec.ID] = e
 	s.mu.Unlock()
-	s.watch(e)
+	s.watch(e, 0)
 	s.log.Debug("created", "sandbox", rec.ID, "tenant", tenant, "template", tpl.Name+"@"+tpl.Version)
 	return toAPI(out), nil
 }
 
 // start builds the sandbox's layer and run dir and starts its driver; on
-// error nothing is left.
-func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) (_ *entry, err error) {
+// error nothing is left. With keepLayer it starts on the layer the sandbox
+// already has (a cold resume), which it never removes.
+func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver, keepLayer bool) (*entry, error) {
+	h, err := s.boot(ctx, rec, tpl, drv, keepLayer)
+	if err != nil {
+		return nil, err
+	}
+	e := s.newEntry(rec.ID, rec.Tenant, drv, h)
+	e.autoResume = rec.Spec.AutoResume
+	return e, nil
+}
+
+// boot makes the run dir and (unless keepLayer) the writable layer, and
+// starts the sandbox's init on rec.Lowers; on error nothing it made is left.
+func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver, keepLayer bool) (_ *driver.Handle, err error) {
 	dir := s.runDir(rec.ID)
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("creating run dir: %w", err)
@@ -178,15 +228,25 @@ func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *stor
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	upper, work, err := s.pool.CreateLayer(ctx, rec.ID, rec.Resources.DiskMB)
-	if err != nil {
-		return nil, fmt.Errorf("creating writable layer: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = s.pool.RemoveLayer(context.WithoutCancel(ctx), rec.ID)
+	var upper, work string
+	if keepLayer {
+		if upper, work, err = s.pool.LayerPaths(rec.ID); err != nil {
+			return nil, fmt.Errorf("finding the sandbox's layer: %w", err)
 		}
-	}()
+	} else {
+		if upper, work, err = s.pool.CreateLayer(ctx, rec.ID, rec.Resources.DiskMB); err != nil {
+			return nil, fmt.Errorf("creating writable layer: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				_ = s.pool.RemoveLayer(context.WithoutCancel(ctx), rec.ID)
+			}
+		}()
+	}
+	layers := rec.Lowers
+	if len(layers) == 0 {
+		layers = []string{tpl.Rootfs}
+	}
 	env := make([]string, 0, len(tpl.Env)+len(rec.Env))
 	merged := maps.Clone(tpl.Env)
 	if merged == nil {
@@ -204,7 +264,7 @@ func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *stor
 	spec := &driver.Spec{
 		ID:       rec.ID,
 		Hostname: "sbx-" + rec.ID,
-		Layers:   []string{tpl.Rootfs},
+		Layers:   layers,
 		UpperDir: upper,
 		WorkDir:  work,
 		Env:      env,
@@ -215,18 +275,24 @@ func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *stor
 		Pids:     rec.Resources.Pids,
 		RunDir:   dir,
 	}
-	h, err := drv.Create(ctx, spec)
-	if err != nil {
-		return nil, err
+	return drv.Create(ctx, spec)
+}
+
+func mergeEnv(base, over map[string]string) map[string]string {
+	if len(base) == 0 {
+		return over
 	}
-	return s.newEntry(rec.ID, rec.Tenant, drv, h), nil
+	out := maps.Clone(base)
+	maps.Copy(out, over)
+	return out
 }
 
 func (s *Service) newEntry(id, tenant string, drv driver.Driver, h *driver.Handle) *entry {
-	e := &entry{id: id, tenant: tenant, drv: drv, h: h}
+	e := &entry{id: id, tenant: tenant, drv: drv}
+	e.hp.Store(h)
 	e.guest = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return drv.DialGuest(ctx, h)
+			return drv.DialGuest(ctx, e.handle())
 		},
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     30 * time.Second,
@@ -235,20 +301,22 @@ func (s *Service) newEntry(id, tenant string, drv driver.Driver, h *driver.Handl
 	return e
 }
 
-// watch marks a sandbox failed when its init dies without a destroy.
-func (s *Service) watch(e *entry) {
+// watch marks a sandbox failed when its init (generation gen) dies without
+// a destroy or a reset.
+func (s *Service) watch(e *entry, gen uint64) {
+	exited := e.drv.Exited(e.handle())
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		select {
-		case <-e.drv.Exited(e.h):
+		case <-exited:
 		case <-s.stop:
 			return
 		}
 		e.op.Lock()
-		destroying := e.destroying
+		stale := e.destroying || e.gen != gen
 		e.op.Unlock()
-		if destroying {
+		if stale {
 			return
 		}
 		s.log.Warn("sandbox init exited unexpectedly; cleaning up", "sandbox", e.id)
@@ -271,7 +339,7 @@ func (s *Service) teardown(e *entry, reason string) error {
 		r.State = api.StateDestroying
 		return nil
 	})
-	err := s.release(ctx, e.id, e.drv, e.h)
+	err := s.release(ctx, e.id, e.drv, e.handle())
 	e.guest.CloseIdleConnections()
 	s.mu.Lock()
 	delete(s.live, e.id)
@@ -290,6 +358,7 @@ func (s *Service) teardown(e *entry, reason string) error {
 		}
 		return nil
 	})
+	s.collectFor(ctx, e.id)
 	return err
 }
 
@@ -322,6 +391,9 @@ func (s *Service) lookup(ctx context.Context, tenant, id string) (*entry, error)
 	rec, err := s.st.GetSandbox(ctx, id)
 	if err != nil || (tenant != "" && rec.Tenant != tenant) {
 		return nil, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
+	}
+	if rec.State == api.StateStopped {
+		return nil, errdefs.Precondition("sandbox %s is stopped; start it again with `agentbox resume %s`", id, id)
 	}
 	return nil, errdefs.Precondition("sandbox %s is %s, not running", id, rec.State)
 }
@@ -408,6 +480,7 @@ func (s *Service) Destroy(ctx context.Context, tenant, id string) error {
 					}
 					return nil
 				})
+				s.collectFor(rctx, id)
 			}
 			return nil
 		}
@@ -421,6 +494,14 @@ func (s *Service) Guest(ctx context.Context, tenant, id string) (http.RoundTripp
 	e, err := s.lookup(ctx, tenant, id)
 	if err != nil {
 		return nil, err
+	}
+	if e.paused.Load() {
+		if !e.autoResume {
+			return nil, errdefs.Precondition("sandbox %s is paused; resume it with `agentbox resume %s`", id, id)
+		}
+		if _, err := s.Resume(ctx, tenant, id); err != nil {
+			return nil, fmt.Errorf("resuming sandbox %s (auto_resume): %w", id, err)
+		}
 	}
 	return e.guest, nil
 }
@@ -455,6 +536,10 @@ func toAPI(r *store.SandboxRecord) *api.Sandbox {
 		CreatedAt:       r.CreatedAt,
 		ExpiresAt:       r.ExpiresAt,
 		Error:           r.Error,
+		Parent:          r.Parent,
+		Snapshot:        r.Snapshot,
+		OnTimeout:       r.Spec.OnTimeout,
+		AutoResume:      r.Spec.AutoResume,
 	}
 	if r.Handle != nil {
 		sb.Pid = r.Handle.Pid

@@ -102,6 +102,11 @@ func resolve(cfg *config.Config, req *api.CreateSandboxRequest) (*resolved, erro
 			return nil, errdefs.Invalid("metadata %s is %d bytes; values are limited to 1 KiB", k, len(v))
 		}
 	}
+	switch req.OnTimeout {
+	case "", api.OnTimeoutDestroy, api.OnTimeoutPause:
+	default:
+		return nil, errdefs.Invalid("on_timeout must be %q or %q, got %q", api.OnTimeoutDestroy, api.OnTimeoutPause, req.OnTimeout)
+	}
 	return r, nil
 }
 

@@ -82,6 +82,16 @@ func (s *Server) routes() {
 		"GET /v1/templates":         s.listTemplates,
 		"GET /v1/templates/{name}":  s.getTemplate,
 		"POST /v1/templates":        s.importTemplate,
+
+		// State (state.go).
+		"POST /v1/sandboxes/{id}/pause":     s.pauseSandbox,
+		"POST /v1/sandboxes/{id}/resume":    s.resumeSandbox,
+		"POST /v1/sandboxes/{id}/snapshots": s.createSnapshot,
+		"POST /v1/sandboxes/{id}/fork":      s.forkSandbox,
+		"POST /v1/sandboxes/{id}/reset":     s.resetSandbox,
+		"GET /v1/snapshots":                 s.listSnapshots,
+		"GET /v1/snapshots/{ref}":           s.getSnapshot,
+		"DELETE /v1/snapshots/{ref}":        s.deleteSnapshot,
 	}
 	// Every route comes from api.Routes, which a test holds against
 	// api/openapi.yaml; the guest's routes are forwarded.

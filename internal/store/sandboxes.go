@@ -34,6 +34,13 @@ type SandboxRecord struct {
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	ExpiresAt *time.Time // nil: no TTL
+	// Lineage: the sandbox it was forked from and the snapshot it started
+	// from ("" for none).
+	Parent   string
+	Snapshot string
+	// Lowers are the overlay's read-only layers, top first (the
+	// snapshots' upper dirs, then the template's rootfs).
+	Lowers []string
 }
 
 // Filter selects sandboxes in ListSandboxes. Zero fields match everything.
@@ -98,8 +105,13 @@ func sandboxArgs(rec *SandboxRecord) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding handle: %w", err)
 	}
+	lowers, err := jsonOrNull(rec.Lowers, rec.Lowers == nil)
+	if err != nil {
+		return nil, fmt.Errorf("encoding lowers: %w", err)
+	}
 	return []any{rec.Tenant, rec.State, rec.Template, rec.TemplateVersion, rec.Isolation,
-		string(spec), string(res), env, md, h, rec.Error, toNullMS(rec.ExpiresAt)}, nil
+		string(spec), string(res), env, md, h, rec.Error, toNullMS(rec.ExpiresAt),
+		rec.Parent, rec.Snapshot, lowers}, nil
 }
 
 func jsonOrNull(v any, isNil bool) (sql.NullString, error) {
@@ -125,12 +137,13 @@ func scanSandbox(row scanner, id string) (*SandboxRecord, error) {
 	var (
 		rec              SandboxRecord
 		spec, res        string
-		env, md, h       sql.NullString
+		env, md, h, lw   sql.NullString
 		created, updated int64
 		expires          sql.NullInt64
 	)
 	err := row.Scan(&rec.ID, &rec.Tenant, &rec.State, &rec.Template, &rec.TemplateVersion, &rec.Isolation,
-		&spec, &res, &env, &md, &h, &rec.Error, &created, &updated, &expires)
+		&spec, &res, &env, &md, &h, &rec.Error, &created, &updated, &expires,
+		&rec.Parent, &rec.Snapshot, &lw)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("sandbox %s not found", id)
 	}
@@ -147,7 +160,7 @@ func scanSandbox(row scanner, id string) (*SandboxRecord, error) {
 	for _, c := range []struct {
 		col sql.NullString
 		dst any
-	}{{env, &rec.Env}, {md, &rec.Metadata}, {h, &rec.Handle}} {
+	}{{env, &rec.Env}, {md, &rec.Metadata}, {h, &rec.Handle}, {lw, &rec.Lowers}} {
 		if c.col.Valid {
 			if err := json.Unmarshal([]byte(c.col.String), c.dst); err != nil {
 				return nil, fmt.Errorf("decoding sandbox %s: %w: %w", rec.ID, errdefs.ErrInternal, err)

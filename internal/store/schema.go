@@ -54,6 +54,32 @@ CREATE TABLE events (
 ) STRICT;
 CREATE INDEX events_sandbox ON events (sandbox_id, id);
 `,
+	// 2: lineage and layers of sandboxes; snapshots.
+	`
+ALTER TABLE sandboxes ADD COLUMN parent TEXT NOT NULL DEFAULT '';   -- sandbox forked from
+ALTER TABLE sandboxes ADD COLUMN snapshot TEXT NOT NULL DEFAULT ''; -- snapshot started from
+ALTER TABLE sandboxes ADD COLUMN lowers TEXT;                       -- JSON overlay lowers, top first
+CREATE INDEX sandboxes_snapshot ON sandboxes (snapshot) WHERE snapshot != '';
+
+CREATE TABLE snapshots (
+	id               TEXT PRIMARY KEY,
+	name             TEXT NOT NULL DEFAULT '',
+	tenant           TEXT NOT NULL,
+	state            TEXT NOT NULL,               -- creating, ready
+	sandbox_id       TEXT NOT NULL DEFAULT '',    -- source sandbox
+	template         TEXT NOT NULL DEFAULT '',
+	template_version TEXT NOT NULL DEFAULT '',
+	isolation        TEXT NOT NULL DEFAULT '',
+	parent           TEXT NOT NULL DEFAULT '',    -- snapshot the source started from
+	lowers           TEXT NOT NULL DEFAULT '[]',  -- JSON overlay lowers of sandboxes made from it
+	env              TEXT,                        -- JSON object or NULL: the source's env
+	internal         INTEGER NOT NULL DEFAULT 0,  -- made by fork; removed with its last dependent
+	size_bytes       INTEGER NOT NULL DEFAULT 0,
+	created_at       INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX snapshots_name ON snapshots (tenant, name) WHERE name != '';
+CREATE INDEX snapshots_parent ON snapshots (parent) WHERE parent != '';
+`,
 }
 
 // SchemaVersion is the schema version this binary writes.

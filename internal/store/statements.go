@@ -7,7 +7,8 @@ import (
 )
 
 const sandboxColumns = `id, tenant, state, template, template_version, isolation,
-	spec, resources, env, metadata, handle, error, created_at, updated_at, expires_at`
+	spec, resources, env, metadata, handle, error, created_at, updated_at, expires_at,
+	parent, snapshot, lowers`
 
 const keyColumns = `id, tenant, name, hash, admin, created_at, last_used_at, revoked_at`
 
@@ -42,12 +43,13 @@ func (s *Store) prepare(ctx context.Context) error {
 	}{
 		{s.w, &st.insertSandbox, `INSERT INTO sandboxes (id, tenant, state, template,
 			template_version, isolation, spec, resources, env, metadata, handle, error,
-			expires_at, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+			expires_at, parent, snapshot, lowers, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{s.w, &st.getSandboxW, `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`},
 		{s.w, &st.updateSandbox, `UPDATE sandboxes SET tenant = ?, state = ?, template = ?,
 			template_version = ?, isolation = ?, spec = ?, resources = ?, env = ?, metadata = ?,
-			handle = ?, error = ?, expires_at = ?, updated_at = ? WHERE id = ?`},
+			handle = ?, error = ?, expires_at = ?, parent = ?, snapshot = ?, lowers = ?,
+			updated_at = ? WHERE id = ?`},
 		{s.w, &st.deleteSandbox, `DELETE FROM sandboxes WHERE id = ?`},
 		{s.w, &st.insertKey, `INSERT INTO api_keys (` + keyColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`},
 		{s.w, &st.revokeKey, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`},
@@ -56,7 +58,9 @@ func (s *Store) prepare(ctx context.Context) error {
 
 		{s.r, &st.getSandbox, `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`},
 		{s.r, &st.expired, `SELECT id FROM sandboxes WHERE expires_at <= ?
-			AND state IN ('running', 'paused') ORDER BY expires_at, id`},
+			AND (state = 'running' OR (state = 'paused'
+				AND coalesce(json_extract(spec, '$.on_timeout'), '') != 'pause'))
+			ORDER BY expires_at, id`},
 		{s.r, &st.keyByHash, `SELECT ` + keyColumns + ` FROM api_keys WHERE hash = ? AND revoked_at IS NULL`},
 		{s.r, &st.events, `SELECT id, sandbox_id, time, kind, message FROM (
 			SELECT * FROM events WHERE sandbox_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id`},

@@ -1,0 +1,52 @@
+package api
+
+import "time"
+
+// What a sandbox's TTL does when it runs out (CreateSandboxRequest.OnTimeout).
+const (
+	OnTimeoutDestroy = "destroy"
+	OnTimeoutPause   = "pause"
+)
+
+// Snapshot is an immutable capture of a sandbox's files, usable to create
+// sandboxes exactly as a template is.
+type Snapshot struct {
+	ID              string    `json:"id"`
+	Name            string    `json:"name,omitempty"`
+	SandboxID       string    `json:"sandbox_id"` // the source sandbox
+	Template        string    `json:"template"`
+	TemplateVersion string    `json:"template_version"`
+	Parent          string    `json:"parent,omitempty"` // the snapshot the source started from
+	SizeBytes       int64     `json:"size_bytes"`
+	CreatedAt       time.Time `json:"created_at"`
+	// Internal snapshots are made by fork and removed with their last
+	// dependent.
+	Internal bool `json:"internal,omitempty"`
+}
+
+// CreateSnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
+type CreateSnapshotRequest struct {
+	Name string `json:"name,omitempty"`
+}
+
+// ListSnapshotsResponse is the body of GET /v1/snapshots.
+type ListSnapshotsResponse struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
+type ForkRequest struct {
+	Count int `json:"count,omitempty"` // default 1
+}
+
+// ForkResponse is the body of a fork's answer: the children, in order.
+type ForkResponse struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// ResetRequest is the body of POST /v1/sandboxes/{id}/reset.
+type ResetRequest struct {
+	// Snapshot (id or name) to reset to; empty: where the sandbox
+	// started (its template, or the snapshot it was created from).
+	Snapshot string `json:"snapshot,omitempty"`
+}

@@ -1,0 +1,175 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Pause and resume. A paused sandbox's processes are frozen by the
+// driver (the cgroup freezer on the container tier): memory is kept, no
+// CPU is used, and exec and file requests fail with a precondition error
+// unless the sandbox was created with auto_resume. Its TTL keeps running;
+// when the TTL runs out a paused sandbox is destroyed, unless it asked for
+// on_timeout "pause", in which case it stays paused until resumed and its
+// TTL starts again from the resume.
+//
+// A stopped sandbox (a persistent one whose init was lost, e.g. after a
+// host reboot) still has its writable layer; Resume starts a new init on it
+// (a cold start: files survive, processes and memory do not).
+
+func pauser(e *entry) (driver.Pauser, error) {
+	p, ok := e.drv.(driver.Pauser)
+	if !ok || !e.drv.Capabilities().Pause {
+		return nil, errdefs.Precondition("isolation %s cannot pause sandboxes", e.drv.Name())
+	}
+	return p, nil
+}
+
+// Pause freezes every process of a tenant's sandbox.
+func (s *Service) Pause(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
+	e, err := s.lookup(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	p, err := pauser(e)
+	if err != nil {
+		return nil, err
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	if err := s.pauseLocked(ctx, e, p); err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, tenant, id)
+}
+
+func (s *Service) pauseLocked(ctx context.Context, e *entry, p driver.Pauser) error {
+	if e.destroying {
+		return errdefs.Precondition("sandbox %s is being destroyed", e.id)
+	}
+	if e.paused.Load() {
+		return nil
+	}
+	if err := p.Pause(ctx, e.handle()); err != nil {
+		return fmt.Errorf("pausing sandbox %s: %w", e.id, err)
+	}
+	e.paused.Store(true)
+	err := s.st.UpdateSandbox(context.WithoutCancel(ctx), e.id, func(r *store.SandboxRecord) error {
+		r.State = api.StatePaused
+		return nil
+	})
+	if err != nil {
+		_ = p.Resume(context.WithoutCancel(ctx), e.handle())
+		e.paused.Store(false)
+		return err
+	}
+	return nil
+}
+
+// Resume thaws a paused sandbox, or cold-starts a stopped one.
+func (s *Service) Resume(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
+	rec, err := s.st.GetSandbox(ctx, id)
+	if err != nil || (tenant != "" && rec.Tenant != tenant) {
+		return nil, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
+	}
+	if rec.State == api.StateStopped {
+		return s.coldStart(ctx, rec)
+	}
+	e, err := s.lookup(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	p, err := pauser(e)
+	if err != nil {
+		return nil, err
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	if e.destroying {
+		return nil, errdefs.Precondition("sandbox %s is being destroyed", id)
+	}
+	if !e.paused.Load() {
+		return s.Get(ctx, tenant, id)
+	}
+	if err := p.Resume(ctx, e.handle()); err != nil {
+		return nil, fmt.Errorf("resuming sandbox %s: %w", id, err)
+	}
+	e.paused.Store(false)
+	var out *store.SandboxRecord
+	err = s.st.UpdateSandbox(context.WithoutCancel(ctx), id, func(r *store.SandboxRecord) error {
+		r.State = api.StateRunning
+		s.renewTTL(r)
+		out = r
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return toAPI(out), nil
+}
+
+// renewTTL gives a sandbox whose TTL ran out while paused (on_timeout
+// pause) a full TTL again.
+func (s *Service) renewTTL(r *store.SandboxRecord) {
+	if r.ExpiresAt == nil || r.ExpiresAt.After(time.Now()) {
+		return
+	}
+	res, err := resolve(s.cfg, &r.Spec)
+	if err != nil || res.TTL <= 0 {
+		r.ExpiresAt = nil
+		return
+	}
+	exp := time.Now().UTC().Add(res.TTL)
+	r.ExpiresAt = &exp
+}
+
+// coldStart starts a new init on a stopped sandbox's layer.
+func (s *Service) coldStart(ctx context.Context, rec *store.SandboxRecord) (*api.Sandbox, error) {
+	drv, ok := s.drivers[rec.Isolation]
+	if !ok {
+		return nil, errdefs.Precondition("sandbox %s needs isolation %s, which this daemon does not run", rec.ID, rec.Isolation)
+	}
+	tpl, err := s.pool.TemplateVersion(rec.Template, rec.TemplateVersion)
+	if err != nil {
+		return nil, fmt.Errorf("template of sandbox %s: %w", rec.ID, err)
+	}
+	// One cold start at a time: a second resume finds it running.
+	s.coldMu.Lock()
+	defer s.coldMu.Unlock()
+	if cur, err := s.st.GetSandbox(ctx, rec.ID); err != nil || cur.State != api.StateStopped {
+		return s.Get(ctx, rec.Tenant, rec.ID)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	// The record stays stopped until the init answers: a crash meanwhile
+	// leaves a stopped sandbox with its layer, never a lost one.
+	e, err := s.start(cctx, rec, tpl, drv, true)
+	if err != nil {
+		return nil, fmt.Errorf("starting stopped sandbox %s: %w", rec.ID, err)
+	}
+	var out *store.SandboxRecord
+	err = s.st.UpdateSandbox(cctx, rec.ID, func(r *store.SandboxRecord) error {
+		r.State = api.StateRunning
+		r.Handle = e.handle()
+		r.Error = ""
+		s.renewTTL(r)
+		out = r
+		return nil
+	})
+	if err != nil {
+		_ = drv.Destroy(cctx, e.handle())
+		return nil, err
+	}
+	s.mu.Lock()
+	s.live[rec.ID] = e
+	s.mu.Unlock()
+	s.watch(e, 0)
+	s.log.Info("cold-started stopped sandbox", "sandbox", rec.ID)
+	return toAPI(out), nil
+}

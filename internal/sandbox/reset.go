@@ -1,0 +1,126 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Reset puts a tenant's sandbox back where it started (its template, or
+// the snapshot it was created from), or onto snapshot snapRef, in place:
+// same id, settings and lineage; every process is killed and the writable
+// layer replaced by an empty one. It skips what a destroy and a create
+// spend on records, ids and the API round trips.
+func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.Sandbox, error) {
+	e, err := s.lookup(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	cur, err := s.st.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		tpl     *storage.Template
+		snap    *store.SnapshotRecord
+		oldSnap = cur.Snapshot
+	)
+	if snapRef != "" {
+		if snap, err = s.st.GetSnapshot(ctx, tenant, snapRef); err != nil {
+			return nil, err
+		}
+		if snap.State != store.SnapshotReady {
+			return nil, errdefs.NotFound("snapshot %q is still being taken; retry in a moment", snapRef)
+		}
+		if snap.Isolation != "" && snap.Isolation != cur.Isolation {
+			return nil, errdefs.Invalid("snapshot %s was taken on isolation %s; sandbox %s runs %s", snap.ID, snap.Isolation, id, cur.Isolation)
+		}
+		tpl, err = s.pool.TemplateVersion(snap.Template, snap.TemplateVersion)
+	} else {
+		tpl, err = s.pool.TemplateVersion(cur.Template, cur.TemplateVersion)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resetting sandbox %s: %w", id, err)
+	}
+
+	e.op.Lock()
+	defer e.op.Unlock()
+	if e.destroying {
+		return nil, errdefs.Precondition("sandbox %s is being destroyed", id)
+	}
+	var rec *store.SandboxRecord
+	err = s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
+		if snap != nil {
+			r.Snapshot, r.Lowers, r.Template, r.TemplateVersion = snap.ID, snap.Lowers, snap.Template, snap.TemplateVersion
+			r.Env = mergeEnv(snap.Env, r.Spec.Env)
+		}
+		rec = r
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if snap != nil {
+		// The record now depends on snap; if it was removed meanwhile,
+		// DeleteSnapshot ran first and this reset must not use it.
+		if _, err := s.st.GetSnapshot(ctx, "", snap.ID); err != nil {
+			return nil, err
+		}
+	}
+	// The old init's exit is expected: its watcher must not tear down.
+	e.gen++
+	gen := e.gen
+	if err := e.drv.Destroy(ctx, e.handle()); err != nil {
+		s.log.Warn("reset: stopping the old init", "sandbox", id, "err", err)
+	}
+	e.guest.CloseIdleConnections()
+	if err := s.pool.RemoveLayer(ctx, id); err != nil {
+		return nil, s.failLocked(e, fmt.Errorf("resetting sandbox %s: %w", id, err))
+	}
+	h, err := s.boot(ctx, rec, tpl, e.drv, false)
+	if err != nil {
+		return nil, s.failLocked(e, fmt.Errorf("resetting sandbox %s: %w", id, err))
+	}
+	e.hp.Store(h)
+	e.paused.Store(false)
+	var out *store.SandboxRecord
+	err = s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
+		r.State = api.StateRunning
+		r.Handle = h
+		out = r
+		return nil
+	})
+	if err != nil {
+		return nil, s.failLocked(e, err)
+	}
+	s.watch(e, gen)
+	if oldSnap != "" && oldSnap != out.Snapshot {
+		s.collect(ctx, oldSnap)
+	}
+	return toAPI(out), nil
+}
+
+// failLocked tears down a sandbox whose reset failed and records why; e.op
+// is held.
+func (s *Service) failLocked(e *entry, cause error) error {
+	e.destroying = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = s.release(ctx, e.id, e.drv, e.handle())
+	s.mu.Lock()
+	delete(s.live, e.id)
+	s.mu.Unlock()
+	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
+		r.State = api.StateFailed
+		r.Error = cause.Error()
+		return nil
+	})
+	return cause
+}

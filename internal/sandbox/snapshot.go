@@ -1,0 +1,213 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Snapshots. Taking one: record the intent (state creating), freeze the
+// sandbox, snapshot its writable layer read-only (btrfs shares every
+// extent, so the cost is one transaction commit), thaw, mark it ready.
+// A sandbox made from a snapshot stacks a fresh writable layer on the
+// snapshot's upper dir and the source's lowers: a chain, at most
+// maxLowers deep. Recovery removes snapshots a crash left creating.
+
+// maxLowers bounds a snapshot chain (fork of a fork of ...): the overlay's
+// mount options must fit in a page.
+const maxLowers = 40
+
+var snapNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+func snapshotAPI(r *store.SnapshotRecord) api.Snapshot {
+	return api.Snapshot{
+		ID:              r.ID,
+		Name:            r.Name,
+		SandboxID:       r.SandboxID,
+		Template:        r.Template,
+		TemplateVersion: r.TemplateVersion,
+		Parent:          r.Parent,
+		SizeBytes:       r.SizeBytes,
+		CreatedAt:       r.CreatedAt,
+		Internal:        r.Internal,
+	}
+}
+
+// Snapshot captures a tenant's running or paused sandbox's files as a
+// snapshot named name ("" for none).
+func (s *Service) Snapshot(ctx context.Context, tenant, id, name string) (*api.Snapshot, error) {
+	if name != "" && !snapNameRE.MatchString(name) {
+		return nil, errdefs.Invalid("snapshot name %q is not valid: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	e, err := s.lookup(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.snapshot(ctx, e, name, false)
+	if err != nil {
+		return nil, err
+	}
+	out := snapshotAPI(rec)
+	return &out, nil
+}
+
+// snapshot takes a snapshot of e; on error nothing of it is left.
+func (s *Service) snapshot(ctx context.Context, e *entry, name string, internal bool) (*store.SnapshotRecord, error) {
+	p, err := pauser(e)
+	if err != nil {
+		return nil, errdefs.Precondition("isolation %s cannot freeze a sandbox for a consistent snapshot", e.drv.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	src, err := s.st.GetSandbox(ctx, e.id)
+	if err != nil {
+		return nil, err
+	}
+	if len(src.Lowers)+1 > maxLowers {
+		return nil, errdefs.Precondition("sandbox %s already stacks on %d layers (forks of forks); the most is %d: snapshot a sandbox nearer its template", e.id, len(src.Lowers), maxLowers)
+	}
+	snapID := newID()
+	lowers := append([]string{s.pool.SnapshotUpper(snapID)}, src.Lowers...)
+	if len(src.Lowers) == 0 {
+		return nil, errdefs.Precondition("sandbox %s has no recorded layers (made by an older agentbox); it cannot be snapshotted", e.id)
+	}
+	rec := &store.SnapshotRecord{
+		ID:              snapID,
+		Name:            name,
+		Tenant:          e.tenant,
+		State:           store.SnapshotCreating,
+		SandboxID:       e.id,
+		Template:        src.Template,
+		TemplateVersion: src.TemplateVersion,
+		Isolation:       src.Isolation,
+		Parent:          src.Snapshot,
+		Lowers:          lowers,
+		Env:             src.Env,
+		Internal:        internal,
+	}
+	// The intent comes first: recovery removes a snapshot left creating.
+	if err := s.st.CreateSnapshot(ctx, rec); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = s.pool.RemoveSnapshot(ctx, snapID)
+			_ = s.st.DeleteSnapshot(ctx, snapID)
+		}
+	}()
+	e.op.Lock()
+	if e.destroying {
+		e.op.Unlock()
+		return nil, errdefs.Precondition("sandbox %s is being destroyed", e.id)
+	}
+	wasPaused := e.paused.Load()
+	if !wasPaused {
+		if err := p.Pause(ctx, e.handle()); err != nil {
+			e.op.Unlock()
+			return nil, fmt.Errorf("freezing sandbox %s for a snapshot: %w", e.id, err)
+		}
+	}
+	size, serr := s.pool.SnapshotLayer(ctx, e.id, snapID)
+	var terr error
+	if !wasPaused {
+		terr = p.Resume(ctx, e.handle())
+	}
+	e.op.Unlock()
+	if serr != nil {
+		return nil, fmt.Errorf("snapshotting sandbox %s: %w", e.id, serr)
+	}
+	if terr != nil {
+		s.log.Warn("thawing sandbox after snapshot", "sandbox", e.id, "err", terr)
+	}
+	if err := s.st.FinishSnapshot(ctx, snapID, size); err != nil {
+		return nil, err
+	}
+	rec.State, rec.SizeBytes = store.SnapshotReady, size
+	ok = true
+	s.log.Debug("snapshot taken", "sandbox", e.id, "snapshot", snapID, "name", name, "size", size)
+	return rec, nil
+}
+
+// GetSnapshot returns a tenant's snapshot by id or name.
+func (s *Service) GetSnapshot(ctx context.Context, tenant, ref string) (*api.Snapshot, error) {
+	rec, err := s.st.GetSnapshot(ctx, tenant, ref)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != store.SnapshotReady {
+		return nil, errdefs.NotFound("snapshot %q is still being taken", ref)
+	}
+	out := snapshotAPI(rec)
+	return &out, nil
+}
+
+// ListSnapshots returns a tenant's snapshots ("" = every tenant's).
+func (s *Service) ListSnapshots(ctx context.Context, tenant string) ([]api.Snapshot, error) {
+	recs, err := s.st.ListSnapshots(ctx, tenant, store.SnapshotReady)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Snapshot, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, snapshotAPI(r))
+	}
+	return out, nil
+}
+
+// DeleteSnapshot removes a tenant's snapshot; it is refused while a
+// sandbox or another snapshot stacks on it.
+func (s *Service) DeleteSnapshot(ctx context.Context, tenant, ref string) error {
+	rec, err := s.st.GetSnapshot(ctx, tenant, ref)
+	if err != nil {
+		return err
+	}
+	if rec.State != store.SnapshotReady {
+		return errdefs.Precondition("snapshot %q is still being taken; retry in a moment", ref)
+	}
+	return s.removeSnapshot(context.WithoutCancel(ctx), rec)
+}
+
+// removeSnapshot deletes the record (checking dependents in the same
+// transaction), then the subvolume; a crash in between leaves a subvolume
+// with no record, which recovery removes.
+func (s *Service) removeSnapshot(ctx context.Context, rec *store.SnapshotRecord) error {
+	if err := s.st.DeleteSnapshot(ctx, rec.ID); err != nil {
+		return err
+	}
+	if err := s.pool.RemoveSnapshot(ctx, rec.ID); err != nil {
+		s.log.Warn("removing snapshot's layer; recovery will retry", "snapshot", rec.ID, "err", err)
+	}
+	if rec.Parent != "" {
+		s.collect(ctx, rec.Parent)
+	}
+	return nil
+}
+
+// collectFor removes the internal snapshot sandbox id started from, once
+// nothing depends on it any more.
+func (s *Service) collectFor(ctx context.Context, id string) {
+	rec, err := s.st.GetSandbox(ctx, id)
+	if err != nil || rec.Snapshot == "" {
+		return
+	}
+	s.collect(ctx, rec.Snapshot)
+}
+
+// collect removes internal snapshot snapID (and, in turn, its internal
+// parents) if nothing depends on it.
+func (s *Service) collect(ctx context.Context, snapID string) {
+	snap, err := s.st.GetSnapshot(ctx, "", snapID)
+	if err != nil || !snap.Internal || snap.State != store.SnapshotReady {
+		return
+	}
+	if err := s.removeSnapshot(ctx, snap); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) && !errors.Is(err, errdefs.ErrNotFound) {
+		s.log.Warn("removing internal snapshot", "snapshot", snapID, "err", err)
+	}
+}

@@ -1,0 +1,110 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// Handlers of the state routes: pause, resume, snapshots, fork, reset
+// (see internal/sandbox/{pause,snapshot,fork,reset}.go).
+
+// decodeOptional decodes a JSON body that may be absent.
+func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.ContentLength == 0 {
+		return nil
+	}
+	err := s.decode(w, r, v)
+	if err != nil && r.ContentLength < 0 && errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.svc.Pause(r.Context(), tenant(r), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.svc.Resume(r.Context(), tenant(r), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
+
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateSnapshotRequest
+	if err := s.decodeOptional(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	snap, err := s.svc.Snapshot(r.Context(), tenant(r), r.PathValue("id"), req.Name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, snap)
+}
+
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	list, err := s.svc.ListSnapshots(r.Context(), tenant(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.ListSnapshotsResponse{Snapshots: list})
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.svc.GetSnapshot(r.Context(), tenant(r), r.PathValue("ref"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, snap)
+}
+
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	if err := s.svc.DeleteSnapshot(r.Context(), tenant(r), r.PathValue("ref")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.ForkRequest
+	if err := s.decodeOptional(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	list, err := s.svc.Fork(r.Context(), tenant(r), r.PathValue("id"), req.Count)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, api.ForkResponse{Sandboxes: list})
+}
+
+func (s *Server) resetSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.ResetRequest
+	if err := s.decodeOptional(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, err := s.svc.Reset(r.Context(), tenant(r), r.PathValue("id"), req.Snapshot)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
