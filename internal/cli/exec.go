@@ -65,6 +65,7 @@ func splitExecArgs(dash int, args []string) (id string, cmd []string, err error)
 
 func newExecCommand(g *globals) *cobra.Command {
 	var f execFlags
+	var tty, detach bool
 	c := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox, streaming its output",
@@ -89,10 +90,18 @@ is still one argument. Use sh -c for a shell:
 			if err != nil {
 				return err
 			}
+			switch {
+			case detach:
+				return startDetached(c, cl, id, req)
+			case tty:
+				return runTerminal(c, cl, id, api.CreatePTYRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User})
+			}
 			return streamExec(c, cl, id, req, f.interactive)
 		},
 	}
 	f.register(c.Flags(), true)
+	c.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a terminal, interactively (see agentbox shell)")
+	c.Flags().BoolVarP(&detach, "detach", "d", false, "start the command in the background and print its pid (see ps, logs, kill)")
 	return c
 }
 

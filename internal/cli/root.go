@@ -151,6 +151,7 @@ uses the local socket and the admin key by default.`,
 		newTemplateCommand(g),
 		newVersionCommand(g),
 		newBenchCommand(g),
+		newShellCommand(g), newPsCommand(g), newLogsCommand(g), newKillCommand(g),
 	)
 	// State (docs/state.md).
 	root.AddCommand(newPauseCommand(g), newResumeCommand(g), newSnapshotCommand(g), newForkCommand(g), newResetCommand(g))

@@ -1,10 +1,15 @@
 package server
 
 import (
+	"bufio"
+	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/agentbox/agentbox/errdefs"
 )
@@ -17,6 +22,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	rt, err := s.svc.Guest(r.Context(), tenant(r), id)
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if isUpgrade(r) {
+		s.forwardUpgrade(w, r, rt, id)
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -71,4 +80,94 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// isUpgrade says r asks to switch protocols (a WebSocket).
+func isUpgrade(r *http.Request) bool {
+	return r.Header.Get("Upgrade") != "" && headerHas(r.Header, "Connection", "upgrade")
+}
+
+func headerHas(h http.Header, key, token string) bool {
+	for _, v := range h.Values(key) {
+		for f := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(f), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forwardUpgrade proxies a protocol switch (PTY WebSockets): the request
+// goes to the guest with its Connection, Upgrade and Sec-WebSocket-*
+// headers; on 101 both connections are taken over and bytes are copied
+// both ways until either side closes. Any other answer is passed back as
+// it is.
+func (s *Server) forwardUpgrade(w http.ResponseWriter, r *http.Request, rt http.RoundTripper, id string) {
+	path := strings.TrimPrefix(r.URL.Path, "/v1/sandboxes/"+id)
+	// The upgraded connection outlives nothing of the request but this
+	// handler; it must not be cut by the request's context machinery.
+	ctx := context.WithoutCancel(r.Context())
+	out, err := http.NewRequestWithContext(ctx, r.Method, "http://guest"+path, nil)
+	if err != nil {
+		writeError(w, errdefs.Invalid("bad request: %v", err))
+		return
+	}
+	out.URL.RawQuery = r.URL.RawQuery
+	for k, vs := range r.Header {
+		if k == "Connection" || k == "Upgrade" || strings.HasPrefix(k, "Sec-Websocket-") {
+			out.Header[k] = vs
+		}
+	}
+	resp, err := rt.RoundTrip(out)
+	if err != nil {
+		writeError(w, errdefs.Unavailable("sandbox %s: guest agent: %v", id, err))
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		for _, h := range []string{"Content-Type", "Content-Length"} {
+			if v := resp.Header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
+		}
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+		return
+	}
+	guest, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		writeError(w, errdefs.Unavailable("sandbox %s: the guest switched protocols on a connection that cannot be taken over", id))
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeError(w, errdefs.Unavailable("taking over the connection for %s: %v", path, err))
+		return
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Time{})
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	resp.Header.Write(brw)
+	brw.WriteString("\r\n")
+	if err := brw.Flush(); err != nil {
+		return
+	}
+	splice(conn, brw.Reader, guest)
+}
+
+// splice copies client->guest (starting with what the server already
+// buffered) and guest->client until one direction ends, then closes both.
+func splice(client net.Conn, buffered *bufio.Reader, guest io.ReadWriteCloser) {
+	var once sync.Once
+	stop := func() { once.Do(func() { client.Close(); guest.Close() }) }
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(guest, buffered) // buffered reads on from client when empty
+		stop()
+	}()
+	io.Copy(client, guest)
+	stop()
+	<-done
 }

@@ -1,0 +1,32 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+)
+
+func newKillCommand(g *globals) *cobra.Command {
+	var sig string
+	var tree bool
+	c := &cobra.Command{
+		Use:   "kill [-s SIG] ID PID|TAG",
+		Short: "Signal or kill a background process",
+		Long: `Without -s, kill a background process and its whole process tree (every
+process it started, double forks included) and forget it. With -s, send
+that signal (a name like INT or SIGTERM, or a number) to the process, or with
+--tree to every process of its tree.`,
+		Args: exactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			if sig == "" {
+				return cl.KillProcess(c.Context(), args[0], args[1])
+			}
+			return cl.SignalProcess(c.Context(), args[0], args[1], sig, tree)
+		},
+	}
+	c.Flags().StringVarP(&sig, "signal", "s", "", "signal to send instead of killing the tree, e.g. INT, TERM, HUP or 9")
+	c.Flags().BoolVar(&tree, "tree", false, "with -s, signal every process of the process's tree")
+	return c
+}

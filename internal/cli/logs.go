@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
+)
+
+func newLogsCommand(g *globals) *cobra.Command {
+	var follow bool
+	c := &cobra.Command{
+		Use:   "logs [-f] ID PID|TAG",
+		Short: "Print a background process's output",
+		Long: `Print what a background process wrote to stdout and stderr (what its ring
+buffers still hold: the last 1 MiB of each by default). With -f, keep
+following until it ends; Ctrl-C detaches and leaves it running.`,
+		Args: exactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			id, ref := args[0], args[1]
+			out, err := cl.ProcessOutput(c.Context(), id, ref, 0, 0)
+			if err != nil {
+				return err
+			}
+			if out.StdoutDropped+out.StderrDropped > 0 {
+				fmt.Fprintf(c.ErrOrStderr(), "agentbox: %d bytes of older output are gone (past the ring buffer)\n", out.StdoutDropped+out.StderrDropped)
+			}
+			c.OutOrStdout().Write(out.Stdout)
+			c.ErrOrStderr().Write(out.Stderr)
+			if !follow || out.State == api.ProcessExited {
+				return nil
+			}
+			_, err = cl.StreamProcess(c.Context(), id, ref, client.StreamOptions{StdoutOffset: out.StdoutOffset, StderrOffset: out.StderrOffset},
+				func(ev *api.ExecEvent) error {
+					w := c.OutOrStdout()
+					if ev.Type == api.EventStderr {
+						w = c.ErrOrStderr()
+					}
+					_, err := w.Write(ev.Data)
+					return err
+				})
+			return err
+		},
+	}
+	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing output as it comes, until the process ends")
+	return c
+}

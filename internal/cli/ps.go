@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
+)
+
+func newPsCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ps ID",
+		Short: "List a sandbox's background processes",
+		Long: `List a sandbox's background processes (started with exec -d, or through the
+API), running and recently ended: pid, tag, state, exit code, age, command.`,
+		Args: exactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			procs, err := cl.ListProcesses(c.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PID\tTAG\tSTATE\tEXIT\tSTARTED\tCOMMAND")
+			for _, p := range procs {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.Pid, orDash(p.Tag), p.State, exitText(p),
+					time.Since(p.StartedAt).Round(time.Second).String()+" ago", strings.Join(p.Cmd, " "))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func exitText(p api.Process) string {
+	switch {
+	case p.State != api.ProcessExited:
+		return "-"
+	case p.Signal != "":
+		return p.Signal
+	case p.ExitCode != nil:
+		return strconv.Itoa(*p.ExitCode)
+	}
+	return "?"
+}
+
+// startDetached starts req as a background process and prints its pid.
+func startDetached(c *cobra.Command, cl *client.Client, id string, req api.ExecRequest) error {
+	p, err := cl.StartProcess(c.Context(), id, api.StartProcessRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TimeoutMs: req.TimeoutMs})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.OutOrStdout(), p.Pid)
+	return nil
+}

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
+)
+
+func newShellCommand(g *globals) *cobra.Command {
+	var f execFlags
+	c := &cobra.Command{
+		Use:   "shell [flags] ID",
+		Short: "Open an interactive terminal in a sandbox",
+		Long: `Open an interactive terminal in a sandbox: the user's login shell (from the
+sandbox's /etc/passwd, else /bin/sh) on a pseudo-terminal, with this
+terminal in raw mode, so tab completion, colours, Ctrl-C and full-screen
+programs work as locally. The window size follows this terminal's. agentbox
+exits with the shell's exit status.`,
+		Args: exactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			req, err := f.request(nil)
+			if err != nil {
+				return err
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			return runTerminal(c, cl, args[0], api.CreatePTYRequest{Env: req.Env, Cwd: req.Cwd, User: req.User})
+		},
+	}
+	f.register(c.Flags(), true)
+	c.Flags().Lookup("interactive").Hidden = true
+	c.Flags().Lookup("timeout").Hidden = true
+	return c
+}
+
+// runTerminal starts req on a new PTY in the sandbox and connects this
+// process's terminal to it until the program ends; its exit status
+// becomes ours.
+func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreatePTYRequest) error {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Context()))
+	defer cancel()
+	in, out := c.InOrStdin(), c.OutOrStdout()
+	fd := -1
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fd = int(f.Fd())
+		if w, h, err := term.GetSize(fd); err == nil {
+			req.Cols, req.Rows = w, h
+		}
+	}
+	sess, err := cl.CreatePTY(ctx, id, req)
+	if err != nil {
+		return err
+	}
+	conn, err := cl.AttachPTY(ctx, id, sess.Pid)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if fd >= 0 {
+		old, err := term.MakeRaw(fd)
+		if err != nil {
+			return fmt.Errorf("putting the terminal in raw mode: %w", err)
+		}
+		defer term.Restore(fd, old)
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for {
+				select {
+				case <-winch:
+					if w, h, err := term.GetSize(fd); err == nil {
+						conn.Resize(w, h)
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	// Keystrokes go to the terminal; this goroutine may stay blocked in
+	// Read after the end, which is harmless as the process exits.
+	go io.Copy(conn, in)
+	_, err = io.Copy(out, conn)
+	if code := conn.ExitCode(); code != nil {
+		if *code != 0 {
+			return &ExitError{Code: *code}
+		}
+		return nil
+	}
+	if err == nil {
+		err = errors.New("the terminal connection closed before the program ended")
+	}
+	return fmt.Errorf("terminal of pid %d: %w (it keeps running; `agentbox kill` ends it)", sess.Pid, err)
+}
