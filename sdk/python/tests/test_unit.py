@@ -1,0 +1,188 @@
+"""Tests that need no daemon: configuration, error classes, parsing."""
+
+import io
+import os
+import socket
+import tarfile
+import tempfile
+
+import pytest
+
+from agentbox import _archive, _config
+from agentbox._common import StreamDecoder, command_fields, exec_body, signal_name
+from agentbox.errors import (AgentboxError, ConflictError, InternalError, InvalidArgumentError,
+                             NotFoundError, ResourceExhaustedError, TimeoutError, UnauthorizedError,
+                             UnavailableError, error_from_code, error_from_status)
+from agentbox.models import ExecResult, parse_time
+
+
+@pytest.mark.parametrize("code,cls", [
+    ("not_found", NotFoundError), ("invalid_argument", InvalidArgumentError),
+    ("unauthenticated", UnauthorizedError), ("failed_precondition", ConflictError),
+    ("already_exists", ConflictError), ("resource_exhausted", ResourceExhaustedError),
+    ("deadline_exceeded", TimeoutError), ("unavailable", UnavailableError), ("internal", InternalError),
+    ("something_new", InternalError),
+])
+def test_error_from_code(code, cls):
+    e = error_from_code(code, "msg", 400)
+    assert type(e) is cls and e.code == code and e.message == "msg" and str(e) == "msg" and e.status == 400
+    assert isinstance(e, AgentboxError)
+
+
+def test_errors_catchable_as_builtins():
+    import builtins
+    assert isinstance(error_from_code("deadline_exceeded", ""), builtins.TimeoutError)
+    assert isinstance(error_from_code("unavailable", ""), ConnectionError)
+    assert isinstance(error_from_code("invalid_argument", ""), ValueError)
+
+
+def test_error_from_status():
+    assert isinstance(error_from_status(404, "x"), NotFoundError)
+    assert isinstance(error_from_status(502, "x"), UnavailableError)
+    assert isinstance(error_from_status(418, "x"), InternalError)
+
+
+@pytest.mark.parametrize("host,base,sock", [
+    ("unix:///run/a.sock", "http://agentbox", "/run/a.sock"),
+    ("http://10.0.0.1:7423", "http://10.0.0.1:7423", None),
+    ("https://box.example.com/", "https://box.example.com", None),
+    ("tcp://1.2.3.4:5", "http://1.2.3.4:5", None),
+    ("localhost:7423", "http://localhost:7423", None),
+])
+def test_parse_host(host, base, sock):
+    assert _config.parse_host(host) == (base, sock)
+
+
+@pytest.mark.parametrize("host", ["unix://relative.sock", "ftp://x", "http://"])
+def test_parse_host_rejects(host):
+    with pytest.raises(InvalidArgumentError):
+        _config.parse_host(host)
+
+
+def test_resolve_precedence(monkeypatch, tmp_path):
+    monkeypatch.setenv("AGENTBOX_HOST", "http://127.0.0.1:9")
+    monkeypatch.setenv("AGENTBOX_API_KEY", "envkey")
+    c = _config.resolve()
+    assert (c.base_url, c.api_key, c.socket) == ("http://127.0.0.1:9", "envkey", None)
+    c = _config.resolve(api_key="argkey", base_url="unix:///x.sock")
+    assert (c.base_url, c.api_key, c.socket) == ("http://agentbox", "argkey", "/x.sock")
+
+
+def test_resolve_root_defaults(monkeypatch, tmp_path):
+    monkeypatch.delenv("AGENTBOX_HOST", raising=False)
+    monkeypatch.delenv("AGENTBOX_API_KEY", raising=False)
+    sock = str(tmp_path / "d.sock")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(sock)
+    key = tmp_path / "admin.key"
+    key.write_text("sekrit\n")
+    try:
+        c = _config.resolve(socket_path=sock, admin_key_path=str(key))
+    finally:
+        s.close()
+    if os.geteuid() == 0:
+        assert (c.socket, c.api_key) == (sock, "sekrit")
+    else:
+        assert (c.base_url, c.api_key) == ("http://127.0.0.1:7423", "")
+    # The admin key never goes to a remote daemon.
+    c = _config.resolve(base_url="http://10.1.2.3:7423", admin_key_path=str(key))
+    assert c.api_key == ""
+
+
+def test_command_fields():
+    assert command_fields("echo hi") == {"shell": "echo hi"}
+    assert command_fields(["echo", "hi"]) == {"cmd": ["echo", "hi"]}
+    for bad in ("", [], [1]):
+        with pytest.raises(InvalidArgumentError):
+            command_fields(bad)
+
+
+def test_exec_body():
+    b = exec_body("x", {"A": "1"}, "/tmp", "nobody", 1.5, "in")
+    assert b == {"shell": "x", "env": {"A": "1"}, "cwd": "/tmp", "user": "nobody", "timeout_ms": 1500,
+                 "stdin": "aW4="}
+    with pytest.raises(InvalidArgumentError):
+        exec_body("x", None, None, None, 0, None)
+
+
+def test_signal_name():
+    import signal
+    assert signal_name("int") == "SIGINT"
+    assert signal_name("SIGTERM") == "SIGTERM"
+    assert signal_name(signal.SIGKILL) == "SIGKILL"
+    assert signal_name(9) == 9
+
+
+def test_stream_decoder_splits_utf8_and_keeps_order():
+    got = []
+    d = StreamDecoder(lambda s: got.append(("out", s)), lambda s: got.append(("err", s)))
+    euro = "€".encode()  # three bytes, split across two events
+    import base64
+    import json
+    events = [
+        {"type": "start", "pid": 3},
+        {"type": "stdout", "data": base64.b64encode(b"a" + euro[:1]).decode()},
+        {"type": "stderr", "data": base64.b64encode(b"E").decode()},
+        {"type": "stdout", "data": base64.b64encode(euro[1:] + b"b").decode()},
+        {"type": "exit", "exit_code": 2, "duration_ms": 1.0},
+    ]
+    raw = "".join(json.dumps(e) + "\n" for e in events).encode()
+    for i in range(0, len(raw), 7):  # arbitrary chunking of the NDJSON
+        d.feed(raw[i:i + 7])
+    r = d.finish()
+    assert got == [("out", "a"), ("err", "E"), ("out", "€b")]
+    assert (r.stdout, r.stderr, r.exit_code) == ("a€b", "E", 2)
+
+
+def test_stream_decoder_error_event():
+    d = StreamDecoder(None, None)
+    with pytest.raises(NotFoundError):
+        d.feed(b'{"type":"error","error":{"code":"not_found","message":"gone"}}\n')
+    with pytest.raises(UnavailableError):
+        StreamDecoder(None, None).finish()
+
+
+def test_exec_result_base64():
+    r = ExecResult.from_dict({"stdout": "/w==", "stderr": "", "encoding": "base64", "exit_code": 0})
+    assert r.stdout_bytes == b"\xff" and r.stdout == "\ufffd" and r.ok
+
+
+def test_parse_time_nanoseconds():
+    t = parse_time("2026-01-02T03:04:05.123456789Z")
+    assert (t.year, t.microsecond, t.utcoffset().total_seconds()) == (2026, 123456, 0)
+
+
+def test_extract_refuses_escape(tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        link = tarfile.TarInfo("evil")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc"
+        tf.addfile(link)
+        data = b"pwned"
+        f = tarfile.TarInfo("evil/passwd")
+        f.size = len(data)
+        tf.addfile(f, io.BytesIO(data))
+    buf.seek(0)
+    with pytest.raises(InvalidArgumentError):
+        _archive.extract(buf, str(tmp_path / "out"))
+    assert os.path.islink(tmp_path / "out" / "evil")
+    buf2 = io.BytesIO()
+    with tarfile.open(fileobj=buf2, mode="w") as tf:
+        f = tarfile.TarInfo("../up.txt")
+        tf.addfile(f, io.BytesIO(b""))
+    buf2.seek(0)
+    with pytest.raises(InvalidArgumentError):
+        _archive.extract(buf2, str(tmp_path / "out2"))
+    assert not (tmp_path / "up.txt").exists()
+
+
+def test_tar_dir_round_trip(tmp_path):
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "a" / "b" / "f.bin").write_bytes(bytes(range(256)))
+    (src / "top.txt").write_text("top")
+    os.symlink("top.txt", src / "ln")
+    f = _archive.tar_dir(str(src))
+    _archive.extract(f, str(tmp_path / "dst"))
+    assert (tmp_path / "dst" / "a" / "b" / "f.bin").read_bytes() == bytes(range(256))
+    assert os.readlink(tmp_path / "dst" / "ln") == "top.txt"
