@@ -1,0 +1,624 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// Tests of docs/state.md: pause and resume, snapshots, fork, reset,
+// persistence and crash safety.
+
+func cpuNanos(t *testing.T, id string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct", env.cfg.CgroupParent, id, "cpuacct.usage"))
+	if err != nil {
+		t.Fatalf("reading cpu usage: %v", err)
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+func p50(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func TestStatePauseStopsCPU(t *testing.T) {
+	ctx := context.Background()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox"})
+	mustSh(t, id, "echo kept > /root/f; (while :; do :; done) >/dev/null 2>&1 &")
+	time.Sleep(300 * time.Millisecond)
+	sb, err := env.client.PauseSandbox(ctx, id)
+	if err != nil || sb.State != api.StatePaused {
+		t.Fatalf("pause: %+v, %v", sb, err)
+	}
+	before := cpuNanos(t, id)
+	time.Sleep(1 * time.Second)
+	if grew := cpuNanos(t, id) - before; grew > int64(20*time.Millisecond) {
+		t.Fatalf("a paused sandbox used %v of CPU in 1 s", time.Duration(grew))
+	}
+	_, err = env.client.Exec(ctx, id, api.ExecRequest{Shell: "true"})
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "agentbox resume "+id) {
+		t.Fatalf("exec on a paused sandbox: %v; want failed precondition naming agentbox resume", err)
+	}
+	if sb, err = env.client.ResumeSandbox(ctx, id); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("resume: %+v, %v", sb, err)
+	}
+	before = cpuNanos(t, id)
+	time.Sleep(500 * time.Millisecond)
+	if grew := cpuNanos(t, id) - before; grew < int64(50*time.Millisecond) {
+		t.Fatalf("the burner used only %v of CPU in 0.5 s after resume", time.Duration(grew))
+	}
+	if got := mustSh(t, id, "cat /root/f"); got != "kept" {
+		t.Fatalf("after resume: %q", got)
+	}
+	// Latency, as a client sees it.
+	var ps, rs []time.Duration
+	for i := 0; i < 20; i++ {
+		t0 := time.Now()
+		if _, err := env.client.PauseSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := env.client.ResumeSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		ps, rs = append(ps, t1.Sub(t0)), append(rs, time.Since(t1))
+	}
+	t.Logf("pause p50 %v, resume p50 %v (API round trip, CPU burner inside)", p50(ps), p50(rs))
+
+	// auto_resume: exec thaws the sandbox.
+	ar := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", AutoResume: true})
+	if _, err := env.client.PauseSandbox(ctx, ar); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustSh(t, ar, "echo awake"); got != "awake" {
+		t.Fatalf("auto_resume exec: %q", got)
+	}
+	if sb, _ := env.client.GetSandbox(ctx, ar); sb.State != api.StateRunning {
+		t.Fatalf("after auto_resume exec: state %s", sb.State)
+	}
+}
+
+func TestStateForkIsolation(t *testing.T) {
+	ctx := context.Background()
+	parent := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Metadata: map[string]string{"who": "parent"}})
+	mustSh(t, parent, "mkdir -p /work && echo base > /work/shared && rm /bin/vi")
+	kids, err := env.client.ForkSandbox(ctx, parent, 10)
+	if err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	if len(kids) != 10 {
+		t.Fatalf("fork returned %d children", len(kids))
+	}
+	for _, k := range kids {
+		t.Cleanup(func() { _ = env.client.DestroySandbox(context.Background(), k.ID) })
+		if k.Parent != parent || k.Snapshot == "" || k.State != api.StateRunning {
+			t.Fatalf("child %+v: want parent %s, a snapshot, running", k, parent)
+		}
+	}
+	// The parent keeps running; its later writes stay its own.
+	mustSh(t, parent, "echo later > /work/parent-only")
+	var wg sync.WaitGroup
+	for i, k := range kids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mustSh(t, k.ID, fmt.Sprintf("echo %d > /work/mine && echo %d >> /work/shared", i, i))
+		}()
+	}
+	wg.Wait()
+	for i, k := range kids {
+		got := mustSh(t, k.ID, "cat /work/mine /work/shared; ls /work; test -e /bin/vi && echo vi-back || true")
+		want := fmt.Sprintf("%d\nbase\n%d\nmine\nshared", i, i)
+		if got != want {
+			t.Errorf("child %d sees %q, want %q", i, got, want)
+		}
+	}
+	if got := mustSh(t, parent, "cat /work/shared; ls /work"); got != "base\nparent-only\nshared" {
+		t.Errorf("parent sees %q", got)
+	}
+	// A fork of a fork stacks one more layer.
+	grand, err := env.client.ForkSandbox(ctx, kids[3].ID, 1)
+	if err != nil {
+		t.Fatalf("fork of a fork: %v", err)
+	}
+	t.Cleanup(func() { _ = env.client.DestroySandbox(context.Background(), grand[0].ID) })
+	if got := mustSh(t, grand[0].ID, "cat /work/mine"); got != "3" {
+		t.Errorf("grandchild sees %q", got)
+	}
+	// The internal snapshot goes with its last dependent.
+	snap := kids[0].Snapshot
+	for _, k := range append(kids, grand...) {
+		if err := env.client.DestroySandbox(ctx, k.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.client.GetSnapshot(ctx, snap); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("fork's snapshot after its children: %v; want not found", err)
+	}
+	if _, err := os.Stat(filepath.Join(env.cfg.DataDir, "storage", "snapshots", snap)); err == nil {
+		t.Errorf("fork's snapshot %s is left on disk", snap)
+	}
+}
+
+func TestStateSnapshotConsistent(t *testing.T) {
+	ctx := context.Background()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox"})
+	// The writer appends a line, then records the count: a consistent
+	// capture has lines == count or count+1, never anything else.
+	mustSh(t, id, `mkdir /data; (i=0; while :; do i=$((i+1)); echo line >> /data/log; echo $i > /data/count.tmp; mv /data/count.tmp /data/count; done) >/dev/null 2>&1 &`)
+	time.Sleep(200 * time.Millisecond)
+	name := "snap-" + randHex(3)
+	var last string
+	for i := 0; i < 5; i++ {
+		n := fmt.Sprintf("%s-%d", name, i)
+		snap, err := env.client.CreateSnapshot(ctx, id, n)
+		if err != nil {
+			t.Fatalf("snapshot: %v", err)
+		}
+		if snap.Name != n || snap.SandboxID != id || snap.Template != "busybox" || snap.TemplateVersion == "" {
+			t.Fatalf("snapshot %+v", snap)
+		}
+		t.Cleanup(func() { _ = env.client.DeleteSnapshot(context.Background(), snap.ID) })
+		sb, err := env.client.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: n})
+		if err != nil {
+			t.Fatalf("create from snapshot: %v", err)
+		}
+		t.Cleanup(func() { _ = env.client.DestroySandbox(context.Background(), sb.ID) })
+		if sb.Snapshot != snap.ID || sb.Template != "busybox" {
+			t.Fatalf("sandbox from snapshot: %+v", sb)
+		}
+		got := mustSh(t, sb.ID, "echo $(wc -l < /data/log) $(cat /data/count)")
+		var lines, count int
+		fmt.Sscan(got, &lines, &count)
+		if lines == 0 || (lines != count && lines != count+1) {
+			t.Errorf("snapshot %d: %d lines, count %d: not a consistent capture", i, lines, count)
+		}
+		last = n
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The source kept running.
+	if got := mustSh(t, id, "cat /data/count"); got == "" {
+		t.Fatal("source stopped writing")
+	}
+	// inspect, ls, rm (refused while a sandbox uses it).
+	snap, err := env.client.GetSnapshot(ctx, last)
+	if err != nil || snap.SizeBytes <= 0 {
+		t.Fatalf("inspect: %+v, %v", snap, err)
+	}
+	out, _, code := cli(t, "", "snapshot", "ls")
+	if code != 0 || !strings.Contains(out, last) {
+		t.Fatalf("snapshot ls: %d %q", code, out)
+	}
+	if err := env.client.DeleteSnapshot(ctx, last); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("rm of a snapshot in use: %v; want failed precondition (409)", err)
+	}
+	// CLI: snapshot, create --snapshot, rm.
+	cname := "cli-" + randHex(3)
+	out, stderr, code := cli(t, "", "snapshot", id, "--name", cname)
+	if code != 0 || strings.TrimSpace(out) != cname {
+		t.Fatalf("agentbox snapshot: %d %q %q", code, out, stderr)
+	}
+	out, stderr, code = cli(t, "", "create", "--snapshot", cname)
+	if code != 0 {
+		t.Fatalf("create --snapshot: %d %q", code, stderr)
+	}
+	child := strings.TrimSpace(out)
+	if got := mustSh(t, child, "test -s /data/log && echo yes"); got != "yes" {
+		t.Fatalf("create --snapshot: %q", got)
+	}
+	if err := env.client.DestroySandbox(ctx, child); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code = cli(t, "", "snapshot", "rm", cname); code != 0 {
+		t.Fatalf("snapshot rm: %d %q", code, stderr)
+	}
+}
+
+func TestStateReset(t *testing.T) {
+	ctx := context.Background()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox"})
+	mustSh(t, id, "echo one > /root/f")
+	snap, err := env.client.CreateSnapshot(ctx, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSh(t, id, "echo two > /root/g; sleep 1000 &")
+	sb, err := env.client.ResetSandbox(ctx, id, "")
+	if err != nil || sb.ID != id || sb.State != api.StateRunning {
+		t.Fatalf("reset: %+v, %v", sb, err)
+	}
+	if got := mustSh(t, id, "ls /root; ps | grep -c '[s]leep 1000' || true"); got != "0" {
+		t.Fatalf("after reset to the template: %q; want no files, no sleeper", got)
+	}
+	out, stderr, code := cli(t, "", "reset", id, "--to", snap.ID)
+	if code != 0 || strings.TrimSpace(out) != id {
+		t.Fatalf("reset --to: %d %q %q", code, out, stderr)
+	}
+	if got := mustSh(t, id, "cat /root/f; ls /root"); got != "one\nf" {
+		t.Fatalf("after reset to the snapshot: %q", got)
+	}
+	if sb, _ := env.client.GetSandbox(ctx, id); sb.Snapshot != snap.ID {
+		t.Errorf("lineage after reset: snapshot %q, want %s", sb.Snapshot, snap.ID)
+	}
+	var ds []time.Duration
+	for i := 0; i < 20; i++ {
+		mustSh(t, id, "echo x > /root/x")
+		t0 := time.Now()
+		if _, err := env.client.ResetSandbox(ctx, id, ""); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	if got := mustSh(t, id, "ls /root"); got != "f" {
+		t.Fatalf("after resets: %q", got)
+	}
+	t.Logf("reset p50 %v over %d (API round trip)", p50(ds), len(ds))
+	if err := env.client.DestroySandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.client.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatalf("rm after its sandbox is gone: %v", err)
+	}
+	assertNoTrace(t, id)
+}
+
+// TestStateForkCost forks sandboxes that wrote 100 MB, on busybox and on
+// base: the cost per child must not depend on the template.
+func TestStateForkCost(t *testing.T) {
+	needBase(t)
+	ctx := context.Background()
+	for _, tpl := range []string{"busybox", "base"} {
+		id := newSandbox(t, api.CreateSandboxRequest{Template: tpl, DiskMB: 1024})
+		mustSh(t, id, "dd if=/dev/urandom of=/root/blob bs=1M count=100 2>/dev/null && sync")
+		sum := mustSh(t, id, "md5sum /root/blob | cut -d' ' -f1")
+		var per []time.Duration
+		for round := 0; round < 3; round++ {
+			t0 := time.Now()
+			kids, err := env.client.ForkSandbox(ctx, id, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			per = append(per, time.Since(t0)/4)
+			for _, k := range kids {
+				if round == 0 && k.ID == kids[0].ID {
+					if got := mustSh(t, k.ID, "md5sum /root/blob | cut -d' ' -f1"); got != sum {
+						t.Fatalf("child's blob differs")
+					}
+				}
+				_ = env.client.DestroySandbox(ctx, k.ID)
+			}
+		}
+		t.Logf("fork of a %s sandbox that wrote 100 MB: p50 %v per child (4 children per call)", tpl, p50(per))
+	}
+}
+
+func TestStatePersistence(t *testing.T) {
+	ctx := context.Background()
+	// on_timeout pause: the TTL pauses instead of destroying.
+	ttl := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", TTLSeconds: 1, OnTimeout: api.OnTimeoutPause})
+	mustSh(t, ttl, "echo ttl > /root/f")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sb, err := env.client.GetSandbox(ctx, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.State == api.StatePaused {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TTL with on_timeout pause: state %s after 10 s", sb.State)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(600 * time.Millisecond) // a few reaper passes: still paused
+	if sb, _ := env.client.GetSandbox(ctx, ttl); sb.State != api.StatePaused {
+		t.Fatalf("after more reaper passes: %s", sb.State)
+	}
+
+	// Paused (memory kept) and persistent running whose init dies while
+	// the daemon is down (a host reboot): both keep their files.
+	warm := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", OnTimeout: api.OnTimeoutPause, TTLSeconds: 3600})
+	mustSh(t, warm, "echo warm > /root/f; sleep 1000 &")
+	if _, err := env.client.PauseSandbox(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	cold := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", OnTimeout: api.OnTimeoutPause, TTLSeconds: 3600})
+	mustSh(t, cold, "echo cold > /root/f")
+	coldSb, _ := env.client.GetSandbox(ctx, cold)
+	restartDaemon(t, func() {
+		if p, err := os.FindProcess(coldSb.Pid); err == nil {
+			_ = p.Kill()
+		}
+		time.Sleep(200 * time.Millisecond)
+	})
+	for id, want := range map[string]string{ttl: api.StatePaused, warm: api.StatePaused, cold: api.StateStopped} {
+		sb, err := env.client.GetSandbox(ctx, id)
+		if err != nil || sb.State != want {
+			t.Fatalf("after restart %s: %+v, %v; want %s", id, sb, err, want)
+		}
+	}
+	if _, err := env.client.Exec(ctx, cold, api.ExecRequest{Shell: "true"}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("exec on a stopped sandbox: %v", err)
+	}
+	out, stderr, code := cli(t, "", "resume", warm)
+	if code != 0 || strings.TrimSpace(out) != api.StateRunning {
+		t.Fatalf("resume warm: %d %q %q", code, out, stderr)
+	}
+	if got := mustSh(t, warm, "cat /root/f; ps | grep -c '[s]leep 1000'"); got != "warm\n1" {
+		t.Fatalf("warm after restart: %q", got)
+	}
+	for _, id := range []string{cold, ttl} {
+		if _, err := env.client.ResumeSandbox(ctx, id); err != nil {
+			t.Fatalf("resume %s: %v", id, err)
+		}
+	}
+	if got := mustSh(t, cold, "cat /root/f"); got != "cold" {
+		t.Fatalf("cold after resume: %q", got)
+	}
+	sb, _ := env.client.GetSandbox(ctx, ttl)
+	if got := mustSh(t, ttl, "cat /root/f"); got != "ttl" || sb.ExpiresAt == nil || !sb.ExpiresAt.After(time.Now()) {
+		t.Fatalf("ttl sandbox after resume: %q, expires %v", got, sb.ExpiresAt)
+	}
+	_ = env.client.DestroySandbox(ctx, ttl) // before its fresh 1 s TTL pauses it again
+	for _, id := range []string{ttl, warm, cold} {
+		_ = env.client.DestroySandbox(ctx, id)
+		assertNoTrace(t, id)
+	}
+}
+
+// TestStateCrash runs the daemon as its own process, SIGKILLs it in the
+// middle of 50 concurrent creates, forks and snapshots, starts it again,
+// and checks that every sandbox works or is gone without a trace and that
+// every snapshot is whole (and usable) or absent.
+func TestStateCrash(t *testing.T) {
+	cfgPath := filepath.Join(filepath.Dir(env.cfg.DataDir), "crash.toml")
+	conf := fmt.Sprintf(`data_dir = %q
+run_dir = %q
+socket = %q
+listen = ""
+guest_binary = %q
+cgroup_parent = %q
+storage_size_gb = %d
+reap_interval = "200ms"
+default_template = "busybox"
+log_level = "warn"
+[defaults]
+ttl = "10m"
+`, env.cfg.DataDir, env.cfg.RunDir, env.cfg.Socket, env.cfg.GuestBinary, env.cfg.CgroupParent, env.cfg.StorageSizeGB)
+	if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rounds := 1
+	if v := os.Getenv("AGENTBOX_CRASH_ROUNDS"); v != "" {
+		fmt.Sscan(v, &rounds)
+	}
+	restartDaemon(t, func() {
+		for r := 0; r < rounds; r++ {
+			crashRound(t, cfgPath, r)
+		}
+	})
+}
+
+func startExternal(t *testing.T, cfgPath string) (*exec.Cmd, *client.Client) {
+	t.Helper()
+	_ = os.Remove(env.cfg.Socket)
+	cmd := exec.Command(env.cliBin, "serve", "--config", cfgPath)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(client.WithHost("unix://"+env.cfg.Socket), client.WithAPIKey(env.key), client.WithoutEnvironment())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := c.Health(context.Background()); err == nil {
+			return cmd, c
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatal("external daemon did not answer in 60 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func crashRound(t *testing.T, cfgPath string, round int) {
+	ctx := context.Background()
+	d, c := startExternal(t, cfgPath)
+	var seeds []string
+	for i := 0; i < 4; i++ {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "echo seed > /root/seed; sleep 1000 &"}); err != nil {
+			t.Fatal(err)
+		}
+		seeds = append(seeds, sb.ID)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seed := seeds[i%len(seeds)]
+			switch i % 3 {
+			case 0:
+				_, _ = c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+			case 1:
+				_, _ = c.ForkSandbox(ctx, seed, 2)
+			case 2:
+				_, _ = c.CreateSnapshot(ctx, seed, "")
+			}
+		}()
+	}
+	time.Sleep(time.Duration(150+rand.Intn(400)) * time.Millisecond)
+	_ = syscall.Kill(d.Process.Pid, syscall.SIGKILL) // kill -9
+	_ = d.Wait()
+	wg.Wait()
+
+	d, c = startExternal(t, cfgPath)
+	defer func() {
+		_ = d.Process.Signal(syscall.SIGTERM)
+		_ = d.Wait()
+	}()
+	list, err := c.ListSandboxes(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]bool{}
+	working := 0
+	for _, sb := range list {
+		switch sb.State {
+		case api.StateRunning:
+			res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "echo ok"})
+			if err != nil || strings.TrimSpace(res.Stdout) != "ok" {
+				t.Errorf("round %d: sandbox %s is running but exec fails: %v", round, sb.ID, err)
+			}
+			live[sb.ID] = true
+			working++
+		case api.StateFailed, api.StateDestroyed:
+			assertNoTrace(t, sb.ID)
+		default:
+			t.Errorf("round %d: sandbox %s is %s after recovery", round, sb.ID, sb.State)
+		}
+	}
+	for _, s := range seeds {
+		if !live[s] {
+			t.Errorf("round %d: seed sandbox %s did not survive", round, s)
+		}
+	}
+	for _, id := range seeds[:1] {
+		res, err := c.Exec(ctx, id, api.ExecRequest{Shell: "cat /root/seed; ps | grep -c '[s]leep 1000'"})
+		if err != nil || res.Stdout != "seed\n1\n" {
+			t.Errorf("round %d: seed after crash: %+v, %v", round, res, err)
+		}
+	}
+	// Layers on disk belong to live sandboxes only.
+	layers, _ := os.ReadDir(filepath.Join(env.cfg.DataDir, "storage", "sandboxes"))
+	for _, l := range layers {
+		if !live[l.Name()] {
+			t.Errorf("round %d: layer %s is left", round, l.Name())
+		}
+	}
+	// Every snapshot is whole and usable, and none is on disk unrecorded.
+	snaps, err := c.ListSnapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := map[string]bool{}
+	for _, sn := range snaps {
+		recorded[sn.ID] = true
+	}
+	dirs, _ := os.ReadDir(filepath.Join(env.cfg.DataDir, "storage", "snapshots"))
+	for _, dd := range dirs {
+		if !recorded[dd.Name()] {
+			t.Errorf("round %d: snapshot dir %s has no record", round, dd.Name())
+		}
+	}
+	for i, sn := range snaps {
+		if _, err := os.Stat(filepath.Join(env.cfg.DataDir, "storage", "snapshots", sn.ID, "upper")); err != nil {
+			t.Errorf("round %d: snapshot %s is recorded but not whole: %v", round, sn.ID, err)
+			continue
+		}
+		if i >= 3 {
+			continue // a few are enough to show they start sandboxes
+		}
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Snapshot: sn.ID})
+		if err != nil {
+			t.Errorf("round %d: create from snapshot %s: %v", round, sn.ID, err)
+			continue
+		}
+		res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "cat /root/seed"})
+		if err != nil || res.Stdout != "seed\n" {
+			t.Errorf("round %d: sandbox from snapshot %s: %+v, %v", round, sn.ID, res, err)
+		}
+		_ = c.DestroySandbox(ctx, sb.ID)
+	}
+	t.Logf("round %d: %d sandboxes work after the crash, %d snapshots whole", round, working, len(snaps))
+	// Clean up everything this round made.
+	for id := range live {
+		_ = c.DestroySandbox(ctx, id)
+	}
+	for _, sn := range snaps {
+		if !sn.Internal {
+			_ = c.DeleteSnapshot(ctx, sn.ID)
+		}
+	}
+	if left, _ := c.ListSnapshots(ctx); len(left) != 0 {
+		t.Errorf("round %d: %d snapshots left after destroying everything", round, len(left))
+	}
+}
+
+// TestStateCyclesLeaveNothing runs create/snapshot/fork/reset/destroy
+// cycles and checks that nothing stays on the host. AGENTBOX_STATE_CYCLES
+// sets the count (100 by default; the soak runs 1000).
+func TestStateCyclesLeaveNothing(t *testing.T) {
+	cycles := 100
+	if v := os.Getenv("AGENTBOX_STATE_CYCLES"); v != "" {
+		fmt.Sscan(v, &cycles)
+	}
+	ctx := context.Background()
+	time.Sleep(300 * time.Millisecond)
+	before := countHost(t)
+	snapDir := filepath.Join(env.cfg.DataDir, "storage", "snapshots")
+	snapsBefore, _ := os.ReadDir(snapDir)
+	for i := 0; i < cycles; i++ {
+		sb, err := env.client.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox"})
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if _, err := env.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "echo x > /tmp/x; sleep 100 &"}); err != nil {
+			t.Fatalf("cycle %d exec: %v", i, err)
+		}
+		kids, err := env.client.ForkSandbox(ctx, sb.ID, 1)
+		if err != nil {
+			t.Fatalf("cycle %d fork: %v", i, err)
+		}
+		if i%10 == 0 {
+			if _, err := env.client.ResetSandbox(ctx, kids[0].ID, ""); err != nil {
+				t.Fatalf("cycle %d reset: %v", i, err)
+			}
+		}
+		for _, id := range []string{kids[0].ID, sb.ID} {
+			if err := env.client.DestroySandbox(ctx, id); err != nil {
+				t.Fatalf("cycle %d destroy: %v", i, err)
+			}
+		}
+		if i == 0 {
+			assertNoTrace(t, sb.ID)
+			assertNoTrace(t, kids[0].ID)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	after := countHost(t)
+	if after.mounts != before.mounts || after.cgroups != before.cgroups || after.runFiles != before.runFiles || after.layers != before.layers || after.procs != before.procs {
+		t.Fatalf("after %d cycles: before %+v, after %+v", cycles, before, after)
+	}
+	if snapsAfter, _ := os.ReadDir(snapDir); len(snapsAfter) != len(snapsBefore) {
+		t.Fatalf("after %d cycles: %d snapshot dirs, before %d", cycles, len(snapsAfter), len(snapsBefore))
+	}
+}
