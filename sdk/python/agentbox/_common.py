@@ -173,11 +173,14 @@ def signal_name(sig: Union[str, int]) -> Union[str, int]:
 def create_body(template: Optional[str], ttl_seconds: Optional[int], isolation: Optional[str],
                 cpu: Optional[float], memory_mb: Optional[int], disk_mb: Optional[int],
                 env: Optional[Dict[str, str]], metadata: Optional[Dict[str, str]],
-                network: Any, snapshot: Optional[str], pids: Optional[int]) -> Dict[str, Any]:
-    body: Dict[str, Any] = {"template": template or DEFAULT_TEMPLATE}
+                network: Any, snapshot: Optional[str], pids: Optional[int],
+                on_timeout: Optional[str] = None, auto_resume: Optional[bool] = None) -> Dict[str, Any]:
+    # A snapshot replaces the template; the daemon refuses both at once.
+    body: Dict[str, Any] = {} if snapshot and not template else {"template": template or DEFAULT_TEMPLATE}
     for k, v in (("ttl_seconds", ttl_seconds), ("isolation", isolation), ("cpu", cpu),
                  ("memory_mb", memory_mb), ("disk_mb", disk_mb), ("pids", pids),
-                 ("network", network), ("snapshot", snapshot)):
+                 ("network", network), ("snapshot", snapshot), ("on_timeout", on_timeout),
+                 ("auto_resume", auto_resume)):
         if v is not None:
             body[k] = v
     if env:

@@ -204,10 +204,8 @@ class AsyncProcess:
         await self._http.request("DELETE", self._p())
 
     async def refresh(self) -> ProcessInfo:
-        """Re-read the process's state and exit code."""
-        out = await self.output(1 << 62, 1 << 62)
-        self.info.state = out.state or self.info.state
-        self.info.exit_code = out.exit_code
+        """Re-read the process's info (state, exit code)."""
+        self.info = ProcessInfo.from_dict(await self._http.json("GET", self._p()))
         return self.info
 
 
@@ -260,12 +258,13 @@ class AsyncSandbox:
                memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
                pids: Optional[int] = None, env: Optional[Dict[str, str]] = None,
                metadata: Optional[Dict[str, str]] = None, network: Any = None,
-               snapshot: Optional[str] = None, api_key: Optional[str] = None,
+               snapshot: Optional[str] = None, on_timeout: Optional[str] = None,
+               auto_resume: Optional[bool] = None, api_key: Optional[str] = None,
                base_url: Optional[str] = None, request_timeout: Optional[float] = None) -> _Creating:
         """Create a sandbox (arguments as ``Sandbox.create``). Await the
         result, or use it directly in ``async with``."""
         body = create_body(template, ttl_seconds, isolation, cpu, memory_mb, disk_mb, env, metadata,
-                           network, snapshot, pids)
+                           network, snapshot, pids, on_timeout, auto_resume)
 
         async def make() -> AsyncSandbox:
             http = AsyncHTTP.open(api_key, base_url, request_timeout)
@@ -355,12 +354,23 @@ class AsyncSandbox:
         return dec.finish()
 
     async def start(self, cmd: Command, *, tag: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-                    cwd: Optional[str] = None, user: Optional[str] = None) -> AsyncProcess:
+                    cwd: Optional[str] = None, user: Optional[str] = None,
+              timeout: Optional[float] = None) -> AsyncProcess:
         """Start a background process and return at once."""
-        body = exec_body(cmd, env, cwd, user, None, None)
+        body = exec_body(cmd, env, cwd, user, timeout, None)
         if tag:
             body["tag"] = tag
         d = await self._http.json("POST", sandbox_path(self.id, "/processes"), json_body=body)
+        return AsyncProcess(self._http, self.id, ProcessInfo.from_dict(d))
+
+    async def processes(self) -> List[ProcessInfo]:
+        """The background processes the sandbox's agent knows of."""
+        d = await self._http.json("GET", sandbox_path(self.id, "/processes"))
+        return [ProcessInfo.from_dict(x) for x in d.get("processes") or []]
+
+    async def process(self, ref: Union[int, str]) -> AsyncProcess:
+        """Attach to a background process by pid or tag."""
+        d = await self._http.json("GET", sandbox_path(self.id, f"/processes/{ref}"))
         return AsyncProcess(self._http, self.id, ProcessInfo.from_dict(d))
 
     async def pty(self, cols: int = 80, rows: int = 24, *, cmd: Optional[Command] = None,
@@ -413,6 +423,14 @@ class AsyncSandbox:
         body = {"name": name} if name else {}
         d = await self._http.json("POST", sandbox_path(self.id, "/snapshots"), json_body=body)
         return Snapshot.from_dict(d)
+
+    async def reset(self, snapshot: Optional[str] = None) -> SandboxInfo:
+        """Put the sandbox's files back to where it started (or to
+        ``snapshot``), in place; running processes are ended."""
+        body = {"snapshot": snapshot} if snapshot else {}
+        self._info = SandboxInfo.from_dict(await self._http.json("POST", sandbox_path(self.id, "/reset"),
+                                                             json_body=body))
+        return self._info
 
     async def fork(self, count: int = 1) -> List["AsyncSandbox"]:
         """Make ``count`` copies of the sandbox."""

@@ -188,6 +188,7 @@ class ProcessInfo:
     state: str = ""
     exit_code: Optional[int] = None
     signal: str = ""
+    timed_out: bool = False
     started_at: Optional[datetime] = None
     ended_at: Optional[datetime] = None
 
@@ -199,13 +200,15 @@ class ProcessInfo:
         sig = d.get("signal") or ""
         return cls(pid=int(d.get("pid", 0)), tag=d.get("tag") or "", cmd=list(cmd),
                    state=d.get("state", ""), exit_code=d.get("exit_code"), signal=str(sig),
+                   timed_out=bool(d.get("timed_out", False)),
                    started_at=parse_time(d.get("started_at")), ended_at=parse_time(d.get("ended_at")))
 
 
 @dataclass
 class ProcessOutput:
     """Output of a background process from the offsets asked for. Pass
-    ``stdout_offset``/``stderr_offset`` back to ``output()`` to read on."""
+    ``stdout_offset``/``stderr_offset`` back to ``output()`` to read on;
+    ``*_dropped`` count bytes that had already left the daemon's buffer."""
 
     stdout: str
     stderr: str
@@ -215,6 +218,8 @@ class ProcessOutput:
     stderr_offset: int = 0
     state: str = ""
     exit_code: Optional[int] = None
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "ProcessOutput":
@@ -222,7 +227,8 @@ class ProcessOutput:
         return cls(stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
                    stdout_bytes=out, stderr_bytes=err, stdout_offset=int(d.get("stdout_offset", 0)),
                    stderr_offset=int(d.get("stderr_offset", 0)), state=d.get("state", ""),
-                   exit_code=d.get("exit_code"))
+                   exit_code=d.get("exit_code"), stdout_dropped=int(d.get("stdout_dropped", 0)),
+                   stderr_dropped=int(d.get("stderr_dropped", 0)))
 
 
 @dataclass

@@ -211,9 +211,7 @@ class Process:
 
     def refresh(self) -> ProcessInfo:
         """Re-read the process's info (state, exit code)."""
-        out = self.output(1 << 62, 1 << 62)
-        self.info.state = out.state or self.info.state
-        self.info.exit_code = out.exit_code
+        self.info = ProcessInfo.from_dict(self._http.json("GET", self._p()))
         return self.info
 
 
@@ -253,19 +251,22 @@ class Sandbox:
                memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
                pids: Optional[int] = None, env: Optional[Dict[str, str]] = None,
                metadata: Optional[Dict[str, str]] = None, network: Any = None,
-               snapshot: Optional[str] = None, api_key: Optional[str] = None,
+               snapshot: Optional[str] = None, on_timeout: Optional[str] = None,
+               auto_resume: Optional[bool] = None, api_key: Optional[str] = None,
                base_url: Optional[str] = None, request_timeout: Optional[float] = None) -> "Sandbox":
         """Create a sandbox from ``template`` (default "base") and return once
         it can run commands. ``ttl_seconds``: destroyed that long after
         creation (-1: never; None: the daemon's default). ``cpu`` in cores,
         sizes in MiB; ``env`` is every command's default environment;
         ``metadata`` free-form labels to find it by with ``Sandbox.list``.
-        ``network`` and ``snapshot`` are sent as given, for daemons that
-        support them."""
+        ``snapshot`` (id or name) starts from a snapshot instead of a
+        template; ``on_timeout`` ("destroy" or "pause") is what the TTL
+        does; ``auto_resume`` lets commands resume a paused sandbox.
+        ``network`` is sent as given, for daemons that support it."""
         http = SyncHTTP.open(api_key, base_url, request_timeout)
         try:
             body = create_body(template, ttl_seconds, isolation, cpu, memory_mb, disk_mb, env, metadata,
-                               network, snapshot, pids)
+                               network, snapshot, pids, on_timeout, auto_resume)
             info = SandboxInfo.from_dict(http.json("POST", "/v1/sandboxes", json_body=body))
         except BaseException:
             http.close()
@@ -353,12 +354,23 @@ class Sandbox:
         return dec.finish()
 
     def start(self, cmd: Command, *, tag: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-              cwd: Optional[str] = None, user: Optional[str] = None) -> Process:
+              cwd: Optional[str] = None, user: Optional[str] = None,
+              timeout: Optional[float] = None) -> Process:
         """Start a background process and return at once. ``tag`` names it."""
-        body = exec_body(cmd, env, cwd, user, None, None)
+        body = exec_body(cmd, env, cwd, user, timeout, None)
         if tag:
             body["tag"] = tag
         d = self._http.json("POST", sandbox_path(self.id, "/processes"), json_body=body)
+        return Process(self._http, self.id, ProcessInfo.from_dict(d))
+
+    def processes(self) -> List[ProcessInfo]:
+        """The background processes the sandbox's agent knows of."""
+        d = self._http.json("GET", sandbox_path(self.id, "/processes"))
+        return [ProcessInfo.from_dict(x) for x in d.get("processes") or []]
+
+    def process(self, ref: Union[int, str]) -> Process:
+        """Attach to a background process by pid or tag."""
+        d = self._http.json("GET", sandbox_path(self.id, f"/processes/{ref}"))
         return Process(self._http, self.id, ProcessInfo.from_dict(d))
 
     def pty(self, cols: int = 80, rows: int = 24, *, cmd: Optional[Command] = None,
@@ -421,6 +433,14 @@ class Sandbox:
         """Save the sandbox's state; ``Sandbox.create(snapshot=...)`` starts from it."""
         body = {"name": name} if name else {}
         return Snapshot.from_dict(self._http.json("POST", sandbox_path(self.id, "/snapshots"), json_body=body))
+
+    def reset(self, snapshot: Optional[str] = None) -> SandboxInfo:
+        """Put the sandbox's files back to where it started (or to
+        ``snapshot``), in place; running processes are ended."""
+        body = {"snapshot": snapshot} if snapshot else {}
+        self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/reset"),
+                                                             json_body=body))
+        return self._info
 
     def fork(self, count: int = 1) -> List["Sandbox"]:
         """Make ``count`` copies of the sandbox, each with its own connection."""
