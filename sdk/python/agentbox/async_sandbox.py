@@ -200,7 +200,8 @@ class AsyncProcess:
         await self._http.request("POST", self._p("/signal"), json_body={"signal": signal_name(sig), "tree": tree})
 
     async def kill(self) -> None:
-        """Kill the process and everything it started."""
+        """Kill the process and everything it started, wait for its end and
+        drop it from the sandbox's list (later calls on it: NotFoundError)."""
         await self._http.request("DELETE", self._p())
 
     async def refresh(self) -> ProcessInfo:

@@ -206,7 +206,8 @@ class Process:
         self._http.request("POST", self._p("/signal"), json_body={"signal": signal_name(sig), "tree": tree})
 
     def kill(self) -> None:
-        """Kill the process and everything it started."""
+        """Kill the process and everything it started, wait for its end and
+        drop it from the sandbox's list (later calls on it: NotFoundError)."""
         self._http.request("DELETE", self._p())
 
     def refresh(self) -> ProcessInfo:
