@@ -28,6 +28,10 @@ func catServer(t *testing.T) *Client {
 			t.Errorf("EnableFullDuplex: %v", err)
 		}
 		br := bufio.NewReader(r.Body)
+		// Like the guest, take the whole request body before the handler
+		// ends: a server that closes with stdin unread resets the
+		// connection, and the client may lose the answer.
+		defer io.Copy(io.Discard, br)
 		line, err := br.ReadBytes('\n')
 		if err != nil {
 			t.Errorf("reading request line: %v", err)
