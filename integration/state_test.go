@@ -271,7 +271,19 @@ func TestStateReset(t *testing.T) {
 	if got := mustSh(t, id, "ls /root"); got != "f" {
 		t.Fatalf("after resets: %q", got)
 	}
-	t.Logf("reset p50 %v over %d (API round trip)", p50(ds), len(ds))
+	var dc []time.Duration
+	for i := 0; i < 10; i++ {
+		t0 := time.Now()
+		sb, err := env.client.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := env.client.DestroySandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		dc = append(dc, time.Since(t0))
+	}
+	t.Logf("reset p50 %v over %d; create+destroy p50 %v (API round trips)", p50(ds), len(ds), p50(dc))
 	if err := env.client.DestroySandbox(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +420,7 @@ ttl = "10m"
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rounds := 1
+	rounds := 2
 	if v := os.Getenv("AGENTBOX_CRASH_ROUNDS"); v != "" {
 		fmt.Sscan(v, &rounds)
 	}
@@ -475,7 +487,7 @@ func crashRound(t *testing.T, cfgPath string, round int) {
 			}
 		}()
 	}
-	time.Sleep(time.Duration(150+rand.Intn(400)) * time.Millisecond)
+	time.Sleep(time.Duration(200+rand.Intn(1300)) * time.Millisecond)
 	_ = syscall.Kill(d.Process.Pid, syscall.SIGKILL) // kill -9
 	_ = d.Wait()
 	wg.Wait()

@@ -77,13 +77,16 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.S
 	// The old init's exit is expected: its watcher must not tear down.
 	e.gen++
 	gen := e.gen
+	t0 := time.Now()
 	if err := e.drv.Destroy(ctx, e.handle()); err != nil {
 		s.log.Warn("reset: stopping the old init", "sandbox", id, "err", err)
 	}
 	e.guest.CloseIdleConnections()
+	t1 := time.Now()
 	if err := s.pool.RemoveLayer(ctx, id); err != nil {
 		return nil, s.failLocked(e, fmt.Errorf("resetting sandbox %s: %w", id, err))
 	}
+	t2 := time.Now()
 	h, err := s.boot(ctx, rec, tpl, e.drv, false)
 	if err != nil {
 		return nil, s.failLocked(e, fmt.Errorf("resetting sandbox %s: %w", id, err))
@@ -101,6 +104,7 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.S
 		return nil, s.failLocked(e, err)
 	}
 	s.watch(e, gen)
+	s.log.Debug("reset", "sandbox", id, "stop", t1.Sub(t0), "remove_layer", t2.Sub(t1), "boot", time.Since(t2))
 	if oldSnap != "" && oldSnap != out.Snapshot {
 		s.collect(ctx, oldSnap)
 	}
