@@ -179,10 +179,29 @@ func (r *runner) add(res Result) {
 	}
 }
 
+// sampleTimeout bounds one sample, so that a hung request fails the
+// sample instead of the run; bigSampleTimeout is for 100 MiB transfers.
+const (
+	sampleTimeout    = 10 * time.Second
+	bigSampleTimeout = 2 * time.Minute
+	// giveUpAfter failures with no success end a line early.
+	giveUpAfter = 5
+)
+
 // sample runs fn n times (after one untimed warm-up run when warm is set)
 // and summarizes the successful runs' durations. fn times itself and
 // returns the duration of the part being measured.
 func (r *runner) sample(ctx context.Context, name, group string, n int, warm bool, fn func(ctx context.Context) (time.Duration, error)) Result {
+	return r.sampleT(ctx, name, group, n, warm, sampleTimeout, fn)
+}
+
+// sampleT is sample with a timeout per sample.
+func (r *runner) sampleT(ctx context.Context, name, group string, n int, warm bool, timeout time.Duration, fn0 func(ctx context.Context) (time.Duration, error)) Result {
+	fn := func(ctx context.Context) (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return fn0(ctx)
+	}
 	if warm {
 		if _, err := fn(ctx); err != nil {
 			r.opts.Log.Warn("bench warm-up failed", "name", name, "err", err)
@@ -199,6 +218,11 @@ func (r *runner) sample(ctx context.Context, name, group string, n int, warm boo
 				firstErr = err
 			}
 			r.opts.Log.Warn("bench sample failed", "name", name, "err", err)
+			if errs >= giveUpAfter && len(ds) == 0 {
+				n = i + 1
+				r.note("%s: gave up after %d failures in a row", name, errs)
+				break
+			}
 			continue
 		}
 		ds = append(ds, d)

@@ -154,7 +154,7 @@ func (r *runner) execs(ctx context.Context) {
 			if r.opts.FreshClient != nil {
 				sc = r.opts.FreshClient
 			}
-			res := r.sample(ctx, names[2], GroupExec, rounds, false, func(ctx context.Context) (time.Duration, error) {
+			res := r.sampleT(ctx, names[2], GroupExec, rounds, false, bigSampleTimeout, func(ctx context.Context) (time.Duration, error) {
 				var cw countWriter
 				d, err := timed(func() error {
 					ev, err := sc.ExecStream(ctx, id, api.ExecRequest{Cmd: []string{"head", "-c", strconv.FormatInt(size, 10), "/dev/zero"}}, nil, &cw, nil)
@@ -232,7 +232,7 @@ func (r *runner) files(ctx context.Context) {
 			if r.want(wname) || r.want(rname) {
 				var moved int64
 				var busy time.Duration
-				res := r.sample(ctx, wname, GroupFiles, s.n, true, func(ctx context.Context) (time.Duration, error) {
+				res := r.sampleT(ctx, wname, GroupFiles, s.n, true, bigSampleTimeout, func(ctx context.Context) (time.Duration, error) {
 					d, err := timed(func() error {
 						info, err := r.c.WriteFile(ctx, id, path, bytes.NewReader(data), 0o644)
 						if err == nil && info.Size != int64(len(data)) {
@@ -254,7 +254,7 @@ func (r *runner) files(ctx context.Context) {
 			if r.want(rname) {
 				var moved int64
 				var busy time.Duration
-				res := r.sample(ctx, rname, GroupFiles, s.n, true, func(ctx context.Context) (time.Duration, error) {
+				res := r.sampleT(ctx, rname, GroupFiles, s.n, true, bigSampleTimeout, func(ctx context.Context) (time.Duration, error) {
 					d, err := timed(func() error {
 						rc, err := r.c.ReadFile(ctx, id, path)
 						if err != nil {
