@@ -56,6 +56,10 @@ type behaviourStep struct {
 	Seconds   int64                      `json:"seconds"`
 	ID        string                     `json:"id"`
 	Args      json.RawMessage            `json:"args"`
+	Tag       string                     `json:"tag"`
+	Ref       string                     `json:"ref"`
+	EOF       bool                       `json:"eof"`
+	Count     int                        `json:"count"`
 	Expect    behaviourExpect            `json:"expect"`
 }
 
@@ -78,6 +82,7 @@ type behaviourExpect struct {
 	HasExpiry      *bool                      `json:"has_expiry"`
 	State          string                     `json:"state"`
 	Template       string                     `json:"template"`
+	Count          *int                       `json:"count"`
 }
 
 func loadBehaviourCases(t *testing.T) []behaviourCase {
@@ -425,6 +430,74 @@ func runBehaviourStep(ctx context.Context, t *testing.T, id string, s behaviourS
 			t.Cleanup(func() { _ = c.DestroySandbox(context.Background(), sb.ID) })
 		}
 		return err
+	case "start":
+		req := api.StartProcessRequest{Tag: s.Tag}
+		if json.Unmarshal(s.Cmd, &req.Shell) != nil {
+			if err := json.Unmarshal(s.Cmd, &req.Cmd); err != nil {
+				return fmt.Errorf("bad cmd %s: %v", s.Cmd, err)
+			}
+		}
+		_, err := c.StartProcess(ctx, id, req)
+		return err
+	case "wait":
+		p, err := c.WaitProcess(ctx, id, s.Ref, int64(s.TimeoutS*1000))
+		if err != nil {
+			return err
+		}
+		code := -1
+		if p.ExitCode != nil {
+			code = *p.ExitCode
+		}
+		return expectEq("exit_code", code, x.ExitCode)
+	case "output":
+		out, err := c.ProcessOutput(ctx, id, s.Ref, 0, 0)
+		if err != nil {
+			return err
+		}
+		return firstErr(expectEq("stdout", string(out.Stdout), x.Stdout), expectEq("stderr", string(out.Stderr), x.Stderr))
+	case "stdin":
+		return c.WriteStdin(ctx, id, s.Ref, strings.NewReader(*s.Text), s.EOF)
+	case "kill":
+		return c.KillProcess(ctx, id, s.Ref)
+	case "pause", "resume":
+		f := c.PauseSandbox
+		if s.Op == "resume" {
+			f = c.ResumeSandbox
+		}
+		sb, err := f(ctx, id)
+		if err != nil {
+			return err
+		}
+		if x.State != "" && sb.State != x.State {
+			return mismatch{fmt.Sprintf("state %s, want %s", sb.State, x.State)}
+		}
+		return nil
+	case "fork":
+		kids, err := c.ForkSandbox(ctx, id, s.Count)
+		if err != nil {
+			return err
+		}
+		for _, k := range kids {
+			t.Cleanup(func() { _ = c.DestroySandbox(context.Background(), k.ID) })
+		}
+		if err := expectEq("count", len(kids), x.Count); err != nil {
+			return err
+		}
+		for _, k := range kids {
+			rc, err := c.ReadFile(ctx, k.ID, s.Path)
+			if err != nil {
+				return err
+			}
+			b, err := io.ReadAll(rc)
+			rc.Close()
+			if err != nil {
+				return err
+			}
+			if err := expectEq("text", string(b), x.Text); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown op %q in the behaviour suite", s.Op)
 }
