@@ -430,10 +430,16 @@ func (s *Server) handleProcessStdin(w http.ResponseWriter, r *http.Request, b *b
 		return
 	}
 	stdin := b.p.stdin
+	// A deadline left by an earlier request that gave up must not cut
+	// this one.
+	_ = stdin.SetWriteDeadline(time.Time{})
 	// The process may not read: let a client that gives up cut the write.
-	stop := make(chan struct{})
-	defer close(stop)
+	// The watcher ends before the handler returns, so it cannot fire on
+	// the context's cancellation after a successful write.
+	stop, watched := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-watched }()
 	go func() {
+		defer close(watched)
 		select {
 		case <-r.Context().Done():
 			stdin.SetWriteDeadline(time.Now())
