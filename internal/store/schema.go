@@ -80,6 +80,33 @@ CREATE TABLE snapshots (
 CREATE UNIQUE INDEX snapshots_name ON snapshots (tenant, name) WHERE name != '';
 CREATE INDEX snapshots_parent ON snapshots (parent) WHERE parent != '';
 `,
+	// 3: tenants with quotas; the audit log of state-changing API calls.
+	`
+CREATE TABLE tenants (
+	name       TEXT PRIMARY KEY,
+	sandboxes  INTEGER NOT NULL DEFAULT 0,  -- quotas; 0: no limit
+	cpu        REAL NOT NULL DEFAULT 0,
+	memory_mb  INTEGER NOT NULL DEFAULT 0,
+	disk_mb    INTEGER NOT NULL DEFAULT 0,
+	created_at INTEGER NOT NULL
+) STRICT;
+INSERT INTO tenants (name, created_at) VALUES ('default', CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER));
+INSERT OR IGNORE INTO tenants (name, created_at)
+	SELECT DISTINCT tenant, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) FROM api_keys;
+
+CREATE TABLE audit (
+	id         INTEGER PRIMARY KEY AUTOINCREMENT,
+	time       INTEGER NOT NULL,
+	key_id     TEXT NOT NULL DEFAULT '',
+	tenant     TEXT NOT NULL DEFAULT '',
+	method     TEXT NOT NULL,
+	path       TEXT NOT NULL,
+	sandbox_id TEXT NOT NULL DEFAULT '',
+	status     INTEGER NOT NULL,
+	remote     TEXT NOT NULL DEFAULT ''
+) STRICT;
+CREATE INDEX audit_time ON audit (time);
+`,
 }
 
 // SchemaVersion is the schema version this binary writes.

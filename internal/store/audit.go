@@ -1,0 +1,74 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// AuditRecord is one state-changing API call: who, what, when, result.
+type AuditRecord struct {
+	ID        int64
+	Time      time.Time
+	KeyID     string // "" when the request carried no valid key
+	Tenant    string
+	Method    string
+	Path      string
+	SandboxID string
+	Status    int
+	Remote    string
+}
+
+// AppendAudit inserts recs in one transaction.
+func (s *Store) AppendAudit(ctx context.Context, recs []AuditRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO audit (time, key_id, tenant, method, path, sandbox_id, status, remote)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return dbErr("writing audit log", err)
+		}
+		defer stmt.Close()
+		for _, r := range recs {
+			if _, err := stmt.ExecContext(ctx, toMS(r.Time), r.KeyID, r.Tenant, r.Method, r.Path, r.SandboxID, r.Status, r.Remote); err != nil {
+				return dbErr("writing audit log", err)
+			}
+		}
+		return nil
+	})
+}
+
+// ListAudit returns the newest limit records of tenant ("" = all), newest
+// first.
+func (s *Store) ListAudit(ctx context.Context, tenant string, limit int) ([]AuditRecord, error) {
+	q := `SELECT id, time, key_id, tenant, method, path, sandbox_id, status, remote FROM audit`
+	var args []any
+	if tenant != "" {
+		q += ` WHERE tenant = ?`
+		args = append(args, tenant)
+	}
+	args = append(args, limit)
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY id DESC LIMIT ?`, args...)
+	if err != nil {
+		return nil, dbErr("reading audit log", err)
+	}
+	defer rows.Close()
+	var out []AuditRecord
+	for rows.Next() {
+		var (
+			r  AuditRecord
+			ms int64
+		)
+		if err := rows.Scan(&r.ID, &ms, &r.KeyID, &r.Tenant, &r.Method, &r.Path, &r.SandboxID, &r.Status, &r.Remote); err != nil {
+			return nil, dbErr("reading audit log", err)
+		}
+		r.Time = fromMS(ms)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr("reading audit log", err)
+	}
+	return out, nil
+}
