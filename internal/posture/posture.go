@@ -1,0 +1,217 @@
+// Package posture is the host-side posture check of SECURITY.md: for each
+// process of a sandbox it reads the host's /proc and says whether the
+// process runs as the hardening checklist promises (NoNewPrivs, seccomp
+// filter mode, no capabilities, its own namespaces, an unprivileged uid
+// map, the sandbox's cgroups, only the expected fds). The verdicts come
+// from the host, never from anything the sandbox reports about itself.
+//
+// The integration tests and GET /v1/sandboxes/{id}/security (`agentbox
+// inspect --security ID`) both use Check.
+package posture
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// Options say what a sandbox's processes should look like.
+type Options struct {
+	// ProcRoot is the host's /proc (default "/proc").
+	ProcRoot string
+	// CgroupRoot is where the cgroup hierarchies are mounted (default
+	// "/sys/fs/cgroup").
+	CgroupRoot string
+	// CgroupParent is the daemon's cgroup_parent.
+	CgroupParent string
+	// UIDBase and UIDCount are the host uid range of sandboxes.
+	UIDBase, UIDCount int
+}
+
+// namespaces are those a sandbox process must not share with the host.
+var namespaces = []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts"}
+
+// Check inspects every process in sandbox id's cgroup; initPid is the
+// host pid of its init (the guest agent), which keeps its own fds and a
+// capability set it drops before running user code.
+func Check(id string, initPid int, o Options) api.SecurityReport {
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.CgroupRoot == "" {
+		o.CgroupRoot = "/sys/fs/cgroup"
+	}
+	rep := api.SecurityReport{Sandbox: id, Pass: true, Processes: []api.ProcessPosture{}}
+	hostNS := map[string]string{}
+	for _, ns := range namespaces {
+		hostNS[ns], _ = os.Readlink(filepath.Join(o.ProcRoot, "self", "ns", ns))
+	}
+	pids := Pids(o.CgroupRoot, o.CgroupParent, id)
+	if len(pids) == 0 {
+		rep.Pass = false
+		return rep
+	}
+	for _, pid := range pids {
+		pp, ok := checkProcess(pid, pid == initPid, id, hostNS, o)
+		if !ok {
+			continue // exited meanwhile
+		}
+		rep.Pass = rep.Pass && pp.Pass
+		rep.Processes = append(rep.Processes, pp)
+	}
+	if len(rep.Processes) == 0 {
+		rep.Pass = false
+	}
+	return rep
+}
+
+// Pids lists the host pids in sandbox id's pids cgroup (v1), or its
+// unified cgroup (v2), sorted.
+func Pids(cgroupRoot, parent, id string) []int {
+	dirs := []string{filepath.Join(cgroupRoot, "pids", parent, id), filepath.Join(cgroupRoot, parent, id)}
+	var pids []int
+	for _, dir := range dirs {
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(f); err == nil {
+					pids = append(pids, n)
+				}
+			}
+			return nil
+		})
+		if len(pids) > 0 {
+			break
+		}
+	}
+	sort.Ints(pids)
+	return pids
+}
+
+func checkProcess(pid int, isInit bool, id string, hostNS map[string]string, o Options) (api.ProcessPosture, bool) {
+	dir := filepath.Join(o.ProcRoot, strconv.Itoa(pid))
+	st, err := status(filepath.Join(dir, "status"))
+	if err != nil {
+		return api.ProcessPosture{}, false
+	}
+	pp := api.ProcessPosture{Pid: pid, Comm: st["Name"], Pass: true}
+	add := func(name, got, want string, pass bool) {
+		pp.Checks = append(pp.Checks, api.CheckValue{Name: name, Got: got, Want: want, Pass: pass})
+		pp.Pass = pp.Pass && pass
+	}
+	add("NoNewPrivs", st["NoNewPrivs"], "1", st["NoNewPrivs"] == "1")
+	add("Seccomp", st["Seccomp"], "2", st["Seccomp"] == "2")
+	caps := []string{"CapBnd", "CapAmb", "CapInh"}
+	if !isInit {
+		caps = append(caps, "CapEff", "CapPrm")
+	}
+	for _, c := range caps {
+		v, err := strconv.ParseUint(st[c], 16, 64)
+		add(c, st[c], "0", err == nil && v == 0)
+	}
+	var ids []string
+	inRange := true
+	for _, u := range append(strings.Fields(st["Uid"]), strings.Fields(st["Gid"])...) {
+		n, err := strconv.Atoi(u)
+		ids = append(ids, u)
+		if err != nil || n < o.UIDBase || n >= o.UIDBase+o.UIDCount {
+			inRange = false
+		}
+	}
+	add("host uids/gids", strings.Join(ids, " "), fmt.Sprintf("in [%d, %d)", o.UIDBase, o.UIDBase+o.UIDCount), inRange)
+	for _, ns := range namespaces {
+		got, err := os.Readlink(filepath.Join(dir, "ns", ns))
+		add(ns+" namespace", got, "not the host's "+hostNS[ns], err == nil && got != hostNS[ns])
+	}
+	um, _ := os.ReadFile(filepath.Join(dir, "uid_map"))
+	gotMap := strings.Join(strings.Fields(string(um)), " ")
+	wantMap := fmt.Sprintf("0 %d %d", o.UIDBase, o.UIDCount)
+	add("uid_map", gotMap, wantMap, gotMap == wantMap)
+	cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
+	want := "/" + o.CgroupParent + "/" + id
+	for _, ctrl := range cgroupControllers(string(cg)) {
+		add(ctrl+" cgroup", cgroupOf(string(cg), ctrl), want+"[/...]", under(cgroupOf(string(cg), ctrl), want))
+	}
+	if !isInit {
+		ents, _ := os.ReadDir(filepath.Join(dir, "fd"))
+		var fds []string
+		for _, e := range ents {
+			fds = append(fds, e.Name())
+		}
+		sort.Slice(fds, func(i, j int) bool { a, _ := strconv.Atoi(fds[i]); b, _ := strconv.Atoi(fds[j]); return a < b })
+		add("open fds", strings.Join(fds, " "), "0 1 2", strings.Join(fds, " ") == "0 1 2")
+	}
+	return pp, true
+}
+
+// cgroupControllers are the controllers a sandbox must be confined by that
+// /proc/PID/cgroup shows: memory, pids and cpu on v1, the unified
+// hierarchy ("unified") on v2.
+func cgroupControllers(procCgroup string) []string {
+	var out []string
+	have := map[string]bool{}
+	for _, line := range strings.Split(procCgroup, "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			have[c] = true
+		}
+		if f[0] == "0" && f[1] == "" {
+			have["unified"] = true
+		}
+	}
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		if have[c] {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, "unified")
+	}
+	return out
+}
+
+// cgroupOf is ctrl's path in /proc/PID/cgroup ("unified": the v2 line).
+func cgroupOf(procCgroup, ctrl string) string {
+	for _, line := range strings.Split(procCgroup, "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if ctrl == "unified" && f[0] == "0" && f[1] == "" {
+			return f[2]
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			if c == ctrl {
+				return f[2]
+			}
+		}
+	}
+	return ""
+}
+
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+func status(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m, nil
+}
