@@ -45,6 +45,11 @@ func (s *Service) Fork(ctx context.Context, tenant, id string, count int) ([]api
 	if err != nil {
 		return nil, err
 	}
+	release, err := s.admit(ctx, parent.Tenant, parent.Resources, count, true)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	drv := e.drv
 	tpl, err := s.pool.TemplateVersion(parent.Template, parent.TemplateVersion)
 	if err != nil {
@@ -106,6 +111,7 @@ func (s *Service) Fork(ctx context.Context, tenant, id string, count int) ([]api
 			return nil, err
 		}
 	}
+	release()
 	var (
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, forkParallelism)

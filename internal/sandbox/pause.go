@@ -147,6 +147,12 @@ func (s *Service) coldStart(ctx context.Context, rec *store.SandboxRecord) (*api
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
+	// A stopped sandbox's disk already counts against its tenant's quota.
+	release, err := s.admit(cctx, rec.Tenant, rec.Resources, 1, false)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	// The record stays stopped until the init answers: a crash meanwhile
 	// leaves a stopped sandbox with its layer, never a lost one.
 	e, err := s.start(cctx, rec, tpl, drv, true)

@@ -50,6 +50,9 @@ type Service struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
+	// quota enforces tenants' quotas (quota.go).
+	quota quotas
+
 	// coldMu serializes cold starts of stopped sandboxes.
 	coldMu sync.Mutex
 
@@ -171,7 +174,13 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	// The sandbox outlives this request: build it on a context of its own.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
-	if err := s.st.CreateSandboxFromSnapshot(cctx, rec); err != nil {
+	release, err := s.admit(cctx, tenant, rec.Resources, 1, true)
+	if err != nil {
+		return nil, err
+	}
+	err = s.st.CreateSandboxFromSnapshot(cctx, rec)
+	release()
+	if err != nil {
 		return nil, err
 	}
 	e, err := s.start(cctx, rec, tpl, drv, false)
