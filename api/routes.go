@@ -65,4 +65,16 @@ var Routes = []Route{
 	{"GET", "/v1/templates"},
 	{"GET", "/v1/templates/{name}"},
 	{"POST", "/v1/templates"},
+
+	// Keys, tenants, audit log, posture check (api/security.go; admin only).
+	{"POST", "/v1/keys"},
+	{"GET", "/v1/keys"},
+	{"DELETE", "/v1/keys/{id}"},
+	{"POST", "/v1/tenants"},
+	{"GET", "/v1/tenants"},
+	{"GET", "/v1/tenants/{name}"},
+	{"PATCH", "/v1/tenants/{name}"},
+	{"DELETE", "/v1/tenants/{name}"},
+	{"GET", "/v1/audit"},
+	{"GET", SandboxPrefix + "/security"},
 }

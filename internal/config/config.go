@@ -66,6 +66,8 @@ type Config struct {
 	Defaults Sandbox `toml:"defaults"`
 	// Limits ([limits]) are the largest values a request may ask for.
 	Limits Sandbox `toml:"limits"`
+	// Security ([security]) is TLS and the API's abuse limits (security.go).
+	Security Security `toml:"security"`
 }
 
 // Sandbox is a set of per-sandbox settings, used both for the defaults and
@@ -102,6 +104,7 @@ func Default() Config {
 		StorageSizeGB:    64,
 		ReapInterval:     time.Second,
 		MaxRequestBodyMB: 1,
+		Security:         Security{RateLimit: 50, RateBurst: 200},
 		Defaults: Sandbox{
 			TTL:      10 * time.Minute,
 			CPU:      1,

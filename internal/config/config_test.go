@@ -65,8 +65,12 @@ func TestEveryKeyDocumented(t *testing.T) {
 	for i := 0; i < st.NumField(); i++ {
 		keys = append(keys, st.Field(i).Tag.Get("toml"))
 	}
+	sec := reflect.TypeOf(Security{})
+	for i := 0; i < sec.NumField(); i++ {
+		keys = append(keys, sec.Field(i).Tag.Get("toml"))
+	}
 	for _, k := range keys {
-		if k == "defaults" || k == "limits" {
+		if k == "defaults" || k == "limits" || k == "security" {
 			k = "[" + k + "]"
 		} else if !strings.Contains(string(example), "\n"+k+" = ") {
 			t.Errorf("key %q missing from docs/agentbox.example.toml", k)

@@ -107,6 +107,7 @@ func (c Config) Validate() error {
 	if l.Pids < d.Pids {
 		v.addf("limits.pids must be >= defaults.pids (%d), got %d", d.Pids, l.Pids)
 	}
+	c.validateSecurity(&v)
 	return v.err()
 }
 

@@ -5,6 +5,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/posture"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/server"
 	"github.com/agentbox/agentbox/internal/storage"
@@ -119,10 +121,13 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer svc.Close()
 
 	authn := auth.New(st, cfg.AdminKeyPath(), log)
-	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes()})
+	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes(),
+		Store: st, RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst,
+		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount}})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
@@ -137,13 +142,22 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	_ = os.Chmod(cfg.Socket, 0o600)
 	lns = append(lns, uln)
 	if cfg.Listen != "" {
-		host, _, _ := net.SplitHostPort(cfg.Listen)
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return fmt.Errorf("listen %q is not a loopback address: plain HTTP beyond loopback is refused (TLS comes with the security work); use 127.0.0.1", cfg.Listen)
+		tc, err := tlsConfig(cfg, log)
+		if err != nil {
+			return err
+		}
+		if tc == nil && !cfg.ListenIsLoopback() {
+			if !cfg.Security.InsecurePlainHTTP {
+				return fmt.Errorf("listen %q is not a loopback address: serve TLS beyond loopback (security.tls = \"self-signed\", or tls_cert and tls_key) or set security.insecure_plain_http = true", cfg.Listen)
+			}
+			log.Warn("serving plain HTTP beyond loopback (insecure_plain_http): API keys cross the network in the clear", "listen", cfg.Listen)
 		}
 		tln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+		}
+		if tc != nil {
+			tln = tls.NewListener(tln, tc)
 		}
 		lns = append(lns, tln)
 	}

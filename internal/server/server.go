@@ -12,14 +12,17 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/posture"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -30,6 +33,14 @@ type Options struct {
 	Auth         *auth.Authenticator
 	Logger       *slog.Logger
 	MaxBodyBytes int64
+	// Store holds keys, tenants and the audit log (admin.go, audit.go).
+	Store *store.Store
+	// Posture says what the posture check expects (admin.go).
+	Posture posture.Options
+	// RateLimit and RateBurst are the per-key token bucket (ratelimit.go);
+	// RateLimit 0 disables it.
+	RateLimit float64
+	RateBurst int
 }
 
 // Server serves the API.
@@ -40,6 +51,9 @@ type Server struct {
 	log     *slog.Logger
 	maxBody int64
 	mux     *http.ServeMux
+	st      *store.Store
+	posture posture.Options
+	limiter *limiter
 }
 
 // New returns the API handler.
@@ -51,6 +65,7 @@ func New(o Options) *Server {
 		o.MaxBodyBytes = 1 << 20
 	}
 	s := &Server{svc: o.Service, pool: o.Pool, auth: o.Auth, log: o.Logger, maxBody: o.MaxBodyBytes, mux: http.NewServeMux()}
+	s.st, s.posture, s.limiter = o.Store, o.Posture, newLimiter(o.RateLimit, o.RateBurst)
 	s.routes()
 	return s
 }
@@ -92,6 +107,18 @@ func (s *Server) routes() {
 		"GET /v1/snapshots":                 s.listSnapshots,
 		"GET /v1/snapshots/{ref}":           s.getSnapshot,
 		"DELETE /v1/snapshots/{ref}":        s.deleteSnapshot,
+
+		// Keys, tenants, audit, posture (admin.go, audit.go).
+		"POST /v1/keys":                   s.createKey,
+		"GET /v1/keys":                    s.listKeys,
+		"DELETE /v1/keys/{id}":            s.revokeKey,
+		"POST /v1/tenants":                s.createTenant,
+		"GET /v1/tenants":                 s.listTenants,
+		"GET /v1/tenants/{name}":          s.getTenant,
+		"PATCH /v1/tenants/{name}":        s.updateTenant,
+		"DELETE /v1/tenants/{name}":       s.deleteTenant,
+		"GET /v1/audit":                   s.listAudit,
+		"GET /v1/sandboxes/{id}/security": s.sandboxSecurity,
 	}
 	// Every route comes from api.Routes, which a test holds against
 	// api/openapi.yaml; the guest's routes are forwarded.
@@ -113,13 +140,29 @@ func (s *Server) routes() {
 // ServeHTTP authenticates every request, then routes it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	w = sw
 	p, err := s.auth.Authenticate(r.Context(), r)
 	if err != nil {
-		writeError(w, err)
+		// Failed attempts share a bucket per remote address.
+		if ok, _ := s.limiter.allow("addr:"+remoteHost(r), start); ok {
+			writeError(w, err)
+		} else {
+			writeError(w, errdefs.Exhausted("too many requests without a valid API key from %s; slow down", remoteHost(r)))
+		}
+		s.audit(r, "", "", sw.status)
+		return
+	}
+	// Admin keys are the operator's own tools, which poll: not limited.
+	if ok, wait := s.limiter.allow("key:"+p.KeyID, start); !ok && !p.Admin {
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+		writeError(w, errdefs.Exhausted("rate limit of API key %s exceeded; retry in %v", p.KeyID, wait.Round(time.Millisecond)))
+		s.audit(r, p.KeyID, p.Tenant, sw.status)
 		return
 	}
 	r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 	s.mux.ServeHTTP(w, r)
+	s.audit(r, p.KeyID, p.Tenant, sw.status)
 	if s.log.Enabled(r.Context(), slog.LevelDebug) {
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "tenant", p.Tenant, "took", time.Since(start))
 	}
