@@ -163,6 +163,7 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		"PTYSize":               PTYSize{},
 		"PTYControl":            PTYControl{},
 		"WatchEvent":            WatchEvent{},
+		"Network":               Network{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

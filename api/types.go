@@ -37,6 +37,8 @@ type CreateSandboxRequest struct {
 	// AutoResume makes exec and file requests resume a paused sandbox
 	// instead of failing.
 	AutoResume bool `json:"auto_resume,omitempty"`
+	// Network is the egress policy and preview access (api/network.go).
+	Network *Network `json:"network,omitempty"`
 }
 
 // Resources are a sandbox's limits, as applied.
@@ -67,6 +69,9 @@ type Sandbox struct {
 	Snapshot   string `json:"snapshot,omitempty"`
 	OnTimeout  string `json:"on_timeout,omitempty"`
 	AutoResume bool   `json:"auto_resume,omitempty"`
+	// Network is the sandbox's network settings, its preview token
+	// included (api/network.go).
+	Network *Network `json:"network,omitempty"`
 }
 
 // UpdateSandboxRequest is the body of PATCH /v1/sandboxes/{id}.

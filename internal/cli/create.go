@@ -24,6 +24,8 @@ type createFlags struct {
 	snapshot   string
 	onTimeout  string
 	autoResume bool
+	// Network (docs/network.md, network.go).
+	net netFlags
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -39,6 +41,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.snapshot, "snapshot", "", "start from this snapshot (id or name) instead of a template")
 	fs.StringVar(&f.onTimeout, "on-timeout", "", "what the TTL does: destroy (default) or pause (keeps the sandbox and its files)")
 	fs.BoolVar(&f.autoResume, "auto-resume", false, "let exec and file requests resume the sandbox when it is paused")
+	f.net.register(fs)
 }
 
 // request turns the flags into a create request, checking each.
@@ -78,6 +81,7 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 	if req.Metadata, err = parseKV("meta", f.meta); err != nil {
 		return req, err
 	}
+	req.Network = f.net.request()
 	return req, nil
 }
 

@@ -68,6 +68,9 @@ type Config struct {
 	Limits Sandbox `toml:"limits"`
 	// Security ([security]) is TLS and the API's abuse limits (security.go).
 	Security Security `toml:"security"`
+	// Network ([network]) configures networking and preview URLs
+	// (network.go).
+	Network Network `toml:"network"`
 }
 
 // Sandbox is a set of per-sandbox settings, used both for the defaults and
@@ -105,6 +108,7 @@ func Default() Config {
 		ReapInterval:     time.Second,
 		MaxRequestBodyMB: 1,
 		Security:         Security{RateLimit: 50, RateBurst: 200},
+		Network:          Network{PreviewDomain: "localhost"},
 		Defaults: Sandbox{
 			TTL:      10 * time.Minute,
 			CPU:      1,

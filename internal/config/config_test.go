@@ -69,8 +69,12 @@ func TestEveryKeyDocumented(t *testing.T) {
 	for i := 0; i < sec.NumField(); i++ {
 		keys = append(keys, sec.Field(i).Tag.Get("toml"))
 	}
+	nt := reflect.TypeOf(Network{})
+	for i := 0; i < nt.NumField(); i++ {
+		keys = append(keys, nt.Field(i).Tag.Get("toml"))
+	}
 	for _, k := range keys {
-		if k == "defaults" || k == "limits" || k == "security" {
+		if k == "defaults" || k == "limits" || k == "network" || k == "security" {
 			k = "[" + k + "]"
 		} else if !strings.Contains(string(example), "\n"+k+" = ") {
 			t.Errorf("key %q missing from docs/agentbox.example.toml", k)

@@ -130,6 +130,7 @@ func NewServer(cfg Config) *Server {
 	s.registerProcesses(mux)
 	s.registerPTY(mux)
 	mux.HandleFunc("GET /files/watch", s.handleWatch)
+	mux.HandleFunc("GET "+api.GuestDialPath, s.handleDial)
 	files.Register(mux, files.Options{DefaultUser: cfg.User, Logger: s.log})
 	s.handler = mux
 	return s

@@ -64,6 +64,7 @@ func (s *Service) Fork(ctx context.Context, tenant, id string, count int) ([]api
 	ids := make([]string, count)
 	for i := range recs {
 		spec := parent.Spec
+		spec.Network = forkNetwork(spec.Network)
 		spec.Template = ""
 		spec.Snapshot = snap.ID
 		r := &store.SandboxRecord{

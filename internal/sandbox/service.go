@@ -122,6 +122,10 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	if err != nil {
 		return nil, err
 	}
+	netw, err := resolveNetwork(s.cfg, req.Network)
+	if err != nil {
+		return nil, err
+	}
 	drv, ok := s.drivers[r.Isolation]
 	if !ok {
 		return nil, errdefs.Invalid("isolation %q is not available on this host; available: %s", r.Isolation, strings.Join(s.DriverNames(), ", "))
@@ -161,6 +165,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		CreatedAt:       now,
 		Lowers:          []string{tpl.Rootfs},
 	}
+	rec.Spec.Network = netw
 	if snap != nil {
 		rec.Snapshot = snap.ID
 		rec.Spec.Snapshot = snap.ID
@@ -549,6 +554,7 @@ func toAPI(r *store.SandboxRecord) *api.Sandbox {
 		Snapshot:        r.Snapshot,
 		OnTimeout:       r.Spec.OnTimeout,
 		AutoResume:      r.Spec.AutoResume,
+		Network:         r.Spec.Network,
 	}
 	if r.Handle != nil {
 		sb.Pid = r.Handle.Pid

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -54,6 +55,10 @@ type Server struct {
 	st      *store.Store
 	posture posture.Options
 	limiter *limiter
+
+	// The preview proxy's transport (ports.go).
+	previewOnce sync.Once
+	previewRT   http.RoundTripper
 }
 
 // New returns the API handler.
@@ -140,6 +145,10 @@ func (s *Server) routes() {
 // ServeHTTP authenticates every request, then routes it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if t, ok := s.previewOf(r); ok { // preview URLs have their own access rules
+		s.servePreview(w, r, t)
+		return
+	}
 	sw := &statusWriter{ResponseWriter: w}
 	w = sw
 	p, err := s.auth.Authenticate(r.Context(), r)

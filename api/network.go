@@ -1,0 +1,55 @@
+package api
+
+// Network is a sandbox's network settings: its egress policy and who may
+// reach its preview URLs. It is the `network` field of a create request
+// and of a sandbox; see docs/network.md.
+type Network struct {
+	// Egress is EgressNone (default: loopback only), EgressInternet or
+	// EgressCustom (the allow and deny lists).
+	Egress string `json:"egress,omitempty"`
+	// Allow and Deny are rules: a domain ("pypi.org", "*.github.com"), a
+	// CIDR or address ("10.0.0.0/8"), or either with a port (":443",
+	// "pypi.org:443"). Deny wins over allow.
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+	// Preview is PreviewToken (default) or PreviewPublic.
+	Preview string `json:"preview,omitempty"`
+	// PreviewToken is chosen by the daemon at create and shown to the
+	// sandbox's owner; a create request must leave it empty.
+	PreviewToken string `json:"preview_token,omitempty"`
+	// PreviewDomain is the host suffix of the preview URLs,
+	// "localhost:7423" for http://<port>-<id>.localhost:7423/. Set by the
+	// daemon.
+	PreviewDomain string `json:"preview_domain,omitempty"`
+}
+
+// Egress policies.
+const (
+	EgressNone     = "none"
+	EgressInternet = "internet"
+	EgressCustom   = "custom"
+)
+
+// Preview access modes.
+const (
+	PreviewTokenMode = "token"
+	PreviewPublic    = "public"
+)
+
+// The preview token travels in this header, this query parameter, or
+// (after a first request that carried it in the query) this cookie.
+const (
+	PreviewTokenHeader = "X-Agentbox-Token"
+	PreviewTokenQuery  = "agentbox_token"
+	PreviewTokenCookie = "agentbox_token"
+)
+
+// GuestDialPath is the guest protocol's route that turns its connection
+// into a raw TCP tunnel to 127.0.0.1:{port} inside the sandbox (the
+// request carries "Connection: Upgrade" and "Upgrade: tcp"; the guest
+// answers 101 and then relays bytes). The daemon's preview proxy uses it;
+// it is not an API route.
+const GuestDialPath = "/ports/{port}/dial"
+
+// GuestDialProtocol is the Upgrade token of GuestDialPath.
+const GuestDialProtocol = "tcp"

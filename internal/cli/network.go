@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// netFlags are create's network flags (docs/network.md).
+type netFlags struct {
+	egress  string
+	allow   []string
+	deny    []string
+	preview string
+}
+
+func (f *netFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.egress, "egress", "", "outbound network: none (loopback only, default), internet, or custom with --allow/--deny")
+	fs.StringArrayVar(&f.allow, "allow", nil, "allow egress to a domain (pypi.org, *.github.com), CIDR or :port (repeatable; implies --egress custom)")
+	fs.StringArrayVar(&f.deny, "deny", nil, "deny egress to a domain, CIDR or :port; deny wins (repeatable)")
+	fs.StringVar(&f.preview, "preview", "", "who may open the preview URLs: token (default) or public")
+}
+
+// request returns the create request's network field, nil when no flag
+// was given (the daemon's defaults apply).
+func (f *netFlags) request() *api.Network {
+	if f.egress == "" && len(f.allow) == 0 && len(f.deny) == 0 && f.preview == "" {
+		return nil
+	}
+	n := &api.Network{Egress: f.egress, Allow: f.allow, Deny: f.deny, Preview: f.preview}
+	if n.Egress == "" && len(f.allow) > 0 {
+		n.Egress = api.EgressCustom
+	}
+	return n
+}

@@ -1,0 +1,42 @@
+package config
+
+import (
+	"net"
+	"strconv"
+	"strings"
+)
+
+// Network ([network]) configures sandbox networking and preview URLs.
+type Network struct {
+	// PreviewDomain (preview_domain) is the domain of the preview URLs,
+	// http://<port>-<id>.<preview_domain>/. Default "localhost", whose
+	// subdomains resolve to 127.0.0.1 in browsers, curl and Go.
+	PreviewDomain string `toml:"preview_domain"`
+	// PreviewPort (preview_port) is the port put in preview URLs; 0 is the
+	// port of listen (none when listen is "").
+	PreviewPort int `toml:"preview_port"`
+}
+
+// PreviewDomain returns the preview domain, defaulted and lower-cased.
+func (c Config) PreviewDomain() string {
+	d := strings.ToLower(strings.Trim(c.Network.PreviewDomain, "."))
+	if d == "" {
+		return "localhost"
+	}
+	return d
+}
+
+// PreviewHost is the host suffix of preview URLs with its port:
+// "localhost:7423".
+func (c Config) PreviewHost() string {
+	port := ""
+	if c.Network.PreviewPort > 0 {
+		port = strconv.Itoa(c.Network.PreviewPort)
+	} else if c.Listen != "" {
+		_, port, _ = net.SplitHostPort(c.Listen)
+	}
+	if port == "" || port == "80" {
+		return c.PreviewDomain()
+	}
+	return c.PreviewDomain() + ":" + port
+}

@@ -1,0 +1,146 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/config"
+)
+
+// resolveNetwork checks a create request's network settings and fills the
+// defaults, a fresh preview token and the preview host.
+func resolveNetwork(cfg *config.Config, req *api.Network) (*api.Network, error) {
+	n := &api.Network{}
+	if req != nil {
+		*n = *req
+	}
+	if n.PreviewToken != "" || n.PreviewDomain != "" {
+		return nil, errdefs.Invalid("network.preview_token and network.preview_domain are set by the daemon; leave them out")
+	}
+	if n.Egress == "" {
+		n.Egress = api.EgressNone
+	}
+	switch n.Egress {
+	case api.EgressNone:
+		if len(n.Allow) > 0 || len(n.Deny) > 0 {
+			return nil, errdefs.Invalid("network.allow and network.deny need egress %q or %q; egress %q allows nothing", api.EgressCustom, api.EgressInternet, api.EgressNone)
+		}
+	case api.EgressInternet, api.EgressCustom:
+		return nil, errdefs.Precondition("egress %q is not available yet: this daemon gives sandboxes loopback only; use egress %q (see docs/network.md)", n.Egress, api.EgressNone)
+	default:
+		return nil, errdefs.Invalid("network.egress must be %q, %q or %q, got %q", api.EgressNone, api.EgressInternet, api.EgressCustom, n.Egress)
+	}
+	if n.Preview == "" {
+		n.Preview = api.PreviewTokenMode
+	}
+	if n.Preview != api.PreviewTokenMode && n.Preview != api.PreviewPublic {
+		return nil, errdefs.Invalid("network.preview must be %q or %q, got %q", api.PreviewTokenMode, api.PreviewPublic, n.Preview)
+	}
+	n.PreviewToken = newPreviewToken()
+	n.PreviewDomain = cfg.PreviewHost()
+	return n, nil
+}
+
+// forkNetwork gives a fork its parent's settings with a token of its own.
+func forkNetwork(n *api.Network) *api.Network {
+	if n == nil {
+		return nil
+	}
+	c := *n
+	c.PreviewToken = newPreviewToken()
+	return &c
+}
+
+// newPreviewToken returns 192 random bits, URL-safe.
+func newPreviewToken() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// Preview returns what the preview proxy needs of sandbox id, of any
+// tenant: its tenant and network settings.
+func (s *Service) Preview(ctx context.Context, id string) (tenant string, n api.Network, err error) {
+	rec, err := s.st.GetSandbox(ctx, id)
+	if err != nil {
+		return "", n, errdefs.NotFound("sandbox %q not found", id)
+	}
+	if rec.Spec.Network != nil {
+		n = *rec.Spec.Network
+	} else {
+		n = api.Network{Egress: api.EgressNone, Preview: api.PreviewTokenMode}
+	}
+	return rec.Tenant, n, nil
+}
+
+// DialPort opens a TCP connection to 127.0.0.1:port inside a running
+// sandbox, through its guest agent (api.GuestDialPath). The caller has
+// already checked access.
+func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	if _, err := s.Guest(ctx, "", id); err != nil { // running, resumed if auto_resume
+		return nil, err
+	}
+	e, err := s.lookup(ctx, "", id)
+	if err != nil {
+		return nil, err
+	}
+	c, err := e.drv.DialGuest(ctx, e.handle())
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	} else {
+		c.SetDeadline(time.Now().Add(15 * time.Second))
+	}
+	path := strings.Replace(api.GuestDialPath, "{port}", strconv.Itoa(port), 1)
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: guest\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", path, api.GuestDialProtocol)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		c.Close()
+		return nil, errdefs.Unavailable("sandbox %s: guest agent: %v", id, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer c.Close()
+		defer resp.Body.Close()
+		var body api.ErrorBody
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err == nil && body.Error.Message != "" {
+			return nil, errdefs.FromCode(body.Error.Code, body.Error.Message)
+		}
+		return nil, errdefs.Unavailable("sandbox %s: guest agent answered %s to a port dial", id, resp.Status)
+	}
+	c.SetDeadline(time.Time{})
+	return &bufferedConn{Conn: c, r: br}, nil
+}
+
+// bufferedConn reads first what the response reader had buffered.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite half-closes the guest connection, which the guest passes on.
+func (c *bufferedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
+// PreviewDomain is the domain of the preview URLs, without a port.
+func (s *Service) PreviewDomain() string { return s.cfg.PreviewDomain() }
