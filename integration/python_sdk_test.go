@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/api"
 )
 
 // TestPythonSDK runs the Python SDK's pytest suite (sdk/python/tests: unit
@@ -29,6 +31,14 @@ func TestPythonSDK(t *testing.T) {
 	if len(args) == 6 {
 		t.Fatal("no tests found in sdk/python/tests")
 	}
+	// The SDK has no call to remove a snapshot: the ones its tests take
+	// are removed here, so that later tests (TestStateCrash lists every
+	// snapshot) find only their own.
+	snapsBefore, err := env.client.ListSnapshots(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeSnapshotsSince(t, snapsBefore) })
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, args...)
@@ -49,4 +59,28 @@ func TestPythonSDK(t *testing.T) {
 func pendingTest(path string) bool {
 	ok, _ := filepath.Match("test_pending_*.py", filepath.Base(path))
 	return ok
+}
+
+// removeSnapshotsSince deletes the user snapshots that are not in before
+// (internal ones go with their last sandbox), and fails if one cannot be.
+func removeSnapshotsSince(t *testing.T, before []api.Snapshot) {
+	t.Helper()
+	ctx := context.Background()
+	old := map[string]bool{}
+	for _, sn := range before {
+		old[sn.ID] = true
+	}
+	now, err := env.client.ListSnapshots(ctx)
+	if err != nil {
+		t.Errorf("listing snapshots: %v", err)
+		return
+	}
+	for _, sn := range now {
+		if old[sn.ID] || sn.Internal {
+			continue
+		}
+		if err := env.client.DeleteSnapshot(ctx, sn.ID); err != nil {
+			t.Errorf("removing snapshot %s left by the tests: %v", sn.ID, err)
+		}
+	}
 }

@@ -460,6 +460,24 @@ func startExternal(t *testing.T, cfgPath string) (*exec.Cmd, *client.Client) {
 func crashRound(t *testing.T, cfgPath string, round int) {
 	ctx := context.Background()
 	d, c := startExternal(t, cfgPath)
+	// The data dir is the package's: what earlier tests left (a paused
+	// sandbox, a snapshot of another sandbox) is not this round's to judge.
+	before, err := c.ListSnapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier := map[string]bool{}
+	for _, sn := range before {
+		earlier[sn.ID] = true
+	}
+	kept, err := c.ListSandboxes(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlierSB := map[string]bool{}
+	for _, sb := range kept {
+		earlierSB[sb.ID] = true
+	}
 	var seeds []string
 	for i := 0; i < 4; i++ {
 		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
@@ -514,6 +532,12 @@ func crashRound(t *testing.T, cfgPath string, round int) {
 			working++
 		case api.StateFailed, api.StateDestroyed:
 			assertNoTrace(t, sb.ID)
+		case api.StatePaused, api.StateStopped:
+			// Kept with its layer; this round pauses nothing.
+			if !earlierSB[sb.ID] {
+				t.Errorf("round %d: sandbox %s is %s after recovery", round, sb.ID, sb.State)
+			}
+			live[sb.ID] = true
 		default:
 			t.Errorf("round %d: sandbox %s is %s after recovery", round, sb.ID, sb.State)
 		}
@@ -537,13 +561,27 @@ func crashRound(t *testing.T, cfgPath string, round int) {
 		}
 	}
 	// Every snapshot is whole and usable, and none is on disk unrecorded.
-	snaps, err := c.ListSnapshots(ctx)
+	// This round's (not in earlier) were all taken of seeds, by snapshot
+	// or by fork, so a sandbox made from one has the seed's file.
+	all, err := c.ListSnapshots(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	recorded := map[string]bool{}
-	for _, sn := range snaps {
+	isSeed := map[string]bool{}
+	for _, s := range seeds {
+		isSeed[s] = true
+	}
+	var snaps []api.Snapshot
+	for _, sn := range all {
 		recorded[sn.ID] = true
+		if earlier[sn.ID] {
+			continue
+		}
+		if !isSeed[sn.SandboxID] {
+			t.Errorf("round %d: snapshot %s records source %s, which is not a seed", round, sn.ID, sn.SandboxID)
+		}
+		snaps = append(snaps, sn)
 	}
 	dirs, _ := os.ReadDir(filepath.Join(env.cfg.DataDir, "storage", "snapshots"))
 	for _, dd := range dirs {
@@ -573,15 +611,20 @@ func crashRound(t *testing.T, cfgPath string, round int) {
 	t.Logf("round %d: %d sandboxes work after the crash, %d snapshots whole", round, working, len(snaps))
 	// Clean up everything this round made.
 	for id := range live {
-		_ = c.DestroySandbox(ctx, id)
+		if !earlierSB[id] {
+			_ = c.DestroySandbox(ctx, id)
+		}
 	}
 	for _, sn := range snaps {
 		if !sn.Internal {
 			_ = c.DeleteSnapshot(ctx, sn.ID)
 		}
 	}
-	if left, _ := c.ListSnapshots(ctx); len(left) != 0 {
-		t.Errorf("round %d: %d snapshots left after destroying everything", round, len(left))
+	left, _ := c.ListSnapshots(ctx)
+	for _, sn := range left {
+		if !earlier[sn.ID] {
+			t.Errorf("round %d: snapshot %s (internal %v) is left after destroying everything", round, sn.ID, sn.Internal)
+		}
 	}
 }
 

@@ -51,13 +51,17 @@ func (s *Service) Fork(ctx context.Context, tenant, id string, count int) ([]api
 	}
 	defer release()
 	drv := e.drv
-	tpl, err := s.pool.TemplateVersion(parent.Template, parent.TemplateVersion)
-	if err != nil {
-		return nil, fmt.Errorf("template of sandbox %s: %w", id, err)
-	}
 	snap, err := s.snapshot(ctx, e, "", true)
 	if err != nil {
 		return nil, err
+	}
+	// The template and env are the snapshot's, read with the layer it
+	// captured: a reset onto another snapshot may have changed the
+	// parent's since parent was read.
+	tpl, err := s.pool.TemplateVersion(snap.Template, snap.TemplateVersion)
+	if err != nil {
+		s.collect(ctx, snap.ID)
+		return nil, fmt.Errorf("template of sandbox %s: %w", id, err)
 	}
 	now := time.Now().UTC()
 	recs := make([]*store.SandboxRecord, count)
@@ -71,12 +75,12 @@ func (s *Service) Fork(ctx context.Context, tenant, id string, count int) ([]api
 			ID:              newID(),
 			Tenant:          parent.Tenant,
 			State:           api.StateCreating,
-			Template:        parent.Template,
-			TemplateVersion: parent.TemplateVersion,
+			Template:        snap.Template,
+			TemplateVersion: snap.TemplateVersion,
 			Isolation:       parent.Isolation,
 			Spec:            spec,
 			Resources:       parent.Resources,
-			Env:             parent.Env,
+			Env:             snap.Env,
 			Metadata:        parent.Metadata,
 			CreatedAt:       now,
 			Parent:          id,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -65,18 +66,43 @@ func (s *Service) snapshot(ctx context.Context, e *entry, name string, internal 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
+	e.op.Lock()
+	rec, err := s.captureLocked(ctx, e, p, name, internal)
+	e.op.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.st.FinishSnapshot(ctx, rec.ID, rec.SizeBytes); err != nil {
+		_ = s.pool.RemoveSnapshot(ctx, rec.ID)
+		_ = s.st.DeleteSnapshot(ctx, rec.ID)
+		return nil, err
+	}
+	rec.State = store.SnapshotReady
+	s.log.Debug("snapshot taken", "sandbox", e.id, "snapshot", rec.ID, "name", name, "size", rec.SizeBytes)
+	return rec, nil
+}
+
+// captureLocked records the intent of a snapshot of e and captures e's
+// layer, frozen; e.op is held. The sandbox's record is read here, under
+// e.op, because a reset (which holds e.op) replaces both the layer and the
+// lowers it stacks on: read before the lock, a snapshot could record one
+// lineage's lowers with another's layer, and depend on a parent snapshot
+// that is no longer protected from removal. On error nothing is left.
+func (s *Service) captureLocked(ctx context.Context, e *entry, p driver.Pauser, name string, internal bool) (_ *store.SnapshotRecord, err error) {
+	if e.destroying {
+		return nil, errdefs.Precondition("sandbox %s is being destroyed", e.id)
+	}
 	src, err := s.st.GetSandbox(ctx, e.id)
 	if err != nil {
 		return nil, err
+	}
+	if len(src.Lowers) == 0 {
+		return nil, errdefs.Precondition("sandbox %s has no recorded layers (made by an older agentbox); it cannot be snapshotted", e.id)
 	}
 	if len(src.Lowers)+1 > maxLowers {
 		return nil, errdefs.Precondition("sandbox %s already stacks on %d layers (forks of forks); the most is %d: snapshot a sandbox nearer its template", e.id, len(src.Lowers), maxLowers)
 	}
 	snapID := newID()
-	lowers := append([]string{s.pool.SnapshotUpper(snapID)}, src.Lowers...)
-	if len(src.Lowers) == 0 {
-		return nil, errdefs.Precondition("sandbox %s has no recorded layers (made by an older agentbox); it cannot be snapshotted", e.id)
-	}
 	rec := &store.SnapshotRecord{
 		ID:              snapID,
 		Name:            name,
@@ -87,7 +113,7 @@ func (s *Service) snapshot(ctx context.Context, e *entry, name string, internal 
 		TemplateVersion: src.TemplateVersion,
 		Isolation:       src.Isolation,
 		Parent:          src.Snapshot,
-		Lowers:          lowers,
+		Lowers:          append([]string{s.pool.SnapshotUpper(snapID)}, src.Lowers...),
 		Env:             src.Env,
 		Internal:        internal,
 	}
@@ -95,43 +121,28 @@ func (s *Service) snapshot(ctx context.Context, e *entry, name string, internal 
 	if err := s.st.CreateSnapshot(ctx, rec); err != nil {
 		return nil, err
 	}
-	ok := false
 	defer func() {
-		if !ok {
+		if err != nil {
 			_ = s.pool.RemoveSnapshot(ctx, snapID)
 			_ = s.st.DeleteSnapshot(ctx, snapID)
 		}
 	}()
-	e.op.Lock()
-	if e.destroying {
-		e.op.Unlock()
-		return nil, errdefs.Precondition("sandbox %s is being destroyed", e.id)
-	}
 	wasPaused := e.paused.Load()
 	if !wasPaused {
 		if err := p.Pause(ctx, e.handle()); err != nil {
-			e.op.Unlock()
 			return nil, fmt.Errorf("freezing sandbox %s for a snapshot: %w", e.id, err)
 		}
 	}
 	size, serr := s.pool.SnapshotLayer(ctx, e.id, snapID)
-	var terr error
 	if !wasPaused {
-		terr = p.Resume(ctx, e.handle())
+		if terr := p.Resume(ctx, e.handle()); terr != nil {
+			s.log.Warn("thawing sandbox after snapshot", "sandbox", e.id, "err", terr)
+		}
 	}
-	e.op.Unlock()
 	if serr != nil {
 		return nil, fmt.Errorf("snapshotting sandbox %s: %w", e.id, serr)
 	}
-	if terr != nil {
-		s.log.Warn("thawing sandbox after snapshot", "sandbox", e.id, "err", terr)
-	}
-	if err := s.st.FinishSnapshot(ctx, snapID, size); err != nil {
-		return nil, err
-	}
-	rec.State, rec.SizeBytes = store.SnapshotReady, size
-	ok = true
-	s.log.Debug("snapshot taken", "sandbox", e.id, "snapshot", snapID, "name", name, "size", size)
+	rec.SizeBytes = size
 	return rec, nil
 }
 
