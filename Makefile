@@ -5,7 +5,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
 
-.PHONY: build install deps up test test-unit test-integration bench soak clean lint
+.PHONY: build install deps up test test-unit test-integration bench soak clean lint fuzz
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
@@ -39,6 +39,12 @@ bench: install
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh busybox
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh base
 	$(BIN)/agentbox bench $(BENCH_FLAGS)
+
+# `make fuzz` runs every fuzz target for FUZZTIME each (scripts/fuzz.sh);
+# CI runs only their committed seed corpora, as unit tests.
+FUZZTIME ?= 10m
+fuzz:
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 lint:
 	$(GO) vet ./...
