@@ -451,4 +451,3 @@ func TestProcessCLI(t *testing.T) {
 		t.Errorf("ps after kill still lists %s: %q", pid, out)
 	}
 }
-
