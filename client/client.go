@@ -51,6 +51,7 @@ type config struct {
 	adminKeyPath string
 	userAgent    string
 	noEnv        bool
+	tls          tlsOptions // tls.go
 }
 
 // Option configures New.
@@ -133,7 +134,11 @@ func New(opts ...Option) (*Client, error) {
 	}
 	hc := cfg.hc
 	if hc == nil {
-		hc = &http.Client{Transport: newTransport(socket)}
+		t := newTransport(socket)
+		if err := cfg.tls.apply(t, cfg.noEnv); err != nil {
+			return nil, err
+		}
+		hc = &http.Client{Transport: t}
 	}
 	return &Client{base: base, host: cfg.host, apiKey: cfg.apiKey, hc: hc, ua: cfg.userAgent}, nil
 }
