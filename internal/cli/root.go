@@ -155,6 +155,8 @@ uses the local socket and the admin key by default.`,
 	)
 	// State (docs/state.md).
 	root.AddCommand(newPauseCommand(g), newResumeCommand(g), newSnapshotCommand(g), newForkCommand(g), newResetCommand(g))
+	// Keys and tenants (docs/SECURITY.md).
+	root.AddCommand(newKeyCommand(g), newTenantCommand(g))
 	// Network (docs/network.md).
 	root.AddCommand(newURLCommand(g))
 	return root

@@ -75,11 +75,15 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func newInspectCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "inspect ID",
-		Short: "Show a sandbox as JSON",
+	var security, asJSON bool
+	c := &cobra.Command{
+		Use:   "inspect ID [--security [--json]]",
+		Short: "Show a sandbox as JSON; --security runs the host-side posture check (admin)",
 		Args:  exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if security {
+				return runSecurityInspect(c, g, args[0], asJSON) // security.go
+			}
 			cl, err := g.client()
 			if err != nil {
 				return err
@@ -91,6 +95,9 @@ func newInspectCommand(g *globals) *cobra.Command {
 			return printJSON(c.OutOrStdout(), sb)
 		},
 	}
+	c.Flags().BoolVar(&security, "security", false, "check every process's isolation from the host: NoNewPrivs, seccomp, capabilities, namespaces, uid map, cgroup, fds")
+	c.Flags().BoolVar(&asJSON, "json", false, "with --security: print the report as JSON")
+	return c
 }
 
 func newRmCommand(g *globals) *cobra.Command {
