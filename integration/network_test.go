@@ -205,6 +205,27 @@ func TestPreviewURLs(t *testing.T) {
 		}
 	})
 
+	t.Run("latency", func(t *testing.T) {
+		// Sequential small GETs through the host form, keep-alive on both
+		// legs; logged for docs/network.md.
+		const n = 100
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			if status, _, _ := get(previewReq(t, sb, port, "/headers", true)); status != 200 {
+				t.Fatalf("request %d: status %d", i, status)
+			}
+		}
+		t.Logf("preview proxy: %d sequential GETs (keep-alive server), %v per request", n, time.Since(start)/n)
+		mustSh(t, sb.ID, "mkdir -p /tmp/s2 && cd /tmp/s2 && echo x > i.txt && (python3 -m http.server 8002 --bind 127.0.0.1 >/dev/null 2>&1 &) && sleep 1")
+		start = time.Now()
+		for i := 0; i < n; i++ {
+			if status, _, _ := get(previewReq(t, sb, 8002, "/i.txt", true)); status != 200 {
+				t.Fatalf("request %d: status %d", i, status)
+			}
+		}
+		t.Logf("preview proxy: %d sequential GETs (python3 -m http.server, a new connection each), %v per request", n, time.Since(start)/n)
+	})
+
 	t.Run("nothing listening", func(t *testing.T) {
 		status, body, _ := get(previewReq(t, sb, 8009, "/", true))
 		if status != http.StatusServiceUnavailable || !strings.Contains(body, "8009") {
