@@ -37,11 +37,17 @@ type previewTarget struct {
 
 // previewOf says whether r is a preview request.
 func (s *Server) previewOf(r *http.Request) (previewTarget, bool) {
+	return parsePreview(r, s.svc.PreviewDomain())
+}
+
+// parsePreview reads a preview target from r's Host (under domain) or
+// its path.
+func parsePreview(r *http.Request, domain string) (previewTarget, bool) {
 	host := strings.ToLower(r.Host)
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	if label, ok := strings.CutSuffix(host, "."+s.svc.PreviewDomain()); ok && !strings.Contains(label, ".") {
+	if label, ok := strings.CutSuffix(host, "."+domain); ok && !strings.Contains(label, ".") {
 		p, id, ok := strings.Cut(label, "-")
 		if port, err := strconv.Atoi(p); ok && err == nil && id != "" {
 			return previewTarget{id: id, port: port, hostForm: true}, true

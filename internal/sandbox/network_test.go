@@ -1,0 +1,52 @@
+package sandbox
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/config"
+)
+
+func TestResolveNetwork(t *testing.T) {
+	cfg := config.Default()
+	cases := []struct {
+		name    string
+		in      *api.Network
+		class   error // nil: accepted
+		preview string
+	}{
+		{"nil is the defaults", nil, nil, api.PreviewTokenMode},
+		{"none, public", &api.Network{Egress: api.EgressNone, Preview: api.PreviewPublic}, nil, api.PreviewPublic},
+		{"unknown egress", &api.Network{Egress: "all"}, errdefs.ErrInvalidArgument, ""},
+		{"unknown preview", &api.Network{Preview: "open"}, errdefs.ErrInvalidArgument, ""},
+		{"token chosen by the caller", &api.Network{PreviewToken: "x"}, errdefs.ErrInvalidArgument, ""},
+		{"domain chosen by the caller", &api.Network{PreviewDomain: "x"}, errdefs.ErrInvalidArgument, ""},
+		{"rules with none", &api.Network{Deny: []string{"10.0.0.0/8"}}, errdefs.ErrInvalidArgument, ""},
+		{"internet not built", &api.Network{Egress: api.EgressInternet}, errdefs.ErrFailedPrecondition, ""},
+		{"custom not built", &api.Network{Egress: api.EgressCustom, Allow: []string{"pypi.org"}}, errdefs.ErrFailedPrecondition, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n, err := resolveNetwork(&cfg, c.in)
+			if c.class != nil {
+				if !errors.Is(err, c.class) {
+					t.Fatalf("err = %v, want class %v", err, c.class)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Egress != api.EgressNone || n.Preview != c.preview || len(n.PreviewToken) != 32 || n.PreviewDomain != "localhost:7423" {
+				t.Fatalf("resolved = %+v", n)
+			}
+		})
+	}
+	a, _ := resolveNetwork(&cfg, nil)
+	b := forkNetwork(a)
+	if a.PreviewToken == b.PreviewToken || b.Preview != a.Preview {
+		t.Fatalf("fork network = %+v of %+v: want the same settings and a new token", b, a)
+	}
+}
