@@ -117,6 +117,11 @@ func TestBattery(t *testing.T) {
 		{"06_output_flood", itemOutputFlood},
 		{"07_timeout_escape", itemTimeoutEscape},
 		{"08_zombies_kill_all", itemKillAll},
+		// Network (battery_network_test.go), egress none.
+		{"09_raw_icmp_to_host", itemRawICMP},
+		{"10_host_and_api", itemHostAndAPI},
+		{"11_metadata", itemMetadata},
+		{"12_siblings", itemSiblings},
 		{"14_host_unix_sockets", itemUnixSockets},
 		{"15_mount", itemMount},
 		{"16_namespaces", itemNamespaces},
