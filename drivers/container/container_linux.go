@@ -152,6 +152,16 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	if err := work.Delegate(d.opts.UIDBase, d.opts.UIDBase, ctrls...); err != nil {
 		return nil, fmt.Errorf("delegating cgroup: %w", err)
 	}
+	if v1 {
+		// The guest's starter thread goes into workload/exec-N to fork and
+		// then back home: it may write its own cgroup's tasks file, and
+		// nothing else of it (no mkdir, no limits).
+		for _, dir := range home.Paths() {
+			if err := os.Chown(filepath.Join(dir, "tasks"), d.opts.UIDBase, d.opts.UIDBase); err != nil {
+				return nil, fmt.Errorf("delegating the agent's cgroup: %w", err)
+			}
+		}
+	}
 
 	sock := socketPath(spec.RunDir)
 	_ = os.Remove(sock)

@@ -31,6 +31,7 @@ func (s *Server) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	if err := rc.EnableFullDuplex(); err != nil {
 		s.log.Warn("exec stream without full duplex: stdin frames may fail", "err", err)
 	}
+	rc.SetReadDeadline(time.Time{})
 	dec := json.NewDecoder(r.Body)
 	var req api.ExecRequest
 	if err := dec.Decode(&req); err != nil {
@@ -172,6 +173,11 @@ func (s *Server) streamExec(r *http.Request, rc *http.ResponseController, dec *j
 		rc.SetReadDeadline(time.Now())
 		<-body
 	}
+	// The deadline belongs to the connection, not the request: clear it,
+	// or the next request on this keep-alive connection fails its first
+	// read (its body, or the server's background read that cancels the
+	// request's context) and loses its stream.
+	rc.SetReadDeadline(time.Time{})
 	if out.failed {
 		return
 	}

@@ -38,6 +38,15 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	out.URL.RawQuery = r.URL.RawQuery
 	out.ContentLength = r.ContentLength
+	if strings.HasSuffix(path, "/stream") || strings.HasSuffix(path, "/files/watch") {
+		// A stream gets a connection to the guest of its own. Reusing a
+		// keep-alive connection for a full-duplex stream lost about one
+		// stream in a hundred (the guest saw its request's context end
+		// between start and exit); a unix connect costs microseconds,
+		// and a stream lives long anyway.
+		// TestExecStreamReusedConnection holds this.
+		out.Close = true
+	}
 	for _, h := range []string{"Content-Type", "Content-Encoding", "Accept"} {
 		if v := r.Header.Get(h); v != "" {
 			out.Header.Set(h, v)
