@@ -8,7 +8,14 @@ LOG=${AGENTBOX_LOG:-/var/log/agentbox.log}
 PIDFILE=/run/agentbox/agentbox.pid
 SOCK=/run/agentbox/agentbox.sock
 
-running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+# running: the pid file names a live process (a zombie, state Z, is not).
+running() {
+	[[ -f $PIDFILE ]] || return 1
+	local pid state
+	pid=$(cat "$PIDFILE")
+	state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+	[[ -n $state && $state != Z ]]
+}
 
 start() {
 	if running; then echo "agentbox: daemon already running (pid $(cat $PIDFILE))"; return; fi
