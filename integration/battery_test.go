@@ -300,7 +300,18 @@ func (b *battery) hostile(t testing.TB, id string, req api.ExecRequest) *api.Exe
 // and returns its answers by probe name.
 func (b *battery) probe(t testing.TB, id, user string, args ...string) (map[string]string, *api.ExecResult) {
 	t.Helper()
-	res := b.hostile(t, id, api.ExecRequest{Cmd: append([]string{"/tmp/probe"}, args...), User: user, TimeoutMs: 30000})
+	return b.probeAs(t, id, user, 30*time.Second, args...)
+}
+
+// probeFor is probe as root with an exec timeout of limit.
+func (b *battery) probeFor(t testing.TB, id string, limit time.Duration, args ...string) (map[string]string, *api.ExecResult) {
+	t.Helper()
+	return b.probeAs(t, id, "", limit, args...)
+}
+
+func (b *battery) probeAs(t testing.TB, id, user string, limit time.Duration, args ...string) (map[string]string, *api.ExecResult) {
+	t.Helper()
+	res := b.hostile(t, id, api.ExecRequest{Cmd: append([]string{"/tmp/probe"}, args...), User: user, TimeoutMs: limit.Milliseconds()})
 	got := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(res.Stdout))
 	for sc.Scan() {

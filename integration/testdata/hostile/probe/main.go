@@ -434,10 +434,15 @@ func probeThreads(args []string) {
 	fmt.Println("threads_done", n)
 }
 
-// probeFiles creates empty files in dir until an error or the deadline.
+// probeFiles creates empty files in dir until an error, the deadline
+// (args[1] seconds) or, when args[2] is given, that many files.
 func probeFiles(args []string) {
 	dir := args[0]
 	secs, _ := strconv.Atoi(args[1])
+	most := -1
+	if len(args) > 2 {
+		most, _ = strconv.Atoi(args[2])
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		report("create_files", err, "mkdir")
 		return
@@ -445,7 +450,7 @@ func probeFiles(args []string) {
 	deadline := time.Now().Add(time.Duration(secs) * time.Second)
 	n := 0
 	var err error
-	for time.Now().Before(deadline) {
+	for n != most && time.Now().Before(deadline) {
 		var fd int
 		fd, err = unix.Open(dir+"/f"+strconv.Itoa(n), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
 		if err != nil {
