@@ -35,7 +35,9 @@ sleep 300`, dir)
 	if !res.TimedOut || res.Signal != "SIGKILL" {
 		t.Errorf("got timed_out=%v signal=%q (stderr %q), want a SIGKILL timeout", res.TimedOut, res.Signal, res.Stderr)
 	}
-	if elapsed > 2*time.Second {
+	// An escapee left alive holds the exec for 300 s; the margin is for a
+	// loaded host.
+	if elapsed > 30*time.Second {
 		t.Errorf("exec took %v with a 500 ms timeout", elapsed)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "pid"))
