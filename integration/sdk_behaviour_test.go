@@ -127,8 +127,9 @@ func TestSDKBehaviourGo(t *testing.T) {
 				}
 				id = newSandbox(t, api.CreateSandboxRequest{Template: tmpl, TTLSeconds: 300, Metadata: map[string]string{"suite": "behaviour-go"}})
 			}
+			snaps := map[string]string{} // snapshot step tag -> id
 			for i, s := range c.Steps {
-				err := runBehaviourStep(ctx, t, id, s)
+				err := runBehaviourStep(ctx, t, id, s, snaps)
 				want := s.Expect.Error
 				switch {
 				case want == "" && err != nil:
@@ -183,7 +184,7 @@ func blob(raw json.RawMessage) ([]byte, error) {
 	return base64.StdEncoding.DecodeString(b.B64)
 }
 
-func runBehaviourStep(ctx context.Context, t *testing.T, id string, s behaviourStep) error {
+func runBehaviourStep(ctx context.Context, t *testing.T, id string, s behaviourStep, snaps map[string]string) error {
 	c := env.client
 	x := s.Expect
 	switch s.Op {
@@ -498,6 +499,8 @@ func runBehaviourStep(ctx context.Context, t *testing.T, id string, s behaviourS
 			}
 		}
 		return nil
+	case "pty", "snapshot", "from_snapshot":
+		return runBehaviourStateStep(ctx, t, id, s, snaps)
 	}
 	return fmt.Errorf("unknown op %q in the behaviour suite", s.Op)
 }

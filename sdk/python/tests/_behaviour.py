@@ -2,6 +2,7 @@
 One runner drives both Sandbox and AsyncSandbox: every call goes through
 ``call``, which awaits what is awaitable."""
 
+import asyncio
 import base64
 import glob
 import inspect
@@ -58,7 +59,33 @@ def check(step, key, got, want):
                       f"{key} = {got!r}, want {want!r}")
 
 
-async def run_step(cls, sbx, step, created):
+async def _pty_step(sbx, step, exp):
+    t = await call(sbx.pty(cmd=step.get("cmd")))
+    try:
+        if "text" in step:
+            await call(t.write(step["text"]))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + step.get("timeout_s", 60)
+        out = b""
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise Failure(f"the terminal's program did not exit within {step.get('timeout_s', 60)} s; got {out[-300:]!r}")
+            chunk = await call(t.read(timeout=left))
+            if not chunk:
+                break
+            out += chunk
+        if t.exit_code is None:
+            raise Failure(f"the terminal ended without an exit code; output {out[-300:]!r}")
+        if "stdout_contains" in exp and exp["stdout_contains"].encode() not in out:
+            raise Failure(f"terminal output {out[-300:]!r} lacks {exp['stdout_contains']!r}")
+        if "exit_code" in exp:
+            check(step, "exit_code", t.exit_code, exp["exit_code"])
+    finally:
+        await call(t.close())
+
+
+async def run_step(cls, sbx, step, created, snaps):
     op, exp = step["op"], step.get("expect", {})
     if op == "exec":
         kw = {k: step[k] for k in ("env", "cwd", "user", "stdin") if k in step}
@@ -171,6 +198,18 @@ async def run_step(cls, sbx, step, created):
             for k in kids:
                 await call(k.destroy())
                 await call(k.close())
+    elif op == "pty":
+        await _pty_step(sbx, step, exp)
+    elif op == "snapshot":
+        snaps[step["tag"]] = (await call(sbx.snapshot())).id
+    elif op == "from_snapshot":
+        s = await call(cls.create(snapshot=snaps[step["ref"]], ttl_seconds=120,
+                                  metadata={"suite": "behaviour"}))
+        try:
+            check(step, "text", (await call(s.files.read(step["path"]))).decode(), exp["text"])
+        finally:
+            await call(s.destroy())
+            await call(s.close())
     else:
         raise Failure(f"unknown op {op!r} in the behaviour suite")
 
@@ -179,6 +218,7 @@ async def run_case(cls, case):
     """Run one case with cls (Sandbox or AsyncSandbox)."""
     sbx = None
     created = []
+    snaps = {}  # snapshot step tag -> id
     if not case.get("no_sandbox"):
         sbx = await call(cls.create(case.get("template", "base"), ttl_seconds=300,
                                     metadata={"suite": "behaviour"}))
@@ -186,7 +226,7 @@ async def run_case(cls, case):
         for step in case["steps"]:
             want = step.get("expect", {}).get("error")
             try:
-                await run_step(cls, sbx, step, created)
+                await run_step(cls, sbx, step, created, snaps)
             except AgentboxError as e:
                 if want is None:
                     raise Failure(f"step {step['op']} {step}: unexpected {type(e).__name__}: {e}") from e
