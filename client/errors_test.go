@@ -1,0 +1,37 @@
+package client
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// Every API code maps to the client's re-exported class and to no other.
+func TestErrorClassesMatchCodes(t *testing.T) {
+	classes := []struct {
+		code  string
+		class error
+	}{
+		{errdefs.CodeNotFound, ErrNotFound},
+		{errdefs.CodeAlreadyExists, ErrAlreadyExists},
+		{errdefs.CodeInvalidArgument, ErrInvalidArgument},
+		{errdefs.CodeFailedPrecondition, ErrFailedPrecondition},
+		{errdefs.CodeResourceExhausted, ErrResourceExhausted},
+		{errdefs.CodeUnavailable, ErrUnavailable},
+		{errdefs.CodePermissionDenied, ErrPermissionDenied},
+		{errdefs.CodeUnauthenticated, ErrUnauthenticated},
+		{errdefs.CodeDeadlineExceeded, ErrDeadlineExceeded},
+		{errdefs.CodeInternal, ErrInternal},
+	}
+	for _, tt := range classes {
+		t.Run(tt.code, func(t *testing.T) {
+			err := errdefs.FromCode(tt.code, "message")
+			for _, other := range classes {
+				if got := errors.Is(err, other.class); got != (other.code == tt.code) {
+					t.Errorf("errors.Is(%s error, class of %s) = %v", tt.code, other.code, got)
+				}
+			}
+		})
+	}
+}
