@@ -93,6 +93,8 @@ type Template struct {
 	User      string            `json:"user,omitempty"`
 	Workdir   string            `json:"workdir,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
+	Cmd       []string          `json:"cmd,omitempty"`    // an imported image's entrypoint + cmd
+	Source    string            `json:"source,omitempty"` // "rootfs DIR" or "image FILE@DIGEST"
 	SizeBytes int64             `json:"size_bytes"`
 	CreatedAt time.Time         `json:"created_at"`
 }
@@ -101,8 +103,12 @@ type Template struct {
 // daemon copies a root filesystem directory on its own host into a new
 // template version.
 type ImportTemplateRequest struct {
-	Name    string            `json:"name"`
-	Rootfs  string            `json:"rootfs"` // a directory on the daemon's host
+	Name   string `json:"name"`
+	Rootfs string `json:"rootfs,omitempty"` // a directory on the daemon's host
+	// Image, instead of Rootfs: a docker-archive or OCI layout (directory
+	// or tar) on the daemon's host; its config gives the defaults, which
+	// User, Workdir and Env override. See docs/templates.md.
+	Image   string            `json:"image,omitempty"`
 	User    string            `json:"user,omitempty"`
 	Workdir string            `json:"workdir,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`

@@ -15,12 +15,18 @@ type Template struct {
 	Version string `json:"version"` // "1", "2", ...: the import sequence number
 	// Rootfs is the host directory of the root filesystem (the overlay's
 	// lowerdir). Its files are owned by UIDBase + their uid in the sandbox.
-	Rootfs    string            `json:"-"`
-	User      string            `json:"user,omitempty"`
-	Workdir   string            `json:"workdir,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	SizeBytes int64             `json:"size_bytes"`
-	CreatedAt time.Time         `json:"created_at"`
+	Rootfs  string            `json:"-"`
+	User    string            `json:"user,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Cmd is the image's entrypoint + cmd, kept for reference (what
+	// `docker run` would start); sandboxes start only the guest agent.
+	Cmd []string `json:"cmd,omitempty"`
+	// Source says where the rootfs came from: "rootfs DIR" or
+	// "image FILE@sha256:...".
+	Source    string    `json:"source,omitempty"`
+	SizeBytes int64     `json:"size_bytes"`
+	CreatedAt time.Time `json:"created_at"`
 	// UIDBase is the host uid that uid 0 of the rootfs is stored as.
 	UIDBase int `json:"uid_base"`
 }
@@ -33,6 +39,8 @@ func (t *Template) API() api.Template {
 		User:      t.User,
 		Workdir:   t.Workdir,
 		Env:       t.Env,
+		Cmd:       t.Cmd,
+		Source:    t.Source,
 		SizeBytes: t.SizeBytes,
 		CreatedAt: t.CreatedAt,
 	}

@@ -24,11 +24,18 @@ const (
 	stagingPrefix = ".tmp-"
 )
 
-// ImportTemplate copies the root filesystem directory req.Rootfs (on this
+// ImportTemplate imports req.Image with ImportImage, or copies the root
+// filesystem directory req.Rootfs (on this
 // host, owned by host uids 0..UIDCount-1) into a new read-only version of
 // template req.Name, numbered one past its newest, and returns it. See
 // treeCopier for what is kept of the tree.
 func (p *Pool) ImportTemplate(ctx context.Context, req api.ImportTemplateRequest) (*Template, error) {
+	if req.Image != "" {
+		if req.Rootfs != "" {
+			return nil, errdefs.Invalid("send either rootfs or image, not both")
+		}
+		return p.ImportImage(ctx, req)
+	}
 	if err := ValidTemplateName(req.Name); err != nil {
 		return nil, err
 	}
@@ -47,21 +54,42 @@ func (p *Pool) ImportTemplate(ctx context.Context, req api.ImportTemplateRequest
 		}
 	}
 	start := time.Now()
+	t := &Template{User: req.User, Workdir: req.Workdir, Env: req.Env, Source: "rootfs " + req.Rootfs}
+	skipped := 0
+	t, err := p.buildTemplate(ctx, req.Name, t, func(rootfs string) (int64, error) {
+		c := newTreeCopier(ctx, p.uidBase, p.uidCount)
+		if err := c.copyTree(req.Rootfs, rootfs); err != nil {
+			return 0, fmt.Errorf("importing template %s from %s: %w", req.Name, req.Rootfs, err)
+		}
+		skipped = c.skipped
+		return c.size, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.log.Info("imported template", "template", t.Name, "version", t.Version,
+		"size_bytes", t.SizeBytes, "skipped_special_files", skipped, "took", time.Since(start).Round(time.Millisecond))
+	return t, nil
+}
 
-	p.mu.Lock()
-	defer p.mu.Unlock()
-
-	nameDir := filepath.Join(p.templatesDir(), req.Name)
+// buildTemplate makes the next version of template name from t's defaults
+// and a root filesystem that fill writes at the path it is given (which
+// does not exist yet), returning its size. fill works in a staging
+// subvolume that is destroyed if anything fails, so a version number only
+// ever names a whole template. The pool lock is held only to number and
+// publish the version, not while fill runs.
+func (p *Pool) buildTemplate(ctx context.Context, name string, t *Template, fill func(rootfs string) (int64, error)) (*Template, error) {
+	nameDir := filepath.Join(p.templatesDir(), name)
 	if err := os.MkdirAll(nameDir, 0o711); err != nil {
-		return nil, fmt.Errorf("importing template %s: %w", req.Name, err)
+		return nil, fmt.Errorf("importing template %s: %w", name, err)
 	}
 	staging := filepath.Join(nameDir, stagingPrefix+randHex())
 	if err := subvolCreate(staging); err != nil {
 		if !errors.Is(err, unix.ENOTTY) {
-			return nil, fmt.Errorf("importing template %s: %w", req.Name, err)
+			return nil, fmt.Errorf("importing template %s: %w", name, err)
 		}
 		if out, cerr := runCmd(ctx, "btrfs", "subvolume", "create", staging); cerr != nil {
-			return nil, fmt.Errorf("importing template %s: %w: %s", req.Name, cerr, out)
+			return nil, fmt.Errorf("importing template %s: %w: %s", name, cerr, out)
 		}
 	}
 	ok := false
@@ -75,13 +103,22 @@ func (p *Pool) ImportTemplate(ctx context.Context, req api.ImportTemplateRequest
 	if err := os.Chmod(staging, 0o711); err != nil {
 		return nil, err
 	}
-
-	c := newTreeCopier(ctx, p.uidBase, p.uidCount)
-	if err := c.copyTree(req.Rootfs, filepath.Join(staging, "rootfs")); err != nil {
-		return nil, fmt.Errorf("importing template %s from %s: %w", req.Name, req.Rootfs, err)
+	size, err := fill(filepath.Join(staging, "rootfs"))
+	if err != nil {
+		return nil, err
+	}
+	// A template must be whole once it has a version number.
+	if fd, err := openDir(staging); err == nil {
+		err = unix.Syncfs(fd)
+		unix.Close(fd)
+		if err != nil {
+			return nil, fmt.Errorf("importing template %s: syncfs: %w", name, err)
+		}
 	}
 
-	versions, err := p.versions(req.Name)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	versions, err := p.versions(name)
 	if err != nil {
 		return nil, err
 	}
@@ -89,47 +126,32 @@ func (p *Pool) ImportTemplate(ctx context.Context, req api.ImportTemplateRequest
 	if len(versions) > 0 {
 		next = versions[len(versions)-1] + 1
 	}
-	t := &Template{
-		Name:      req.Name,
-		Version:   strconv.Itoa(next),
-		User:      req.User,
-		Workdir:   req.Workdir,
-		Env:       req.Env,
-		SizeBytes: c.size,
-		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
-		UIDBase:   p.uidBase,
-	}
+	t.Name = name
+	t.Version = strconv.Itoa(next)
+	t.SizeBytes = size
+	t.CreatedAt = time.Now().UTC().Truncate(time.Millisecond)
+	t.UIDBase = p.uidBase
 	meta, err := json.MarshalIndent(t, "", "  ")
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(staging, templateMeta), append(meta, '\n'), 0o644); err != nil {
-		return nil, fmt.Errorf("importing template %s: %w", req.Name, err)
-	}
-	// A template must be whole once it has a version number.
-	if fd, err := openDir(staging); err == nil {
-		err = unix.Syncfs(fd)
-		unix.Close(fd)
-		if err != nil {
-			return nil, fmt.Errorf("importing template %s: syncfs: %w", req.Name, err)
-		}
+	if err := writeFileSync(filepath.Join(staging, templateMeta), append(meta, '\n')); err != nil {
+		return nil, fmt.Errorf("importing template %s: %w", name, err)
 	}
 	if err := subvolSetReadOnly(staging, true); err != nil {
 		if !errors.Is(err, unix.ENOTTY) {
-			return nil, fmt.Errorf("importing template %s: %w", req.Name, err)
+			return nil, fmt.Errorf("importing template %s: %w", name, err)
 		}
 		if out, cerr := runCmd(ctx, "btrfs", "property", "set", "-ts", staging, "ro", "true"); cerr != nil {
-			return nil, fmt.Errorf("importing template %s: %w: %s", req.Name, cerr, out)
+			return nil, fmt.Errorf("importing template %s: %w: %s", name, cerr, out)
 		}
 	}
 	final := filepath.Join(nameDir, t.Version)
 	if err := os.Rename(staging, final); err != nil {
-		return nil, fmt.Errorf("importing template %s: %w", req.Name, err)
+		return nil, fmt.Errorf("importing template %s: %w", name, err)
 	}
 	ok = true
 	t.Rootfs = filepath.Join(final, "rootfs")
-	p.log.Info("imported template", "template", t.Name, "version", t.Version,
-		"size_bytes", t.SizeBytes, "skipped_special_files", c.skipped, "took", time.Since(start).Round(time.Millisecond))
 	return t, nil
 }
 
@@ -295,4 +317,20 @@ func randHex() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
