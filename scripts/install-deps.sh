@@ -15,3 +15,7 @@ if ((${#missing[@]})); then
 fi
 modprobe btrfs 2>/dev/null || true
 grep -qw btrfs /proc/filesystems || { echo "agentbox: this kernel has no btrfs; it is needed for hard disk limits" >&2; exit 1; }
+# gVisor's runsc for the gvisor tier (skip with AGENTBOX_NO_GVISOR=1).
+if [[ -z ${AGENTBOX_NO_GVISOR:-} ]]; then
+	"$(dirname "$0")/install-runsc.sh" || echo "agentbox: runsc could not be installed; the gvisor tier will be unavailable" >&2
+fi

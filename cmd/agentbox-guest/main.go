@@ -22,11 +22,15 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "init" {
-		fmt.Fprintln(os.Stderr, "agentbox-guest is started by the agentbox daemon as `agentbox-guest init`; it is not meant to be run by hand")
+	if len(os.Args) < 2 || (os.Args[1] != "init" && os.Args[1] != "serve") {
+		fmt.Fprintln(os.Stderr, "agentbox-guest is started by the agentbox daemon as `agentbox-guest init` (or `serve`); it is not meant to be run by hand")
 		os.Exit(2)
 	}
-	if err := run(); err != nil {
+	runMode := run
+	if os.Args[1] == "serve" {
+		runMode = runServe
+	}
+	if err := runMode(); err != nil {
 		fmt.Fprintf(os.Stderr, "agentbox-guest: %v\n", err)
 		os.Exit(1)
 	}

@@ -1,0 +1,63 @@
+package main
+
+// `agentbox-guest serve`: the guest agent of tiers whose runtime builds the
+// sandbox's root itself (gvisor: runsc mounts the root, /proc, /dev and
+// applies its own hardening). It skips boot.Prepare and harden, reads the
+// boot spec from the environment and listens on a unix socket path the
+// driver chose (a host directory bind-mounted into the sandbox), then
+// serves the same guest.Server as `init`.
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+// Environment of `serve` (set by the driver, cleared before serving).
+const (
+	serveSpecEnv   = "AGENTBOX_BOOT_SPEC"   // the api.BootSpec as JSON
+	serveSocketEnv = "AGENTBOX_GUEST_PATH" // where to listen
+)
+
+func runServe() error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var spec api.BootSpec
+	if err := json.Unmarshal([]byte(os.Getenv(serveSpecEnv)), &spec); err != nil {
+		return fmt.Errorf("%s: %v (the driver passes the boot spec)", serveSpecEnv, err)
+	}
+	sock := os.Getenv(serveSocketEnv)
+	if sock == "" {
+		return fmt.Errorf("%s not set: the driver passes the socket path", serveSocketEnv)
+	}
+	os.Unsetenv(serveSpecEnv)
+	os.Unsetenv(serveSocketEnv)
+	// Only the sandbox's root may reach the agent's socket.
+	if err := os.Chmod(filepath.Dir(sock), 0o700); err != nil {
+		log.Warn("restricting the socket directory", "err", err)
+	}
+	_ = os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("guest socket %s: %w", sock, err)
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl dumpable: %w", err)
+	}
+	srv := guest.NewServer(guest.Config{
+		Env:     spec.Env,
+		User:    spec.User,
+		Workdir: spec.Workdir,
+		Logger:  log.With("sandbox", spec.SandboxID),
+		Version: version.Version,
+	})
+	return srv.Serve(ln)
+}

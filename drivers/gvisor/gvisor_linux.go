@@ -1,0 +1,470 @@
+// Package gvisor is the `gvisor` isolation tier: every sandbox is a runsc
+// (gVisor) sandbox, so the guest's system calls are served by gVisor's
+// user-space kernel and never reach the host kernel directly. The daemon
+// mounts the sandbox's root (the template's layers under its btrfs
+// writable layer) as an overlay on the host, writes an OCI bundle whose
+// first process is `agentbox-guest serve`, and talks to that agent over a
+// unix socket the agent creates in a host directory bind-mounted into the
+// sandbox (runsc --host-uds=create).
+//
+// runsc runs with --ignore-cgroups (it cannot drive this host's hybrid
+// cgroups), so the driver starts `runsc create` inside the sandbox's own
+// cgroup: the sandbox process and its gofer inherit it, and memory, CPU and
+// host threads are limited there from their first instruction.
+package gvisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/cgroups"
+)
+
+// Name is the tier's name in the API.
+const Name = "gvisor"
+
+func init() {
+	driver.Register(Name, func(o driver.Options) (driver.Driver, error) { return New(o) })
+}
+
+var _ driver.Driver = (*Driver)(nil)
+var _ driver.Pauser = (*Driver)(nil)
+
+// Driver is the gvisor tier.
+type Driver struct {
+	opts driver.Options
+	log  *slog.Logger
+	cg   cgroups.Manager
+
+	mu     sync.Mutex
+	exited map[string]chan struct{}
+}
+
+// private is the driver's part of a Handle.
+type private struct {
+	Root   string `json:"root"`   // runsc --root
+	Rootfs string `json:"rootfs"` // the host overlay mount
+}
+
+// New checks runsc and the host and returns the driver.
+func New(o driver.Options) (*Driver, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.CgroupParent == "" {
+		o.CgroupParent = "agentbox"
+	}
+	if fi, err := os.Stat(o.GuestBinary); err != nil || fi.Mode()&0o111 == 0 {
+		return nil, errdefs.Precondition("gvisor: guest agent binary %q missing or not executable (%v); build it with `make build`", o.GuestBinary, err)
+	}
+	if err := check(os.TempDir()); err != nil {
+		return nil, err
+	}
+	mgr, err := cgroups.New(o.CgroupParent)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor driver: cgroups: %w", err)
+	}
+	return &Driver{opts: o, log: o.Logger, cg: mgr, exited: map[string]chan struct{}{}}, nil
+}
+
+// Name implements driver.Driver.
+func (d *Driver) Name() string { return Name }
+
+// Capabilities implements driver.Driver. Memory snapshots (runsc
+// checkpoint/restore) are not wired in yet.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Pause: true}
+}
+
+// Host-side reserve above the sandbox's memory for gVisor itself (the
+// sentry and the gofer), and the host threads they may use.
+const (
+	sentryReserveMemory = 96 << 20
+	sentryPids          = 512
+)
+
+// Create implements driver.Driver.
+func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handle, err error) {
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	root := filepath.Join(spec.RunDir, "runsc")
+	rootfs := filepath.Join(spec.RunDir, "rootfs")
+	bundle := filepath.Join(spec.RunDir, "bundle")
+	sock := filepath.Join(spec.RunDir, "sock")
+	for _, dir := range []string{root, rootfs, bundle, sock} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor: run dir: %w", err)
+		}
+	}
+	// The sandbox's root: the template's layers under the writable layer,
+	// mounted on the host (runsc's gofer serves it to the sandbox).
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(spec.Layers, ":"), spec.UpperDir, spec.WorkDir)
+	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return nil, fmt.Errorf("gvisor: mounting the sandbox's root overlay: %w", err)
+	}
+	undo = append(undo, func() { _ = unmount(rootfs) })
+	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec); err != nil {
+		return nil, fmt.Errorf("gvisor: writing the OCI bundle: %w", err)
+	}
+	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
+		CPU:         spec.CPU,
+		MemoryBytes: spec.MemoryMB<<20 + sentryReserveMemory,
+		Pids:        sentryPids,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: creating cgroup: %w", err)
+	}
+	undo = append(undo, func() { _ = cg.Destroy() })
+
+	// runsc create, started inside the sandbox's cgroups: a shell moves
+	// itself there and execs runsc, whose sandbox and gofer processes
+	// inherit the cgroups.
+	var procs []string
+	for _, p := range cg.Paths() {
+		procs = append(procs, filepath.Join(p, "cgroup.procs"))
+	}
+	args := append([]string{"-c", `for f in $CGPROCS; do echo $$ > "$f" || exit 111; done; unset CGPROCS; exec "$@"`, "sh", runscPath()},
+		globalFlags(root)...)
+	args = append(args, "create", "--bundle", bundle, spec.ID)
+	create := exec.CommandContext(ctx, "/bin/sh", args...)
+	create.Env = []string{"CGPROCS=" + strings.Join(procs, " "), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	create.Dir = bundle
+	logf, err := os.OpenFile(filepath.Join(spec.RunDir, "runsc.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	create.Stdout, create.Stderr = logf, logf
+	if err := create.Run(); err != nil {
+		return nil, fmt.Errorf("gvisor: runsc create: %v%s", err, runscLog(spec.RunDir))
+	}
+	undo = append(undo, func() {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = runsc(kctx, root, "delete", "--force", spec.ID)
+	})
+	pid, _, err := state(ctx, root, spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := runsc(ctx, root, "start", spec.ID); err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
+	}
+	pv, _ := json.Marshal(private{Root: root, Rootfs: rootfs})
+	h := &driver.Handle{ID: spec.ID, Pid: pid, Socket: filepath.Join(sock, "guest.sock"), Private: pv}
+	h.PidStart, _ = pidStartTime(pid)
+	exited := watchExit(pid)
+	if err := waitReady(ctx, h, exited); err != nil {
+		return nil, fmt.Errorf("gvisor: %w%s", err, runscLog(spec.RunDir))
+	}
+	d.mu.Lock()
+	d.exited[spec.ID] = exited
+	d.mu.Unlock()
+	return h, nil
+}
+
+// state answers the sandbox's host pid and runsc status.
+func state(ctx context.Context, root, id string) (int, string, error) {
+	out, err := runsc(ctx, root, "state", id)
+	if err != nil {
+		return 0, "", errdefs.NotFound("gvisor: sandbox %s: %v", id, err)
+	}
+	var st struct {
+		Pid    int    `json:"pid"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return 0, "", fmt.Errorf("gvisor: runsc state: %w", err)
+	}
+	return st.Pid, st.Status, nil
+}
+
+func runscLog(runDir string) string {
+	b, _ := os.ReadFile(filepath.Join(runDir, "runsc.log"))
+	if s := lastLines(b, 8); s != "" {
+		return ": " + s
+	}
+	return ""
+}
+
+// waitReady pings the guest until it answers: the agent creates its socket
+// once it runs.
+func waitReady(ctx context.Context, h *driver.Handle, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	delay := 2 * time.Millisecond
+	for {
+		err := ping(ctx, h.Socket)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("the sandbox exited during boot")
+		case <-ctx.Done():
+			return fmt.Errorf("guest agent did not answer: %v", err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 20*time.Millisecond)
+	}
+}
+
+func ping(ctx context.Context, sock string) error {
+	c := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var dl net.Dialer
+			return dl.DialContext(ctx, "unix", sock)
+		},
+		DisableKeepAlives: true,
+	}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/ping", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("ping: status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// DialGuest implements driver.Driver.
+func (d *Driver) DialGuest(ctx context.Context, h *driver.Handle) (net.Conn, error) {
+	var dl net.Dialer
+	c, err := dl.DialContext(ctx, "unix", h.Socket)
+	if err != nil {
+		return nil, errdefs.Unavailable("sandbox %s: guest agent unreachable: %v", h.ID, err)
+	}
+	return c, nil
+}
+
+// Exited implements driver.Driver.
+func (d *Driver) Exited(h *driver.Handle) <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ch, ok := d.exited[h.ID]; ok {
+		return ch
+	}
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+// watchExit returns a channel closed when pid (not our child: runsc
+// create's) exits.
+func watchExit(pid int) chan struct{} {
+	ch := make(chan struct{})
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		close(ch)
+		return ch
+	}
+	go func() {
+		defer unix.Close(fd)
+		defer close(ch)
+		for {
+			_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+			if err != unix.EINTR {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+func priv(h *driver.Handle) private {
+	var p private
+	_ = json.Unmarshal(h.Private, &p)
+	return p
+}
+
+// Destroy implements driver.Driver: kill and delete the runsc sandbox,
+// unmount its root, remove its cgroups (killing any straggler).
+func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
+	p := priv(h)
+	var errs []error
+	if p.Root != "" {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		_, _ = runsc(kctx, p.Root, "kill", "--all", h.ID, "9")
+		if _, err := runsc(kctx, p.Root, "delete", "--force", h.ID); err != nil && !strings.Contains(err.Error(), "does not exist") {
+			d.log.Debug("runsc delete", "sandbox", h.ID, "err", err)
+		}
+		cancel()
+	}
+	if cg, err := d.cg.Open(h.ID); err == nil {
+		if err := cg.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("removing cgroup: %w", err))
+		}
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		errs = append(errs, err)
+	}
+	d.mu.Lock()
+	ch, ours := d.exited[h.ID]
+	delete(d.exited, h.ID)
+	d.mu.Unlock()
+	if ours {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("waiting for the sandbox to exit: %w", ctx.Err()))
+		}
+	}
+	if p.Rootfs != "" {
+		if err := unmount(p.Rootfs); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if h.Socket != "" {
+		_ = os.Remove(h.Socket)
+	}
+	return errors.Join(errs...)
+}
+
+// unmount detaches the overlay at dir; absent is fine.
+func unmount(dir string) error {
+	err := unix.Unmount(dir, unix.MNT_DETACH)
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return fmt.Errorf("unmounting %s: %w", dir, err)
+}
+
+// Adopt implements driver.Driver.
+func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
+	if h.Pid <= 0 || !alive(h) {
+		return errdefs.NotFound("sandbox %s: runsc sandbox process %d is gone", h.ID, h.Pid)
+	}
+	_, status, err := state(ctx, priv(h).Root, h.ID)
+	if err != nil {
+		return err
+	}
+	// A paused sandbox's agent cannot answer.
+	if status != "paused" {
+		if err := ping(ctx, h.Socket); err != nil {
+			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
+		}
+	}
+	d.mu.Lock()
+	d.exited[h.ID] = watchExit(h.Pid)
+	d.mu.Unlock()
+	return nil
+}
+
+// Cleanup implements driver.Driver: it removes the cgroups of unknown
+// sandboxes (killing their runsc processes; the cgroup parent is shared
+// with the container tier, whose Cleanup does the same) and unmounts the
+// root overlays of unknown gvisor sandboxes (<run>/sandboxes/<id>/rootfs
+// next to a runsc state dir).
+func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
+	names, err := d.cg.List()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, n := range names {
+		if keep[n] {
+			continue
+		}
+		cg, err := d.cg.Open(n)
+		if err != nil {
+			continue
+		}
+		if err := cg.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("cgroup %s: %w", n, err))
+			continue
+		}
+		removed = append(removed, "cgroup "+n)
+	}
+	for _, m := range leftoverMounts(keep) {
+		if err := unmount(m); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, "mount "+m)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// leftoverMounts lists overlay mounts of this driver whose sandbox is not
+// in keep.
+func leftoverMounts(keep map[string]bool) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || filepath.Base(f[4]) != "rootfs" || !strings.Contains(line, " - overlay ") {
+			continue
+		}
+		dir := filepath.Dir(f[4])
+		if filepath.Base(filepath.Dir(dir)) != "sandboxes" || keep[filepath.Base(dir)] {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, "runsc")); err != nil {
+			continue
+		}
+		out = append(out, f[4])
+	}
+	return out
+}
+
+// Pause implements driver.Pauser (runsc pause stops gVisor's kernel).
+func (d *Driver) Pause(ctx context.Context, h *driver.Handle) error {
+	_, err := runsc(ctx, priv(h).Root, "pause", h.ID)
+	return err
+}
+
+// Resume implements driver.Pauser.
+func (d *Driver) Resume(ctx context.Context, h *driver.Handle) error {
+	_, err := runsc(ctx, priv(h).Root, "resume", h.ID)
+	return err
+}
+
+func alive(h *driver.Handle) bool {
+	st, err := pidStartTime(h.Pid)
+	return err == nil && (h.PidStart == 0 || st == h.PidStart)
+}
+
+// pidStartTime reads field 22 of /proc/PID/stat (start time in ticks).
+func pidStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}

@@ -1,0 +1,126 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
+)
+
+// In-sandbox paths of what the driver bind-mounts.
+const (
+	guestPath  = "/.agentbox/agentbox-guest" // the guest agent, read-only
+	sockDir    = "/.agentbox/sock"           // host dir <run>/sock, the channel
+	guestSock  = sockDir + "/guest.sock"
+	specEnv    = "AGENTBOX_BOOT_SPEC"  // read by `agentbox-guest serve`
+	sockEnv    = "AGENTBOX_GUEST_PATH" // ditto
+	defaultEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+
+// The subset of the OCI runtime spec the driver writes.
+type (
+	ociSpec struct {
+		Version  string     `json:"ociVersion"`
+		Process  ociProcess `json:"process"`
+		Root     ociRoot    `json:"root"`
+		Hostname string     `json:"hostname"`
+		Mounts   []ociMount `json:"mounts"`
+		Linux    ociLinux   `json:"linux"`
+	}
+	ociProcess struct {
+		User            ociUser  `json:"user"`
+		Args            []string `json:"args"`
+		Env             []string `json:"env"`
+		Cwd             string   `json:"cwd"`
+		Capabilities    ociCaps  `json:"capabilities"`
+		NoNewPrivileges bool     `json:"noNewPrivileges"`
+	}
+	ociUser struct {
+		UID uint32 `json:"uid"`
+		GID uint32 `json:"gid"`
+	}
+	ociCaps struct {
+		Bounding  []string `json:"bounding"`
+		Effective []string `json:"effective"`
+		Permitted []string `json:"permitted"`
+	}
+	ociRoot struct {
+		Path     string `json:"path"`
+		Readonly bool   `json:"readonly"`
+	}
+	ociMount struct {
+		Destination string   `json:"destination"`
+		Type        string   `json:"type"`
+		Source      string   `json:"source"`
+		Options     []string `json:"options,omitempty"`
+	}
+	ociLinux struct {
+		Namespaces []ociNS `json:"namespaces"`
+	}
+	ociNS struct {
+		Type string `json:"type"`
+	}
+)
+
+// guestCaps are the capabilities of the guest agent inside gVisor (they
+// are gVisor's, not the host's): it switches users for execs, owns and
+// chmods files of any user, and signals processes.
+var guestCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+	"CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
+}
+
+// writeBundle writes <bundle>/config.json for spec, with rootfs the host
+// overlay and the guest agent as the sandbox's first process.
+func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec) error {
+	boot := api.BootSpec{
+		SandboxID: spec.ID,
+		Hostname:  spec.Hostname,
+		Env:       spec.Env,
+		User:      spec.User,
+		Workdir:   spec.Workdir,
+	}
+	bootJSON, err := json.Marshal(&boot)
+	if err != nil {
+		return err
+	}
+	shm := spec.MemoryMB / 2
+	if shm < 16 {
+		shm = 64
+	}
+	s := ociSpec{
+		Version: "1.0.2",
+		Process: ociProcess{
+			Args: []string{guestPath, "serve"},
+			Env:  []string{defaultEnv, specEnv + "=" + string(bootJSON), sockEnv + "=" + guestSock},
+			Cwd:  "/",
+			Capabilities: ociCaps{
+				Bounding: guestCaps, Effective: guestCaps, Permitted: guestCaps,
+			},
+			NoNewPrivileges: true,
+		},
+		Root:     ociRoot{Path: rootfs},
+		Hostname: spec.Hostname,
+		Mounts: []ociMount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", fmt.Sprintf("size=%dm", shm)}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: guestPath, Type: "bind", Source: guestBin, Options: []string{"rbind", "ro"}},
+			{Destination: sockDir, Type: "bind", Source: hostSock, Options: []string{"rbind", "rw"}},
+		},
+		Linux: ociLinux{Namespaces: []ociNS{
+			{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network"},
+		}},
+	}
+	b, err := json.MarshalIndent(&s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
+}
