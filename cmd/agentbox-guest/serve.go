@@ -24,7 +24,7 @@ import (
 
 // Environment of `serve` (set by the driver, cleared before serving).
 const (
-	serveSpecEnv   = "AGENTBOX_BOOT_SPEC"   // the api.BootSpec as JSON
+	serveSpecEnv   = "AGENTBOX_BOOT_SPEC"  // the api.BootSpec as JSON
 	serveSocketEnv = "AGENTBOX_GUEST_PATH" // where to listen
 )
 
