@@ -1,9 +1,12 @@
 # A test server for the preview proxy, standard library only: it listens
 # on 127.0.0.1 only and serves
 #   /headers  the request's path and headers as JSON
-#   /sse      two Server-Sent Events, 2 s apart
+#   /sse      two Server-Sent Events: the second once /release is asked
+#             for (or after 60 s), so that a proxy that buffers is told
+#             from a slow host by a wide margin
+#   /release  lets the current /sse stream send its second event
 #   /ws       a WebSocket echo (text and binary frames)
-import base64, hashlib, json, struct, sys, time
+import base64, hashlib, json, struct, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -25,6 +28,8 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
         elif self.path == "/sse":
+            release = threading.Event()
+            self.server.release = release
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
@@ -33,8 +38,12 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"data: tick %d\n\n" % i)
                 self.wfile.flush()
                 if i == 0:
-                    time.sleep(2)
+                    release.wait(60)
             self.close_connection = True
+        elif self.path == "/release":
+            getattr(self.server, "release", threading.Event()).set()
+            self.send_response(204)
+            self.end_headers()
         elif self.path == "/ws":
             self.websocket()
         else:
