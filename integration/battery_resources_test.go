@@ -364,7 +364,7 @@ sleep 1005`
 		t.Fatalf("exec: %v", out.err)
 	}
 	var left, inNS []int
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // polled: a loaded host reaps slowly
 	for {
 		left, inNS = sandboxPids(id), nsProcs(pid)
 		if (len(left) == 1 && left[0] == pid && len(inNS) == 1) || time.Now().After(deadline) {

@@ -481,11 +481,12 @@ func cmdline(pid int) string {
 	return strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
 }
 
-// findSandboxProc waits up to 5 s for a process of sandbox id whose command
-// line is cmd and returns its host pid.
+// findSandboxProc waits up to 30 s (a loaded host starts processes
+// slowly) for a process of sandbox id whose command line is cmd and returns
+// its host pid.
 func findSandboxProc(t testing.TB, id, cmd string) int {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, p := range sandboxPids(id) {
 			if cmdline(p) == cmd {

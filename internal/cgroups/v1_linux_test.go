@@ -159,7 +159,7 @@ func TestV1Lifecycle(t *testing.T) {
 	stdin.Write([]byte("go\n"))
 	// Wait for the forked sleep, and for some CPU time.
 	var procs []int
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for len(procs) < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 		if procs, err = cg.Procs(); err != nil {
@@ -239,7 +239,7 @@ func TestV1Lifecycle(t *testing.T) {
 	select {
 	case <-waited:
 		waited <- nil
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("shell still running after Destroy")
 	}
 	for c, d := range cg.Paths() {
