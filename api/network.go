@@ -21,6 +21,10 @@ type Network struct {
 	// "localhost:7423" for http://<port>-<id>.localhost:7423/. Set by the
 	// daemon.
 	PreviewDomain string `json:"preview_domain,omitempty"`
+	// Address is the sandbox's IPv4 address with its prefix length
+	// ("10.200.0.2/30") while it has egress internet or custom; the host
+	// end of its veth is the first address of that /30. Set by the daemon.
+	Address string `json:"address,omitempty"`
 }
 
 // Egress policies.

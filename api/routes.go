@@ -30,6 +30,8 @@ var Routes = []Route{
 	{"POST", "/v1/sandboxes/{id}/snapshots"},
 	{"POST", "/v1/sandboxes/{id}/fork"},
 	{"POST", "/v1/sandboxes/{id}/reset"},
+	// Egress policy at runtime (api/network.go).
+	{"POST", "/v1/sandboxes/{id}/egress"},
 	{"GET", "/v1/snapshots"},
 	{"GET", "/v1/snapshots/{ref}"},
 	{"DELETE", "/v1/snapshots/{ref}"},
@@ -65,6 +67,8 @@ var Routes = []Route{
 	{"GET", "/v1/templates"},
 	{"GET", "/v1/templates/{name}"},
 	{"POST", "/v1/templates"},
+	{"POST", "/v1/templates/import"},
+	{"DELETE", "/v1/templates/{name}"},
 
 	// Keys, tenants, audit log, posture check (api/security.go; admin only).
 	{"POST", "/v1/keys"},

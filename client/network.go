@@ -41,3 +41,11 @@ func (c *Client) PreviewURL(ctx context.Context, id string, port int) (string, e
 func PortPath(id string, port int) string {
 	return "/v1/sandboxes/" + url.PathEscape(id) + "/ports/" + strconv.Itoa(port) + "/"
 }
+
+// SetEgress changes sandbox id's egress policy while it runs: egress is
+// api.EgressNone, api.EgressInternet or api.EgressCustom; allow and deny
+// hold CIDRs, addresses and ports (docs/network.md). New connections see
+// the change at once.
+func (c *Client) SetEgress(ctx context.Context, id, egress string, allow, deny []string) (*api.Sandbox, error) {
+	return c.sandboxAction(ctx, id, "/egress", api.Network{Egress: egress, Allow: allow, Deny: deny})
+}

@@ -159,6 +159,7 @@ uses the local socket and the admin key by default.`,
 	root.AddCommand(newKeyCommand(g), newTenantCommand(g))
 	// Network (docs/network.md).
 	root.AddCommand(newURLCommand(g))
+	root.AddCommand(newEgressCommand(g))
 	return root
 }
 

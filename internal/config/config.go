@@ -108,7 +108,7 @@ func Default() Config {
 		ReapInterval:     time.Second,
 		MaxRequestBodyMB: 1,
 		Security:         Security{RateLimit: 50, RateBurst: 200},
-		Network:          Network{PreviewDomain: "localhost"},
+		Network:          Network{PreviewDomain: "localhost", Pool: "10.200.0.0/16"},
 		Defaults: Sandbox{
 			TTL:      10 * time.Minute,
 			CPU:      1,

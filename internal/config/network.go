@@ -15,6 +15,18 @@ type Network struct {
 	// PreviewPort (preview_port) is the port put in preview URLs; 0 is the
 	// port of listen (none when listen is "").
 	PreviewPort int `toml:"preview_port"`
+	// Pool (pool) is the IPv4 range from which each sandbox with egress
+	// gets a /30 for its veth pair. Default 10.200.0.0/16; daemons sharing
+	// a host need disjoint pools.
+	Pool string `toml:"pool"`
+}
+
+// NetworkPool returns the sandbox address pool, defaulted.
+func (c Config) NetworkPool() string {
+	if c.Network.Pool == "" {
+		return "10.200.0.0/16"
+	}
+	return c.Network.Pool
 }
 
 // PreviewDomain returns the preview domain, defaulted and lower-cased.

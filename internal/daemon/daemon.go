@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/posture"
+	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/server"
 	"github.com/agentbox/agentbox/internal/storage"
@@ -30,6 +31,7 @@ import (
 
 	// The isolation tiers.
 	_ "github.com/agentbox/agentbox/drivers/container"
+	_ "github.com/agentbox/agentbox/drivers/gvisor"
 )
 
 // Run serves until ctx is done or SIGINT/SIGTERM arrives.
@@ -114,7 +116,11 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if _, ok := drivers[cfg.DefaultIsolation]; !ok {
 		return fmt.Errorf("default_isolation %q is not available on this host", cfg.DefaultIsolation)
 	}
-	svc := sandbox.New(sandbox.Options{Config: cfg, Store: st, Pool: pool, Drivers: drivers, Logger: log})
+	netm, err := network.NewManager(cfg.CgroupParent, cfg.NetworkPool(), log)
+	if err != nil {
+		return err
+	}
+	svc := sandbox.New(sandbox.Options{Config: cfg, Store: st, Pool: pool, Drivers: drivers, Logger: log, Net: netm})
 	if err := svc.Start(ctx); err != nil {
 		return fmt.Errorf("recovering sandboxes: %w", err)
 	}

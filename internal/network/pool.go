@@ -1,7 +1,7 @@
-// Package network holds the daemon's per-sandbox networking pieces. Today
-// that is the address pool from which each sandbox's veth pair will get a
-// /30; the veth, NAT and nftables wiring is not built yet (see
-// docs/network.md).
+// Package network holds the daemon's per-sandbox networking: the /30
+// address pool, the veth pair that links a sandbox's network namespace to
+// the host (link.go), and the nftables egress policy and NAT (firewall.go).
+// See docs/network.md.
 package network
 
 import (

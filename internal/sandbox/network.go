@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/network"
 )
 
 // resolveNetwork checks a create request's network settings and fills the
@@ -26,8 +27,8 @@ func resolveNetwork(cfg *config.Config, req *api.Network) (*api.Network, error) 
 	if req != nil {
 		*n = *req
 	}
-	if n.PreviewToken != "" || n.PreviewDomain != "" {
-		return nil, errdefs.Invalid("network.preview_token and network.preview_domain are set by the daemon; leave them out")
+	if n.PreviewToken != "" || n.PreviewDomain != "" || n.Address != "" {
+		return nil, errdefs.Invalid("network.preview_token, network.preview_domain and network.address are set by the daemon; leave them out")
 	}
 	if n.Egress == "" {
 		n.Egress = api.EgressNone
@@ -38,7 +39,9 @@ func resolveNetwork(cfg *config.Config, req *api.Network) (*api.Network, error) 
 			return nil, errdefs.Invalid("network.allow and network.deny need egress %q or %q; egress %q allows nothing", api.EgressCustom, api.EgressInternet, api.EgressNone)
 		}
 	case api.EgressInternet, api.EgressCustom:
-		return nil, errdefs.Precondition("egress %q is not available yet: this daemon gives sandboxes loopback only; use egress %q (see docs/network.md)", n.Egress, api.EgressNone)
+		if _, err := network.ParsePolicy(n.Egress, n.Allow, n.Deny); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, errdefs.Invalid("network.egress must be %q, %q or %q, got %q", api.EgressNone, api.EgressInternet, api.EgressCustom, n.Egress)
 	}
@@ -60,6 +63,7 @@ func forkNetwork(n *api.Network) *api.Network {
 	}
 	c := *n
 	c.PreviewToken = newPreviewToken()
+	c.Address = "" // the fork gets its own
 	return &c
 }
 

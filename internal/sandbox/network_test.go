@@ -18,14 +18,19 @@ func TestResolveNetwork(t *testing.T) {
 		preview string
 	}{
 		{"nil is the defaults", nil, nil, api.PreviewTokenMode},
+		{"internet", &api.Network{Egress: api.EgressInternet, Deny: []string{"1.2.3.0/24:443"}}, nil, api.PreviewTokenMode},
+		{"custom", &api.Network{Egress: api.EgressCustom, Allow: []string{"198.18.0.0/15", ":53", "[fd00::/8]:80"}, Deny: []string{"198.18.0.9"}}, nil, api.PreviewTokenMode},
 		{"none, public", &api.Network{Egress: api.EgressNone, Preview: api.PreviewPublic}, nil, api.PreviewPublic},
 		{"unknown egress", &api.Network{Egress: "all"}, errdefs.ErrInvalidArgument, ""},
 		{"unknown preview", &api.Network{Preview: "open"}, errdefs.ErrInvalidArgument, ""},
 		{"token chosen by the caller", &api.Network{PreviewToken: "x"}, errdefs.ErrInvalidArgument, ""},
 		{"domain chosen by the caller", &api.Network{PreviewDomain: "x"}, errdefs.ErrInvalidArgument, ""},
 		{"rules with none", &api.Network{Deny: []string{"10.0.0.0/8"}}, errdefs.ErrInvalidArgument, ""},
-		{"internet not built", &api.Network{Egress: api.EgressInternet}, errdefs.ErrFailedPrecondition, ""},
-		{"custom not built", &api.Network{Egress: api.EgressCustom, Allow: []string{"pypi.org"}}, errdefs.ErrFailedPrecondition, ""},
+		{"address chosen by the caller", &api.Network{Address: "10.200.0.2/30"}, errdefs.ErrInvalidArgument, ""},
+		{"domain rules not built", &api.Network{Egress: api.EgressCustom, Allow: []string{"pypi.org"}}, errdefs.ErrFailedPrecondition, ""},
+		{"wildcard domain not built", &api.Network{Egress: api.EgressInternet, Deny: []string{"*.github.com"}}, errdefs.ErrFailedPrecondition, ""},
+		{"bad cidr", &api.Network{Egress: api.EgressCustom, Allow: []string{"10.0.0.0/33"}}, errdefs.ErrInvalidArgument, ""},
+		{"bad port", &api.Network{Egress: api.EgressCustom, Allow: []string{":70000"}}, errdefs.ErrInvalidArgument, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -39,7 +44,7 @@ func TestResolveNetwork(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n.Egress != api.EgressNone || n.Preview != c.preview || len(n.PreviewToken) != 32 || n.PreviewDomain != "localhost:7423" {
+			if n.Egress != wantEgress(c.in) || n.Preview != c.preview || len(n.PreviewToken) != 32 || n.PreviewDomain != "localhost:7423" {
 				t.Fatalf("resolved = %+v", n)
 			}
 		})
@@ -49,4 +54,11 @@ func TestResolveNetwork(t *testing.T) {
 	if a.PreviewToken == b.PreviewToken || b.Preview != a.Preview {
 		t.Fatalf("fork network = %+v of %+v: want the same settings and a new token", b, a)
 	}
+}
+
+func wantEgress(n *api.Network) string {
+	if n == nil || n.Egress == "" {
+		return api.EgressNone
+	}
+	return n.Egress
 }

@@ -84,6 +84,14 @@ func (s *Service) Start(ctx context.Context) error {
 			return nil
 		})
 	}
+	// The network table is rebuilt for the sandboxes kept; veths of
+	// others go.
+	if s.net != nil {
+		if err := s.net.Start(netKnown(recs, keepLayer)); err != nil {
+			s.log.Error("networking did not start; egress other than none is refused", "err", err)
+			s.net = nil
+		}
+	}
 	// Leftovers that belong to no sandbox we keep.
 	for name, drv := range s.drivers {
 		removed, err := drv.Cleanup(ctx, keep)

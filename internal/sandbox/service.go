@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -37,6 +38,9 @@ type Options struct {
 	Pool    *storage.Pool
 	Drivers map[string]driver.Driver
 	Logger  *slog.Logger
+	// Net wires sandboxes with egress to the network (egress.go); nil
+	// refuses egress other than none.
+	Net *network.Manager
 }
 
 // Service owns every sandbox of this daemon.
@@ -46,6 +50,7 @@ type Service struct {
 	pool    *storage.Pool
 	drivers map[string]driver.Driver
 	log     *slog.Logger
+	net     *network.Manager
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -95,6 +100,7 @@ func New(o Options) *Service {
 		pool:    o.Pool,
 		drivers: o.Drivers,
 		log:     o.Logger,
+		net:     o.Net,
 		stop:    make(chan struct{}),
 		live:    map[string]*entry{},
 	}
@@ -124,6 +130,9 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	}
 	netw, err := resolveNetwork(s.cfg, req.Network)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkNetAvailable(netw); err != nil {
 		return nil, err
 	}
 	drv, ok := s.drivers[r.Isolation]
@@ -289,7 +298,15 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 		Pids:     rec.Resources.Pids,
 		RunDir:   dir,
 	}
-	return drv.Create(ctx, spec)
+	h, err := drv.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.attachNet(ctx, rec, h); err != nil {
+		_ = drv.Destroy(context.WithoutCancel(ctx), h)
+		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
+	}
+	return h, nil
 }
 
 func mergeEnv(base, over map[string]string) map[string]string {
@@ -383,6 +400,9 @@ func (s *Service) release(ctx context.Context, id string, drv driver.Driver, h *
 		if err := drv.Destroy(ctx, h); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := s.detachNet(id); err != nil {
+		errs = append(errs, fmt.Errorf("removing network: %w", err))
 	}
 	if err := s.pool.RemoveLayer(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("removing layer: %w", err))

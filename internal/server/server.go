@@ -103,12 +103,17 @@ func (s *Server) routes() {
 		"GET /v1/templates/{name}":  s.getTemplate,
 		"POST /v1/templates":        s.importTemplate,
 
+		// Image upload and removal (templates.go).
+		"POST /v1/templates/import":   s.uploadTemplate,
+		"DELETE /v1/templates/{name}": s.deleteTemplate,
+
 		// State (state.go).
 		"POST /v1/sandboxes/{id}/pause":     s.pauseSandbox,
 		"POST /v1/sandboxes/{id}/resume":    s.resumeSandbox,
 		"POST /v1/sandboxes/{id}/snapshots": s.createSnapshot,
 		"POST /v1/sandboxes/{id}/fork":      s.forkSandbox,
 		"POST /v1/sandboxes/{id}/reset":     s.resetSandbox,
+		"POST /v1/sandboxes/{id}/egress":    s.setEgress, // egress.go
 		"GET /v1/snapshots":                 s.listSnapshots,
 		"GET /v1/snapshots/{ref}":           s.getSnapshot,
 		"DELETE /v1/snapshots/{ref}":        s.deleteSnapshot,

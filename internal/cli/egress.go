@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+func newEgressCommand(g *globals) *cobra.Command {
+	var f netFlags
+	cmd := &cobra.Command{
+		Use:   "egress ID",
+		Short: "Change a running sandbox's egress policy",
+		Long: `Replace a sandbox's egress policy: --egress none|internet|custom with
+--allow and --deny rules (CIDRs, addresses, :port, CIDR:port; deny wins).
+Connections already open keep going; new ones see the new policy at once.
+With only --allow given, the policy is custom.`,
+		Example: `  agentbox egress "$id" --egress internet --deny 203.0.113.0/24
+  agentbox egress "$id" --allow 198.18.0.0/15:443
+  agentbox egress "$id" --egress none`,
+		Args: exactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if f.preview != "" {
+				return usageErrorf("--preview is fixed at create")
+			}
+			n := f.request()
+			if n == nil {
+				return usageErrorf("give --egress, --allow or --deny")
+			}
+			if n.Egress == "" {
+				n.Egress = api.EgressInternet // --deny alone: the internet minus those
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.SetEgress(c.Context(), args[0], n.Egress, n.Allow, n.Deny)
+			if err != nil {
+				return err
+			}
+			return printJSON(c.OutOrStdout(), sb)
+		},
+	}
+	f.register(cmd.Flags())
+	return cmd
+}

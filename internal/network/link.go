@@ -1,0 +1,104 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// VethPrefix starts the host-side name of every sandbox veth: "abx" and
+// the 12-character sandbox id fill IFNAMSIZ exactly.
+const VethPrefix = "abx"
+
+// guestIf is the sandbox side's name inside its namespace.
+const guestIf = "eth0"
+
+// HostVeth is the host-side interface name of sandbox id's veth.
+func HostVeth(id string) string { return VethPrefix + id }
+
+// addLink creates the veth pair of sandbox id with its peer in the network
+// namespace of pid, addresses both ends from sub, brings them up and sets
+// the sandbox's default route through the host end. Any earlier host end
+// of the same name (a previous init's) is removed first.
+func addLink(id string, pid int, sub Subnet, alias string) (err error) {
+	name := HostVeth(id)
+	if l, err := netlink.LinkByName(name); err == nil {
+		_ = netlink.LinkDel(l)
+	}
+	ns, err := netns.GetFromPath(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return fmt.Errorf("opening the network namespace of pid %d: %w", pid, err)
+	}
+	defer ns.Close()
+	la := netlink.NewLinkAttrs()
+	la.Name = name
+	la.Alias = alias
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: guestIf, PeerNamespace: netlink.NsFd(int(ns))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("creating veth %s: %w", name, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = netlink.LinkDel(veth)
+		}
+	}()
+	host, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("finding veth %s: %w", name, err)
+	}
+	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(sub.Gateway.AsSlice(), sub.Prefix.Bits())}); err != nil {
+		return fmt.Errorf("addressing %s: %w", name, err)
+	}
+	if host.Attrs().Alias != alias {
+		if err := netlink.LinkSetAlias(host, alias); err != nil {
+			return fmt.Errorf("tagging %s: %w", name, err)
+		}
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return fmt.Errorf("bringing %s up: %w", name, err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in the sandbox's namespace: %w", err)
+	}
+	defer h.Close()
+	peer, err := h.LinkByName(guestIf)
+	if err != nil {
+		return fmt.Errorf("finding %s in the sandbox: %w", guestIf, err)
+	}
+	if err := h.AddrAdd(peer, &netlink.Addr{IPNet: ipNet(sub.Addr.AsSlice(), sub.Prefix.Bits())}); err != nil {
+		return fmt.Errorf("addressing the sandbox's %s: %w", guestIf, err)
+	}
+	if err := h.LinkSetUp(peer); err != nil {
+		return fmt.Errorf("bringing the sandbox's %s up: %w", guestIf, err)
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: peer.Attrs().Index, Gw: net.IP(sub.Gateway.AsSlice())}); err != nil {
+		return fmt.Errorf("setting the sandbox's default route: %w", err)
+	}
+	return nil
+}
+
+// delLink removes sandbox id's host-side veth (its peer goes with it);
+// a missing one is not an error.
+func delLink(id string) error {
+	l, err := netlink.LinkByName(HostVeth(id))
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("finding veth %s: %w", HostVeth(id), err)
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("removing veth %s: %w", HostVeth(id), err)
+	}
+	return nil
+}
+
+func ipNet(ip net.IP, bits int) *net.IPNet {
+	return &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, len(ip)*8)}
+}

@@ -1,0 +1,204 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// Manager wires sandboxes to the network: their veth pairs, addresses
+// from the pool, and their nftables chains. One daemon has one Manager;
+// its table is named after the daemon's cgroup parent, and it tags its
+// veths with that name (the link alias), so daemons sharing a host leave
+// each other's sandboxes alone.
+type Manager struct {
+	name string
+	pool *Pool
+	fw   firewall
+	log  *slog.Logger
+	mu   sync.Mutex
+}
+
+// Known is what a restarted daemon tells Start about a sandbox that keeps
+// its network: its policy and recorded subnet.
+type Known struct {
+	Policy Policy
+	Subnet Subnet
+}
+
+// NewManager returns a manager whose table and veth tag are name and
+// whose addresses come from poolCIDR.
+func NewManager(name, poolCIDR string, log *slog.Logger) (*Manager, error) {
+	pool, err := NewPool(poolCIDR)
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{
+		name: name,
+		pool: pool,
+		fw:   firewall{table: &nftables.Table{Family: nftables.TableFamilyINet, Name: name}, pool: pool.base},
+		log:  log,
+	}, nil
+}
+
+// Pool is the manager's address pool.
+func (m *Manager) Pool() *Pool { return m.pool }
+
+// Table is the name of the manager's nftables table (family inet).
+func (m *Manager) Table() string { return m.name }
+
+// Start enables IPv4 forwarding, rebuilds the table for the known
+// sandboxes (others' chains are dropped with the old table), reserves
+// their subnets and removes this daemon's veths of unknown sandboxes.
+func (m *Manager) Start(known map[string]Known) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("enabling IPv4 forwarding: %w", err)
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	m.fw.reset(c)
+	for id, k := range known {
+		if err := m.pool.Restore(id, k.Subnet); err != nil {
+			m.log.Warn("sandbox's recorded subnet cannot be restored", "sandbox", id, "err", err)
+		}
+		m.fw.addSandbox(c, id, k.Policy)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("creating nftables table inet %s: %w", m.name, err)
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing links: %w", err)
+	}
+	for _, l := range links {
+		a := l.Attrs()
+		if a.Alias != m.name || l.Type() != "veth" || len(a.Name) <= len(VethPrefix) {
+			continue
+		}
+		if _, ok := known[a.Name[len(VethPrefix):]]; ok {
+			continue
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			m.log.Warn("removing a leftover veth", "veth", a.Name, "err", err)
+		} else {
+			m.log.Info("removed a leftover veth", "veth", a.Name)
+		}
+	}
+	return nil
+}
+
+// Attach gives sandbox id (its init is pid) a veth, an address and a
+// chain holding pol. sub is the sandbox's recorded subnet, or zero to
+// allocate one; the subnet used is returned for the caller to record.
+func (m *Manager) Attach(id string, pid int, pol Policy, sub Subnet) (_ Subnet, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sub.Prefix.IsValid() {
+		if err := m.pool.Restore(id, sub); err != nil {
+			return Subnet{}, err
+		}
+	} else if sub, err = m.pool.Allocate(id); err != nil {
+		return Subnet{}, err
+	}
+	defer func() {
+		if err != nil {
+			m.pool.Release(id)
+		}
+	}()
+	c, err := nftables.New()
+	if err != nil {
+		return Subnet{}, fmt.Errorf("nftables: %w", err)
+	}
+	// A chain left by an earlier init (reset, cold start) is replaced.
+	if _, err := c.ListChain(m.fw.table, sandboxChain(id)); err == nil {
+		m.fw.setPolicy(c, id, pol)
+	} else {
+		m.fw.addSandbox(c, id, pol)
+	}
+	if err := c.Flush(); err != nil {
+		return Subnet{}, errdefs.Unavailable("sandbox %s: nftables rules: %v; is the table inet %s intact? restart the daemon to rebuild it", id, err, m.name)
+	}
+	// Rules first, so the link never exists unfiltered.
+	if err := addLink(id, pid, sub, m.name); err != nil {
+		m.detachLocked(id)
+		return Subnet{}, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return sub, nil
+}
+
+// SetPolicy replaces sandbox id's rules; connections already open keep
+// going, new ones see pol.
+func (m *Manager) SetPolicy(id string, pol Policy) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	if _, err := c.ListChain(m.fw.table, sandboxChain(id)); err != nil {
+		m.fw.addSandbox(c, id, pol)
+	} else {
+		m.fw.setPolicy(c, id, pol)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("sandbox %s: replacing nftables rules: %w", id, err)
+	}
+	return nil
+}
+
+// Detach removes sandbox id's veth and chain and releases its address.
+// Missing pieces are not errors.
+func (m *Manager) Detach(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.detachLocked(id)
+}
+
+func (m *Manager) detachLocked(id string) error {
+	var errs []error
+	if err := delLink(id); err != nil {
+		errs = append(errs, err)
+	}
+	c, err := nftables.New()
+	if err == nil {
+		if _, lerr := c.ListChain(m.fw.table, sandboxChain(id)); lerr == nil {
+			if err = m.fw.delSandbox(c, id); err == nil {
+				err = c.Flush()
+			}
+		}
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("removing nftables chain %s: %w", sandboxChain(id), err))
+	}
+	m.pool.Release(id)
+	return errors.Join(errs...)
+}
+
+// SubnetOf returns the subnet whose sandbox address is addr
+// ("10.200.0.2/30"), as recorded in a sandbox's network settings.
+func SubnetOf(addr string) (Subnet, error) {
+	p, err := netip.ParsePrefix(addr)
+	if err != nil || p.Bits() != 30 || !p.Addr().Is4() {
+		return Subnet{}, errdefs.Invalid("recorded sandbox address %q is not an IPv4 /30 address", addr)
+	}
+	base := p.Masked().Addr().As4()
+	gw, sb := base, base
+	gw[3]++
+	sb[3] += 2
+	return Subnet{Prefix: p.Masked(), Gateway: netip.AddrFrom4(gw), Addr: netip.AddrFrom4(sb)}, nil
+}
+
+// String is the sandbox address with its prefix length, as recorded.
+func (s Subnet) String() string { return netip.PrefixFrom(s.Addr, s.Prefix.Bits()).String() }

@@ -1,0 +1,24 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// setEgress changes a sandbox's egress policy at runtime
+// (POST /v1/sandboxes/{id}/egress, body: the network field's egress,
+// allow and deny; see docs/network.md).
+func (s *Server) setEgress(w http.ResponseWriter, r *http.Request) {
+	var req api.Network
+	if err := s.decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, err := s.svc.SetEgress(r.Context(), tenant(r), r.PathValue("id"), &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sb)
+}
