@@ -167,34 +167,49 @@ func (s *Server) streamExec(r *http.Request, rc *http.ResponseController, dec *j
 		}
 	}
 	s.finish(p)
+	if !out.failed {
+		if failure != nil {
+			out.write(&api.ExecEvent{Type: api.EventError, Error: new(errorDetail(failure))})
+		} else {
+			code, sig := exitStatus(ws)
+			out.write(&api.ExecEvent{
+				Type:       api.EventExit,
+				ExitCode:   &code,
+				Signal:     sig,
+				TimedOut:   timedOut,
+				Truncated:  truncated,
+				DurationMs: float64(dur.Microseconds()) / 1000,
+			})
+		}
+	}
 	if body != nil {
-		// Still reading the client's body: cut the read so that nothing
-		// touches the request after the handler returns.
-		rc.SetReadDeadline(time.Now())
-		<-body
+		// The client ends its body once it has the exit event (without
+		// streamed stdin, right after the request line). Give it a moment
+		// to, so that the connection closes cleanly rather than under the
+		// writer's feet (a broken pipe in the daemon); then cut the read
+		// so that nothing touches the request after the handler returns.
+		t := time.NewTimer(bodyGrace)
+		select {
+		case <-body:
+			body = nil
+		case <-t.C:
+		}
+		t.Stop()
+		if body != nil {
+			rc.SetReadDeadline(time.Now())
+			<-body
+		}
 	}
 	// The deadline belongs to the connection, not the request: clear it,
 	// or the next request on this keep-alive connection fails its first
 	// read (its body, or the server's background read that cancels the
 	// request's context) and loses its stream.
 	rc.SetReadDeadline(time.Time{})
-	if out.failed {
-		return
-	}
-	if failure != nil {
-		out.write(&api.ExecEvent{Type: api.EventError, Error: new(errorDetail(failure))})
-		return
-	}
-	code, sig := exitStatus(ws)
-	out.write(&api.ExecEvent{
-		Type:       api.EventExit,
-		ExitCode:   &code,
-		Signal:     sig,
-		TimedOut:   timedOut,
-		Truncated:  truncated,
-		DurationMs: float64(dur.Microseconds()) / 1000,
-	})
 }
+
+// bodyGrace is how long a stream waits, after its last event, for the
+// client to end its request body.
+const bodyGrace = time.Second
 
 // pump sends what f yields to chunks, then an end marker.
 func pump(f *os.File, typ string, chunks chan<- chunk) {
