@@ -16,9 +16,10 @@ import (
 func newTemplateCommand(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "template",
-		Short: "List and import templates",
+		Short: "List, import, inspect and remove templates",
 	}
-	c.AddCommand(newTemplateLsCommand(g), newTemplateImportCommand(g))
+	c.AddCommand(newTemplateLsCommand(g), newTemplateImportCommand(g),
+		newTemplateInspectCommand(g), newTemplateRmCommand(g))
 	return c
 }
 
@@ -49,16 +50,33 @@ func newTemplateLsCommand(g *globals) *cobra.Command {
 
 func newTemplateImportCommand(g *globals) *cobra.Command {
 	var (
-		rootfs, user, workdir string
-		env                   []string
+		rootfs, user, workdir, name string
+		env                         []string
 	)
 	c := &cobra.Command{
-		Use:   "import NAME --rootfs DIR [--user U] [--workdir D] [--env K=V]...",
-		Short: "Make a template from a root filesystem directory on the daemon's host (admin)",
-		Args:  exactArgs(1),
+		Use:   "import (FILE --name NAME | NAME --rootfs DIR) [--user U] [--workdir D] [--env K=V]...",
+		Short: "Make a template from an image archive (docker save or OCI layout) or a root filesystem directory on the daemon's host (admin)",
+		Long: `Make a new template version (admin).
+
+  agentbox template import FILE --name NAME
+      uploads FILE, a docker save archive or a tar of an OCI image layout
+      (optionally gzipped); the image's env, workdir, user are the defaults.
+  agentbox template import NAME --rootfs DIR
+      copies DIR, a root filesystem directory on the daemon's host.`,
+		Args: exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if rootfs != "" && name != "" {
+				return usageErrorf("template import takes either FILE --name NAME or NAME --rootfs DIR, not both")
+			}
+			if name != "" {
+				envMap, err := parseKV("env", env)
+				if err != nil {
+					return err
+				}
+				return uploadTemplate(c, g, args[0], api.ImportTemplateRequest{Name: name, User: user, Workdir: workdir, Env: envMap})
+			}
 			if rootfs == "" {
-				return usageErrorf("template import wants --rootfs DIR, a root filesystem directory on the daemon's host")
+				return usageErrorf("template import wants FILE --name NAME (an image archive) or NAME --rootfs DIR (a root filesystem directory on the daemon's host)")
 			}
 			abs, err := filepath.Abs(rootfs)
 			if err != nil {
@@ -81,6 +99,7 @@ func newTemplateImportCommand(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&rootfs, "rootfs", "", "root filesystem directory (on the daemon's host)")
+	c.Flags().StringVar(&name, "name", "", "template name, when importing an image archive FILE")
 	c.Flags().StringVar(&user, "user", "", "default user of the template's processes")
 	c.Flags().StringVar(&workdir, "workdir", "", "default working directory")
 	c.Flags().StringArrayVar(&env, "env", nil, "default environment KEY=VALUE (repeatable)")

@@ -36,6 +36,12 @@ import (
 // WorkingDir, User and Entrypoint+Cmd become the template's defaults;
 // req.User, req.Workdir and req.Env override them.
 func (p *Pool) ImportImage(ctx context.Context, req api.ImportTemplateRequest) (*Template, error) {
+	return p.importImage(ctx, req, req.Image)
+}
+
+// importImage is ImportImage; shown names the image in the template's
+// source (an upload's temporary file is not worth recording).
+func (p *Pool) importImage(ctx context.Context, req api.ImportTemplateRequest, shown string) (*Template, error) {
 	if err := ValidTemplateName(req.Name); err != nil {
 		return nil, err
 	}
@@ -71,7 +77,7 @@ func (p *Pool) ImportImage(ctx context.Context, req api.ImportTemplateRequest) (
 	}
 	digest, _ := img.ConfigName()
 
-	t := &Template{Source: "image " + req.Image + "@" + digest.String()}
+	t := &Template{Source: "image " + shown + "@" + digest.String()}
 	t.Env = map[string]string{}
 	for _, kv := range cfg.Config.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
