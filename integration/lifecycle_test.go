@@ -165,7 +165,11 @@ func TestConcurrentCreates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sb, err := env.client.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox"})
+			req := api.CreateSandboxRequest{Template: "busybox"}
+		if i%10 == 0 { // some with a veth, an address and a chain
+			req.Network = &api.Network{Egress: api.EgressInternet}
+		}
+		sb, err := env.client.CreateSandbox(ctx, req)
 			if err != nil {
 				errs[i] = err
 				return
@@ -191,6 +195,8 @@ func TestConcurrentCreates(t *testing.T) {
 // hostCounts are what a sandbox may leave on the host.
 type hostCounts struct {
 	mounts, cgroups, procs, runFiles, layers int
+	// veths and nftables chains of this daemon's sandboxes (egress.go).
+	veths, chains int
 }
 
 func countHost(t testing.TB) hostCounts {
@@ -226,6 +232,7 @@ func countHost(t testing.TB) hostCounts {
 	c.runFiles = len(run)
 	layers, _ := os.ReadDir(filepath.Join(env.cfg.DataDir, "storage", "sandboxes"))
 	c.layers = len(layers)
+	c.veths, c.chains = countNet(t)
 	return c
 }
 
@@ -264,7 +271,11 @@ func TestLeavesNothing(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	before := countHost(t)
 	for i := 0; i < cycles; i++ {
-		sb, err := env.client.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox"})
+		req := api.CreateSandboxRequest{Template: "busybox"}
+		if i%10 == 0 { // some with a veth, an address and a chain
+			req.Network = &api.Network{Egress: api.EgressInternet}
+		}
+		sb, err := env.client.CreateSandbox(ctx, req)
 		if err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
 		}
@@ -280,7 +291,8 @@ func TestLeavesNothing(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	after := countHost(t)
-	if after.mounts != before.mounts || after.cgroups != before.cgroups || after.runFiles != before.runFiles || after.layers != before.layers {
+	if after.mounts != before.mounts || after.cgroups != before.cgroups || after.runFiles != before.runFiles || after.layers != before.layers ||
+		after.veths != before.veths || after.chains != before.chains {
 		t.Fatalf("after %d cycles: before %+v, after %+v", cycles, before, after)
 	}
 	if after.procs != before.procs {

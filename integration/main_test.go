@@ -32,6 +32,9 @@ var env struct {
 	cliBin  string
 	repo    string
 	hasBase bool
+	// hasPython: the python template (scripts/build-template.sh python) was
+	// in the build cache and is imported.
+	hasPython bool
 	// stop stops the running daemon and waits for it.
 	stop func()
 }
@@ -77,6 +80,8 @@ func run(m *testing.M) int {
 	cfg.Listen = ""
 	cfg.GuestBinary = filepath.Join(bin, "agentbox-guest")
 	cfg.CgroupParent = "agentbox-it-" + suffix
+	// A /24 of its own: test daemons on one host must not share addresses.
+	cfg.Network.Pool = testPool()
 	cfg.StorageSizeGB = 16
 	cfg.ReapInterval = 200 * time.Millisecond
 	cfg.DefaultTemplate = "busybox"
@@ -157,10 +162,11 @@ func waitForDaemon(done <-chan error) error {
 }
 
 // importTemplates builds (or takes from the build cache) the busybox and
-// base root filesystems and imports them into the test daemon.
+// base root filesystems and imports them into the test daemon, and python
+// when the build cache has it (scripts/test.sh builds it).
 func importTemplates() error {
 	ctx := context.Background()
-	for _, name := range []string{"busybox", "base"} {
+	for _, name := range []string{"busybox", "base", "python"} {
 		if name == "busybox" {
 			cmd := exec.Command(filepath.Join(env.repo, "scripts/build-template.sh"), "busybox", "--no-import")
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -178,6 +184,10 @@ func importTemplates() error {
 				fmt.Fprintln(os.Stderr, "note: no base rootfs in /var/lib/agentbox/build/base (run scripts/build-template.sh base --no-import); base-template tests will fail")
 				continue
 			}
+			if name == "python" {
+				fmt.Fprintln(os.Stderr, "note: no python rootfs in /var/lib/agentbox/build/python (run scripts/build-template.sh python --no-import); python-template tests will fail")
+				continue
+			}
 			return err
 		}
 		user, workdir := "root", "/root"
@@ -187,6 +197,9 @@ func importTemplates() error {
 		}
 		if name == "base" {
 			env.hasBase = true
+		}
+		if name == "python" {
+			env.hasPython = true
 		}
 	}
 	return nil
@@ -200,6 +213,7 @@ func cleanupHost(tmp string) {
 	for _, ctrl := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "unified"} {
 		_ = os.Remove(filepath.Join("/sys/fs/cgroup", ctrl, env.cfg.CgroupParent))
 	}
+	_ = exec.Command("nft", "delete", "table", "inet", env.cfg.CgroupParent).Run()
 	_ = os.RemoveAll(env.cfg.RunDir)
 	_ = os.RemoveAll(tmp)
 }

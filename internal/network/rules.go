@@ -127,4 +127,3 @@ var Private = []netip.Prefix{
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("fc00::/7"),
 }
-
