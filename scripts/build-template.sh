@@ -9,6 +9,10 @@
 #            venv, nodejs, npm, git, curl and friends; about 2-4 minutes.
 #   busybox  a tiny root filesystem made of busybox-static; well under a
 #            second.
+#   python   base plus python3-numpy, -pandas, -matplotlib, -requests and
+#            -ipykernel (for data work; sandboxes have no internet to pip
+#            install them). Starts from base's cached rootfs (building base
+#            first if needed) and adds the packages with apt in a chroot.
 #
 # The rootfs is built under $AGENTBOX_BUILD_DIR/NAME (default
 # /var/lib/agentbox/build/NAME) and imported with
@@ -21,7 +25,7 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: $0 base|busybox [--force] [--no-import]" >&2
+	echo "usage: $0 base|busybox|python [--force] [--no-import]" >&2
 	exit 2
 }
 
@@ -45,8 +49,8 @@ for arg in "$@"; do
 	esac
 done
 case $NAME in
-base | busybox) ;;
-*) die "unknown template \"$NAME\": this script builds \"base\" or \"busybox\"" ;;
+base | busybox | python) ;;
+*) die "unknown template \"$NAME\": this script builds \"base\", \"busybox\" or \"python\"" ;;
 esac
 [[ $(id -u) -eq 0 ]] || die "run as root (debootstrap, chroot and file ownership need it)"
 
@@ -176,6 +180,51 @@ build_base() {
 	chroot "$NEW" /usr/bin/apt-get clean
 	rm -rf "$NEW"/var/lib/apt/lists/* "$NEW"/var/cache/apt/*.bin "$NEW"/var/log/*.log \
 		"$NEW"/var/log/apt/* "$NEW"/tmp/* "$NEW"/var/tmp/* "$NEW"/root/.cache
+}
+
+# apt_install_in ROOT PKG... installs Debian packages inside a rootfs with
+# apt in a chroot (daemons kept from starting), logging to $NAME's log.
+apt_install_in() {
+	local root=$1
+	shift
+	cp /etc/resolv.conf "$root/etc/resolv.conf"
+	mount -t proc proc "$root/proc"
+	printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+	chmod 0755 "$root/usr/sbin/policy-rc.d"
+	{
+		chroot "$root" /usr/bin/apt-get update &&
+			DEBIAN_FRONTEND=noninteractive chroot "$root" /usr/bin/apt-get install -y --no-install-recommends "$@"
+	} >>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
+		die "apt-get install $* failed; see $BUILD_ROOT/$NAME.debootstrap.log"
+	rm -f "$root/usr/sbin/policy-rc.d"
+	umount "$root/proc"
+	echo '# managed by agentbox' >"$root/etc/resolv.conf"
+	chroot "$root" /usr/bin/apt-get clean
+	rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/log/*.log \
+		"$root"/var/log/apt/* "$root"/tmp/* "$root"/var/tmp/* "$root"/root/.cache
+}
+
+build_python() {
+	local base=$BUILD_ROOT/base
+	if [[ ! -d $base/bin ]]; then
+		log "the base rootfs is not built yet; building it first"
+		"$0" base --no-import || die "building base (which python starts from) failed"
+	fi
+	local pkgs=(python3-numpy python3-pandas python3-matplotlib python3-requests python3-ipykernel)
+	log "copying the base rootfs from $base into $NEW"
+	# base's lock keeps a concurrent rebuild of base from changing it mid-copy.
+	(
+		flock 8
+		cp -a --one-file-system "$base" "$NEW"
+	) 8>"$BUILD_ROOT/.base.lock"
+	: >"$BUILD_ROOT/$NAME.debootstrap.log"
+	log "installing ${pkgs[*]} with apt inside the rootfs"
+	apt_install_in "$NEW" "${pkgs[@]}"
+	# matplotlib's font cache (root's, in /root/.cache) is built once here,
+	# not on every sandbox's first plot.
+	chroot "$NEW" /usr/bin/env HOME=/root /usr/bin/python3 -c 'import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot, pandas' \
+		>>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 || die "pandas/matplotlib do not import in the new rootfs; see $BUILD_ROOT/$NAME.debootstrap.log"
+	rm -rf "$NEW"/tmp/*
 }
 
 build_busybox() {

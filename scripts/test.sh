@@ -8,8 +8,11 @@ export PATH=$PATH:/usr/local/go/bin
 scripts/install-deps.sh
 make -s build
 # The integration tests build their own templates in their own data dir,
-# except base, which they take from the build cache of scripts/build-template.sh.
+# except base and python, which they take from the build cache of
+# scripts/build-template.sh (python: examples/data_analysis.py's pandas and
+# matplotlib; built from base's rootfs, a few minutes once per machine).
 scripts/build-template.sh base --no-import
+scripts/build-template.sh python --no-import
 echo "==> go vet"
 go vet ./...
 echo "==> go test"

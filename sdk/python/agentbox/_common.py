@@ -197,11 +197,21 @@ def list_params(metadata: Optional[Dict[str, str]], state: Optional[str]) -> Dic
     return q
 
 
-def url_not_supported(port: int) -> NotSupportedError:
-    return NotSupportedError(
-        f"preview URLs (port {port}) are not available yet: they come with agentbox's "
-        "network support. Until then, reach a server inside the sandbox with exec "
-        "(e.g. curl http://127.0.0.1:PORT) from inside the sandbox")
+def preview_url(sandbox_id: str, network: Dict[str, Any], port: int) -> str:
+    """http://<port>-<id>.<preview_domain>/, with ?agentbox_token= unless
+    the sandbox's previews are public (docs/network.md)."""
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise InvalidArgumentError(f"port must be 1-65535, got {port!r}")
+    domain = (network or {}).get("preview_domain")
+    if not domain:
+        raise NotSupportedError(
+            f"sandbox {sandbox_id} has no preview settings: the daemon predates preview URLs; "
+            "upgrade it, or reach the port with exec (curl http://127.0.0.1:PORT) inside the sandbox")
+    u = f"http://{port}-{sandbox_id}.{domain}/"
+    token = network.get("preview_token")
+    if network.get("preview") != "public" and token:
+        u += "?agentbox_token=" + quote(token, safe="")
+    return u
 
 
 def decode_json(cfg: Config, body: bytes, what: str) -> Any:

@@ -18,7 +18,7 @@ from typing import IO, Any, AsyncIterator, Awaitable, Dict, Generator, List, Opt
 
 from . import _archive
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, list_params,
-                      sandbox_path, signal_name, to_bytes, url_not_supported)
+                      sandbox_path, signal_name, to_bytes, preview_url)
 from ._http import AsyncHTTP
 from ._pty import AsyncPty, pty_body
 from .errors import InvalidArgumentError, NotFoundError, TimeoutError
@@ -440,7 +440,7 @@ class AsyncSandbox:
         d = await self._http.json("POST", sandbox_path(self.id, "/fork"), json_body={"count": count})
         return [AsyncSandbox(SandboxInfo.from_dict(s), self._http.clone()) for s in d.get("sandboxes") or []]
 
-    def url(self, port: int) -> str:
-        """The preview URL of a port; raises NotSupportedError until
-        agentbox's network support lands."""
-        raise url_not_supported(port)
+    async def url(self, port: int) -> str:
+        """The preview URL of ``port`` served inside the sandbox; see
+        ``Sandbox.url``."""
+        return preview_url(self.id, (await self.info()).network, port)

@@ -64,6 +64,9 @@ class SandboxInfo:
     created_at: Optional[datetime] = None
     expires_at: Optional[datetime] = None
     error: str = ""
+    #: egress policy and preview access (``preview``, ``preview_token``,
+    #: ``preview_domain``, ...), as the API sent it; see docs/network.md.
+    network: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "SandboxInfo":
@@ -73,6 +76,7 @@ class SandboxInfo:
             resources=Resources.from_dict(d.get("resources")), env=d.get("env") or {},
             metadata=d.get("metadata") or {}, created_at=parse_time(d.get("created_at")),
             expires_at=parse_time(d.get("expires_at")), error=d.get("error", ""),
+            network=d.get("network") or {},
         )
 
 

@@ -10,7 +10,7 @@ from typing import IO, Any, Dict, List, Optional, Union
 
 from . import _archive
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, list_params,
-                      sandbox_path, signal_name, to_bytes, url_not_supported)
+                      sandbox_path, signal_name, to_bytes, preview_url)
 from ._http import AsyncHTTP, SyncHTTP
 from ._pty import AsyncPty, LoopThread, Pty, pty_body
 from .errors import InvalidArgumentError, NotFoundError, TimeoutError
@@ -451,10 +451,11 @@ class Sandbox:
         return [Sandbox(SandboxInfo.from_dict(s), self._http.clone()) for s in d.get("sandboxes") or []]
 
     def url(self, port: int) -> str:
-        """The preview URL of a port served inside the sandbox. Not
-        available yet: raises NotSupportedError until agentbox's network
-        support lands."""
-        raise url_not_supported(port)
+        """The preview URL of ``port`` served inside the sandbox,
+        ``http://<port>-<id>.<preview_domain>/``, with ``?agentbox_token=``
+        unless its previews are public (create's ``network={"preview":
+        "public"}``). Reads the sandbox's settings from the daemon."""
+        return preview_url(self.id, self.info().network, port)
 
 
 async def _start_pty(http: SyncHTTP, sandbox_id: str, body: Dict[str, Any]) -> AsyncPty:

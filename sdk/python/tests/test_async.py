@@ -43,8 +43,8 @@ def test_async_awaited_create_lifecycle():
             assert r.stdout == "y\n/tmp\nnobody\nin"
             r = await sbx.exec("sleep 30", timeout=0.5)
             assert r.timed_out and r.exit_code == 137
-            with pytest.raises(NotSupportedError):
-                sbx.url(3000)
+            u = await sbx.url(3000)
+            assert u.startswith(f"http://3000-{sbx.id}.") and "agentbox_token=" in u
         finally:
             await sbx.destroy()
             await sbx.close()

@@ -265,8 +265,10 @@ def test_exec_on_destroyed_sandbox_is_conflict():
     sbx.close()
 
 
-def test_url_not_supported_yet(shared_sbx):
-    with pytest.raises(NotSupportedError) as ei:
-        shared_sbx.url(8080)
-    assert isinstance(ei.value, AgentboxError) and isinstance(ei.value, NotImplementedError)
-    assert "8080" in str(ei.value)
+def test_url_is_the_preview_url(shared_sbx):
+    net = shared_sbx.info().network
+    assert net.get("preview_domain") and net.get("preview_token"), net
+    u = shared_sbx.url(8080)
+    assert u == f"http://8080-{shared_sbx.id}.{net['preview_domain']}/?agentbox_token={net['preview_token']}"
+    with pytest.raises(InvalidArgumentError):
+        shared_sbx.url(0)

@@ -11,7 +11,7 @@ import pytest
 from agentbox import _archive, _config
 from agentbox._common import StreamDecoder, command_fields, exec_body, signal_name
 from agentbox.errors import (AgentboxError, ConflictError, InternalError, InvalidArgumentError,
-                             NotFoundError, ResourceExhaustedError, TimeoutError, UnauthorizedError,
+                             NotFoundError, NotSupportedError, ResourceExhaustedError, TimeoutError, UnauthorizedError,
                              UnavailableError, error_from_code, error_from_status)
 from agentbox.models import ExecResult, parse_time
 
@@ -186,3 +186,25 @@ def test_tar_dir_round_trip(tmp_path):
     _archive.extract(f, str(tmp_path / "dst"))
     assert (tmp_path / "dst" / "a" / "b" / "f.bin").read_bytes() == bytes(range(256))
     assert os.readlink(tmp_path / "dst" / "ln") == "top.txt"
+
+
+@pytest.mark.parametrize("network,port,want", [
+    ({"preview_domain": "localhost:7423", "preview_token": "t/k"}, 80, "http://80-sb1.localhost:7423/?agentbox_token=t%2Fk"),
+    ({"preview_domain": "p.example", "preview": "public", "preview_token": "tk"}, 3000, "http://3000-sb1.p.example/"),
+    ({"preview_domain": "p.example"}, 65535, "http://65535-sb1.p.example/"),
+])
+def test_preview_url(network, port, want):
+    from agentbox._common import preview_url
+    assert preview_url("sb1", network, port) == want
+
+
+@pytest.mark.parametrize("network,port,err", [
+    ({"preview_domain": "p.example"}, 0, InvalidArgumentError),
+    ({"preview_domain": "p.example"}, 65536, InvalidArgumentError),
+    ({"preview_domain": "p.example"}, True, InvalidArgumentError),
+    ({}, 80, NotSupportedError),
+])
+def test_preview_url_refused(network, port, err):
+    from agentbox._common import preview_url
+    with pytest.raises(err):
+        preview_url("sb1", network, port)
