@@ -30,6 +30,8 @@ var Routes = []Route{
 	{"POST", "/v1/sandboxes/{id}/snapshots"},
 	{"POST", "/v1/sandboxes/{id}/fork"},
 	{"POST", "/v1/sandboxes/{id}/reset"},
+	// Egress policy at runtime (api/network.go).
+	{"POST", "/v1/sandboxes/{id}/egress"},
 	{"GET", "/v1/snapshots"},
 	{"GET", "/v1/snapshots/{ref}"},
 	{"DELETE", "/v1/snapshots/{ref}"},
