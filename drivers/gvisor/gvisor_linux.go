@@ -70,6 +70,12 @@ func New(o driver.Options) (*Driver, error) {
 	if o.CgroupParent == "" {
 		o.CgroupParent = "agentbox"
 	}
+	if o.UIDCount == 0 {
+		o.UIDCount = 65536
+	}
+	if o.UIDBase <= 0 {
+		return nil, errdefs.Invalid("gvisor driver: uid_base must be > 0 (template files are stored shifted to it)")
+	}
 	if fi, err := os.Stat(o.GuestBinary); err != nil || fi.Mode()&0o111 == 0 {
 		return nil, errdefs.Precondition("gvisor: guest agent binary %q missing or not executable (%v); build it with `make build`", o.GuestBinary, err)
 	}
@@ -118,6 +124,11 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 			return nil, fmt.Errorf("gvisor: run dir: %w", err)
 		}
 	}
+	// The channel's directory belongs to the sandbox's root (host
+	// uid_base), which creates the socket in it.
+	if err := os.Chown(sock, d.opts.UIDBase, d.opts.UIDBase); err != nil {
+		return nil, fmt.Errorf("gvisor: socket dir: %w", err)
+	}
 	// The sandbox's root: the template's layers under the writable layer,
 	// mounted on the host (runsc's gofer serves it to the sandbox).
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(spec.Layers, ":"), spec.UpperDir, spec.WorkDir)
@@ -125,7 +136,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		return nil, fmt.Errorf("gvisor: mounting the sandbox's root overlay: %w", err)
 	}
 	undo = append(undo, func() { _ = unmount(rootfs) })
-	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec); err != nil {
+	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, d.opts.UIDBase, d.opts.UIDCount); err != nil {
 		return nil, fmt.Errorf("gvisor: writing the OCI bundle: %w", err)
 	}
 	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
@@ -332,6 +343,12 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 			errs = append(errs, fmt.Errorf("waiting for the sandbox to exit: %w", ctx.Err()))
 		}
 	}
+	if p.Root != "" {
+		// runsc --network=none binds an empty netns here and leaves it.
+		if err := unmount(filepath.Join(p.Root, "null-netns")); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if p.Rootfs != "" {
 		if err := unmount(p.Rootfs); err != nil {
 			errs = append(errs, err)
@@ -376,8 +393,9 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 // Cleanup implements driver.Driver: it removes the cgroups of unknown
 // sandboxes (killing their runsc processes; the cgroup parent is shared
 // with the container tier, whose Cleanup does the same) and unmounts the
-// root overlays of unknown gvisor sandboxes (<run>/sandboxes/<id>/rootfs
-// next to a runsc state dir).
+// root overlays and runsc's netns mounts of unknown gvisor sandboxes
+// (<run>/sandboxes/<id>/rootfs next to a runsc state dir, and
+// <run>/sandboxes/<id>/runsc/null-netns).
 func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
 	names, err := d.cg.List()
 	if err != nil {
@@ -419,10 +437,18 @@ func leftoverMounts(keep map[string]bool) []string {
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 5 || filepath.Base(f[4]) != "rootfs" || !strings.Contains(line, " - overlay ") {
+		if len(f) < 5 {
 			continue
 		}
-		dir := filepath.Dir(f[4])
+		var dir string
+		switch {
+		case filepath.Base(f[4]) == "rootfs" && strings.Contains(line, " - overlay "):
+			dir = filepath.Dir(f[4])
+		case strings.HasSuffix(f[4], "/runsc/null-netns"):
+			dir = filepath.Dir(filepath.Dir(f[4]))
+		default:
+			continue
+		}
 		if filepath.Base(filepath.Dir(dir)) != "sandboxes" || keep[filepath.Base(dir)] {
 			continue
 		}

@@ -58,7 +58,14 @@ type (
 		Options     []string `json:"options,omitempty"`
 	}
 	ociLinux struct {
-		Namespaces []ociNS `json:"namespaces"`
+		Namespaces  []ociNS    `json:"namespaces"`
+		UIDMappings []ociIDMap `json:"uidMappings,omitempty"`
+		GIDMappings []ociIDMap `json:"gidMappings,omitempty"`
+	}
+	ociIDMap struct {
+		ContainerID uint32 `json:"containerID"`
+		HostID      uint32 `json:"hostID"`
+		Size        uint32 `json:"size"`
 	}
 	ociNS struct {
 		Type string `json:"type"`
@@ -76,7 +83,7 @@ var guestCaps = []string{
 
 // writeBundle writes <bundle>/config.json for spec, with rootfs the host
 // overlay and the guest agent as the sandbox's first process.
-func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec) error {
+func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, uidBase, uidCount int) error {
 	boot := api.BootSpec{
 		SandboxID: spec.ID,
 		Hostname:  spec.Hostname,
@@ -115,8 +122,13 @@ func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec) e
 			{Destination: sockDir, Type: "bind", Source: hostSock, Options: []string{"rbind", "rw"}},
 		},
 		Linux: ociLinux{Namespaces: []ociNS{
-			{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network"},
-		}},
+			{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network"}, {Type: "user"},
+		},
+			// Template files are stored shifted: host uid_base is the
+			// sandbox's root, as in the container tier.
+			UIDMappings: []ociIDMap{{ContainerID: 0, HostID: uint32(uidBase), Size: uint32(uidCount)}},
+			GIDMappings: []ociIDMap{{ContainerID: 0, HostID: uint32(uidBase), Size: uint32(uidCount)}},
+		},
 	}
 	b, err := json.MarshalIndent(&s, "", "  ")
 	if err != nil {

@@ -1,0 +1,80 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/driver"
+)
+
+// TestDriverRoundTrip creates a runsc sandbox on the busybox rootfs that
+// scripts/build-template.sh leaves in /var/lib/agentbox/build, runs a
+// command through the guest agent, and destroys it leaving no mount,
+// cgroup or process. It needs root and runsc (scripts/install-runsc.sh).
+func TestDriverRoundTrip(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	lower := "/var/lib/agentbox/build/busybox"
+	if _, err := os.Stat(filepath.Join(lower, "bin")); err != nil {
+		t.Skip("no busybox rootfs: run scripts/build-template.sh busybox --no-import")
+	}
+	if _, err := os.Stat(runscPath()); err != nil {
+		t.Skip("no runsc: run scripts/install-runsc.sh")
+	}
+	guest := filepath.Join(t.TempDir(), "agentbox-guest")
+	build := exec.Command("go", "build", "-o", guest, "../../cmd/agentbox-guest")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the guest: %v\n%s", err, out)
+	}
+	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: "agentbox-gvisor-test", UIDBase: 1000000, UIDCount: 65536})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp, _ := os.MkdirTemp("/var/tmp", "gvisor-test-")
+	defer os.RemoveAll(tmp)
+	spec := &driver.Spec{ID: "gvtest", Hostname: "gvtest", Layers: []string{lower},
+		UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"), RunDir: filepath.Join(tmp, "run"),
+		Env: []string{"PATH=/bin:/usr/bin"}, CPU: 1, MemoryMB: 256, Pids: 128}
+	for _, dir := range []string{spec.UpperDir, spec.WorkDir, spec.RunDir} {
+		os.MkdirAll(dir, 0o700)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	h, err := d.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("create %v, pid %d", time.Since(start), h.Pid)
+	defer d.Destroy(ctx, h)
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialGuest(ctx, h) }}}
+	body, _ := json.Marshal(map[string]any{"shell": "uname -a; id; echo hi > /root/f; ls -ln /; cat /proc/self/status | grep -i cap"})
+	resp, err := c.Post("http://guest/exec", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t.Logf("exec: %s", out)
+	if !strings.Contains(strings.ToLower(string(out)), "gvisor") {
+		t.Errorf("not gVisor? %s", out)
+	}
+	if err := d.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(b, []byte(spec.RunDir)) {
+		t.Logf("%s", b)
+		t.Error("a mount is left")
+	}
+}

@@ -1,0 +1,138 @@
+package integration
+
+// The gvisor tier end to end: a runsc sandbox serving the same guest
+// protocol, its kernel is gVisor's, and destroy leaves nothing on the host.
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// needGvisor fails (not skips) when runsc is installed but the daemon does
+// not offer the tier; it skips only on hosts without runsc at all.
+func needGvisor(t *testing.T) {
+	t.Helper()
+	h, err := env.client.Health(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(h.Drivers, "gvisor") {
+		return
+	}
+	if _, err := os.Stat("/usr/local/lib/agentbox/runsc"); err == nil {
+		t.Fatalf("runsc is installed but the daemon does not offer gvisor (tiers %v): see its warning", h.Drivers)
+	}
+	t.Skip("runsc is not installed (scripts/install-runsc.sh); the gvisor tier is unavailable on this host")
+}
+
+func TestGvisor(t *testing.T) {
+	needGvisor(t)
+	needBase(t)
+	ctx := context.Background()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "gvisor"})
+	sb, err := env.client.GetSandbox(ctx, id)
+	if err != nil || sb.Isolation != "gvisor" {
+		t.Fatalf("isolation %q, %v", sb.Isolation, err)
+	}
+	if out := mustSh(t, id, "python3 -c 'print(sum(range(101)))'"); out != "5050" {
+		t.Errorf("python3: %q", out)
+	}
+	if out := mustSh(t, id, "uname -a; dmesg 2>&1 | head -3"); !strings.Contains(out, "gvisor") || !strings.Contains(out, "gVisor") {
+		t.Errorf("uname/dmesg do not show gVisor: %q", out)
+	}
+	// Files round trip, and exec as the unprivileged user.
+	body := "hello from the host " + randHex(8)
+	if _, err := env.client.WriteFile(ctx, id, "/tmp/x/hello.txt", strings.NewReader(body), 0o644); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if got := string(readAll(t, id, "/tmp/x/hello.txt")); got != body {
+		t.Errorf("read back %q", got)
+	}
+	if out := mustSh(t, id, "cat /tmp/x/hello.txt; echo; id -u; ls -ld /root | awk '{print $3}'"); out != body+"\n0\nroot" {
+		t.Errorf("in the sandbox: %q", out)
+	}
+	if res := execReq(t, id, api.ExecRequest{Shell: "id -un", User: "user"}); strings.TrimSpace(res.Stdout) != "user" {
+		t.Errorf("exec as user: %+v", res)
+	}
+	// No network but loopback.
+	if out := mustSh(t, id, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '"); strings.TrimSpace(out) != "lo" {
+		t.Errorf("interfaces: %q; want only lo", out)
+	}
+
+	runDir := filepath.Join(env.cfg.RunDir, "sandboxes", id)
+	if _, err := os.Stat(filepath.Join(runDir, "runsc")); err != nil {
+		t.Fatalf("no runsc state in %s: %v", runDir, err)
+	}
+	if !hostHas(t, "/proc/self/mountinfo", runDir) {
+		t.Errorf("no root overlay mounted under %s", runDir)
+	}
+	if err := env.client.DestroySandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is left: no runsc process of the sandbox, no mount, no cgroup.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []string
+		if out, _ := exec.Command("pgrep", "-f", "runsc.*"+id).Output(); len(strings.TrimSpace(string(out))) > 0 {
+			left = append(left, "runsc processes "+strings.Fields(string(out))[0])
+		}
+		if hostHas(t, "/proc/self/mountinfo", runDir) {
+			left = append(left, "a mount under "+runDir)
+		}
+		for _, c := range []string{"memory", "cpu", "pids"} {
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, env.cfg.CgroupParent, id)); err == nil {
+				left = append(left, c+" cgroup")
+			}
+		}
+		if _, err := os.Stat(runDir); err == nil {
+			left = append(left, "run dir "+runDir)
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("destroy left %v", left)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestGvisorCreateLatency measures create (until the guest answers) on the
+// gvisor tier: 10 creates of busybox, p50 and max logged.
+func TestGvisorCreateLatency(t *testing.T) {
+	needGvisor(t)
+	ctx := context.Background()
+	var ds []time.Duration
+	for range 10 {
+		start := time.Now()
+		sb, err := env.client.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox", Isolation: "gvisor"})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		ds = append(ds, time.Since(start))
+		if err := env.client.DestroySandbox(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	t.Logf("gvisor create (10, busybox): p50 %v, min %v, max %v; all %v", ds[len(ds)/2], ds[0], ds[len(ds)-1], ds)
+}
+
+// hostHas reports whether file holds s.
+func hostHas(t *testing.T, file, s string) bool {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(b), s)
+}

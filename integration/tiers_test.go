@@ -1,0 +1,26 @@
+package integration
+
+import (
+	"os"
+	"slices"
+	"strings"
+)
+
+// optInTiers are isolation tiers that the battery and the posture test
+// run on only when AGENTBOX_TEST_TIERS names them (comma-separated), because
+// some of their items still fail (docs/gvisor.md lists which and why).
+// Their own tests (gvisor_test.go) run whenever the daemon offers them.
+var optInTiers = []string{"gvisor"}
+
+// testTiers filters the daemon's tiers to those the battery runs on.
+func testTiers(have []string) []string {
+	want := strings.Split(os.Getenv("AGENTBOX_TEST_TIERS"), ",")
+	var out []string
+	for _, t := range have {
+		if slices.Contains(optInTiers, t) && !slices.Contains(want, t) {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
