@@ -168,7 +168,7 @@ func batteryTiers(t *testing.T) []string {
 	if len(h.Drivers) == 0 {
 		t.Fatal("the daemon reports no isolation tiers")
 	}
-	return h.Drivers
+	return testTiers(h.Drivers)
 }
 
 var probeOnce struct {
