@@ -68,6 +68,17 @@ func TestGvisor(t *testing.T) {
 		t.Errorf("interfaces: %q; want only lo", out)
 	}
 
+	// Pause (runsc pause) and resume keep the sandbox and its files.
+	if _, err := env.client.PauseSandbox(ctx, id); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if _, err := env.client.ResumeSandbox(ctx, id); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if got := string(readAll(t, id, "/tmp/x/hello.txt")); got != body {
+		t.Errorf("after pause and resume: %q", got)
+	}
+
 	runDir := filepath.Join(env.cfg.RunDir, "sandboxes", id)
 	if _, err := os.Stat(filepath.Join(runDir, "runsc")); err != nil {
 		t.Fatalf("no runsc state in %s: %v", runDir, err)
@@ -103,6 +114,16 @@ func TestGvisor(t *testing.T) {
 			t.Fatalf("destroy left %v", left)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestGvisorCLI is the acceptance line through the real CLI.
+func TestGvisorCLI(t *testing.T) {
+	needGvisor(t)
+	needBase(t)
+	out, errOut, code := cli(t, "", "run", "--isolation", "gvisor", "--template", "base", "--", "python3", "-c", "print(sum(range(101)))")
+	if code != 0 || strings.TrimSpace(out) != "5050" {
+		t.Fatalf("agentbox run --isolation gvisor: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 
