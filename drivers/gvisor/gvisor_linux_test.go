@@ -18,7 +18,8 @@ import (
 )
 
 // TestDriverRoundTrip creates a runsc sandbox on the busybox rootfs that
-// scripts/build-template.sh leaves in /var/lib/agentbox/build, runs a
+// scripts/build-template.sh leaves in /var/lib/agentbox/build (unshifted,
+// so its files show as nobody inside: the uid map is real), runs a
 // command through the guest agent, and destroys it leaving no mount,
 // cgroup or process. It needs root and runsc (scripts/install-runsc.sh).
 func TestDriverRoundTrip(t *testing.T) {
@@ -42,14 +43,24 @@ func TestDriverRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "unified"} {
+			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, "agentbox-gvisor-test"))
+		}
+	})
 	tmp, _ := os.MkdirTemp("/var/tmp", "gvisor-test-")
 	defer os.RemoveAll(tmp)
 	spec := &driver.Spec{ID: "gvtest", Hostname: "gvtest", Layers: []string{lower},
 		UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"), RunDir: filepath.Join(tmp, "run"),
 		Env: []string{"PATH=/bin:/usr/bin"}, CPU: 1, MemoryMB: 256, Pids: 128}
+	// As the service makes them: the run dir traversable, the writable
+	// layer owned by the sandbox's root (host uid_base).
+	_ = os.Chmod(tmp, 0o711)
 	for _, dir := range []string{spec.UpperDir, spec.WorkDir, spec.RunDir} {
-		os.MkdirAll(dir, 0o700)
+		_ = os.MkdirAll(dir, 0o711)
+		_ = os.Chown(dir, 1000000, 1000000)
 	}
+	_ = os.Chown(spec.RunDir, 0, 0)
 	ctx := context.Background()
 	start := time.Now()
 	h, err := d.Create(ctx, spec)
