@@ -68,6 +68,17 @@ func TestGvisor(t *testing.T) {
 		t.Errorf("interfaces: %q; want only lo", out)
 	}
 
+	// A timeout kills the exec's whole tree, setsid and double forks
+	// included (per-exec cgroups in gVisor's own pids hierarchy).
+	res := execReq(t, id, api.ExecRequest{Shell: "setsid sleep 300 & (sleep 301 &); sleep 302", TimeoutMs: 1000})
+	if !res.TimedOut {
+		t.Errorf("exec did not time out: %+v", res)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if out := mustSh(t, id, "ps -o args | grep -c '^sleep 30[012]' || true"); out != "0" {
+		t.Errorf("%s sleepers outlived the exec's timeout", out)
+	}
+
 	// Pause (runsc pause) and resume keep the sandbox and its files.
 	if _, err := env.client.PauseSandbox(ctx, id); err != nil {
 		t.Fatalf("pause: %v", err)

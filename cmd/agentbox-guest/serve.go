@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -49,6 +50,13 @@ func runServe() error {
 	if err != nil {
 		return fmt.Errorf("guest socket %s: %w", sock, err)
 	}
+	pidsMax, _ := strconv.ParseInt(os.Getenv(servePidsEnv), 10, 64)
+	os.Unsetenv(servePidsEnv)
+	cgs, err := sandboxCgroups("/.agentbox/cgroup", pidsMax)
+	if err != nil {
+		// Without them a timeout kills only the exec's process group.
+		log.Warn("no per-exec cgroups", "err", err)
+	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl dumpable: %w", err)
 	}
@@ -56,6 +64,7 @@ func runServe() error {
 		Env:     spec.Env,
 		User:    spec.User,
 		Workdir: spec.Workdir,
+		Cgroups: cgs,
 		Logger:  log.With("sandbox", spec.SandboxID),
 		Version: version.Version,
 	})

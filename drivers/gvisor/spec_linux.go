@@ -79,6 +79,9 @@ var guestCaps = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
 	"CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
+	// Only to mount gVisor's pids cgroup hierarchy; the agent drops it
+	// from its bounding set right after, so no exec has it.
+	"CAP_SYS_ADMIN",
 }
 
 // writeBundle writes <bundle>/config.json for spec, with rootfs the host
@@ -103,8 +106,9 @@ func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, u
 		Version: "1.0.2",
 		Process: ociProcess{
 			Args: []string{guestPath, "serve"},
-			Env:  []string{defaultEnv, specEnv + "=" + string(bootJSON), sockEnv + "=" + guestSock},
-			Cwd:  "/",
+			Env: []string{defaultEnv, specEnv + "=" + string(bootJSON), sockEnv + "=" + guestSock,
+				fmt.Sprintf("AGENTBOX_PIDS_MAX=%d", spec.Pids)},
+			Cwd: "/",
 			Capabilities: ociCaps{
 				Bounding: guestCaps, Effective: guestCaps, Permitted: guestCaps,
 			},
