@@ -138,6 +138,11 @@ func (f *fakeDaemon) mux(t *testing.T) http.Handler {
 		if hang {
 			json.NewEncoder(w).Encode(api.ExecEvent{Type: api.EventStart, Pid: 7})
 			http.NewResponseController(w).Flush()
+			// Read the body to its end, as the guest does: net/http
+			// notices the client leaving (and ends r.Context) only
+			// once the body is consumed; left unread, a cancelled
+			// client goes unnoticed and httptest's Close waits forever.
+			io.Copy(io.Discard, br)
 			<-r.Context().Done()
 			return
 		}
