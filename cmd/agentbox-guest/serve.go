@@ -54,8 +54,9 @@ func runServe() error {
 	os.Unsetenv(servePidsEnv)
 	cgs, err := sandboxCgroups("/.agentbox/cgroup", pidsMax)
 	if err != nil {
-		// Without them a timeout kills only the exec's process group.
-		log.Warn("no per-exec cgroups", "err", err)
+		// Without them a timeout kills only the exec's process group, and
+		// nothing bounds the number of processes: refuse to serve.
+		return fmt.Errorf("sandbox cgroups: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl dumpable: %w", err)
