@@ -53,6 +53,10 @@ func (s *sampler) Stop() int64 {
 }
 
 func itemForkBomb(t *testing.T, b *battery) {
+	if b.tier == "gvisor" {
+		itemForkBombGvisor(t, b)
+		return
+	}
 	const limit = 64
 	id := b.hostileSandbox(t, api.CreateSandboxRequest{Pids: limit})
 	pid := sandboxPid(t, id)
