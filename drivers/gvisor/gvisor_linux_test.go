@@ -91,3 +91,24 @@ func TestDriverRoundTrip(t *testing.T) {
 		t.Error("a mount is left")
 	}
 }
+
+// TestCheckNamesTheFix: a missing or broken runsc makes New fail with an
+// error that says how to install it.
+func TestCheckNamesTheFix(t *testing.T) {
+	broken := filepath.Join(t.TempDir(), "runsc")
+	if err := os.WriteFile(broken, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, bin := range map[string]string{
+		"missing": "/nonexistent/runsc",
+		"broken":  broken,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("AGENTBOX_RUNSC", bin)
+			err := check(t.TempDir())
+			if err == nil || !strings.Contains(err.Error(), "install-runsc.sh") {
+				t.Fatalf("check with %s: %v; want an error naming scripts/install-runsc.sh", bin, err)
+			}
+		})
+	}
+}
