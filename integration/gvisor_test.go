@@ -175,3 +175,29 @@ func hostHas(t *testing.T, file, s string) bool {
 	}
 	return strings.Contains(string(b), s)
 }
+
+// TestGvisorSurvivesRestart: a daemon restart re-adopts a running gvisor
+// sandbox (runsc state, the Sentry's pid and start time, a ping) with its
+// processes and files, and a paused one stays paused.
+func TestGvisorSurvivesRestart(t *testing.T) {
+	needGvisor(t)
+	ctx := context.Background()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Isolation: "gvisor"})
+	paused := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Isolation: "gvisor"})
+	mustSh(t, id, "echo kept > /root/kept; sleep 600 >/dev/null 2>&1 &")
+	if _, err := env.client.PauseSandbox(ctx, paused); err != nil {
+		t.Fatal(err)
+	}
+	restartDaemon(t, func() {})
+	if out := mustSh(t, id, "cat /root/kept; ps -o args | grep -c '^sleep 600'"); out != "kept\n1" {
+		t.Errorf("after the restart: %q, want the file and the sleeper", out)
+	}
+	sb, err := env.client.GetSandbox(ctx, paused)
+	if err != nil || sb.State != api.StatePaused {
+		t.Fatalf("paused sandbox after the restart: %+v, %v", sb, err)
+	}
+	if _, err := env.client.ResumeSandbox(ctx, paused); err != nil {
+		t.Fatalf("resume after the restart: %v", err)
+	}
+	mustSh(t, paused, "true")
+}
