@@ -43,8 +43,8 @@ bomb() { bomb | bomb & }; bomb 2>/dev/null; sleep 30`, TimeoutMs: 3000})
 	if r, err := execOnce(id, "cat "+pidsDir+"/pids.current"); err == nil {
 		after = strings.TrimSpace(r)
 	}
-	evidence(t, "fork bomb under gVisor pids.max %d: timed_out=%v, next exec: %v, workload pids.current after %s; thread bomb: exit %d %s; host processes in the sandbox's cgroup peak %d (host pids.max %d: gVisor's own threads)",
-		limit, res.TimedOut, errClass(answers), after, thr.ExitCode, lastLine(thr.Stderr), maxHost, hostMax)
+	evidence(t, "fork bomb under gVisor pids.max %d: timed_out=%v, next exec: %v, workload pids.current after %s; thread bomb: exit %d %s, last output %s; host processes in the sandbox's cgroup peak %d (host pids.max %d: gVisor's own threads)",
+		limit, res.TimedOut, errClass(answers), after, thr.ExitCode, lastLine(thr.Stderr), lastLine(thr.Stdout), maxHost, hostMax)
 	if thr.ExitCode == 0 {
 		t.Errorf("the thread bomb finished 1000 threads under a pids limit of %d: %s", limit, thr.Stdout)
 	}

@@ -38,7 +38,7 @@ func TestGvisor(t *testing.T) {
 	needGvisor(t)
 	needBase(t)
 	ctx := context.Background()
-	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "gvisor", Pids: 64})
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "gvisor"})
 	sb, err := env.client.GetSandbox(ctx, id)
 	if err != nil || sb.Isolation != "gvisor" {
 		t.Fatalf("isolation %q, %v", sb.Isolation, err)
@@ -78,14 +78,6 @@ func TestGvisor(t *testing.T) {
 	if out := mustSh(t, id, "ps -o args | grep -c '^sleep 30[012]' || true"); out != "0" {
 		t.Errorf("%s sleepers outlived the exec's timeout", out)
 	}
-	// The pids limit holds inside, where processes are gVisor tasks (the
-	// host cgroup bounds only gVisor's own threads).
-	bomb := execReq(t, id, api.ExecRequest{Shell: "i=0; while [ $i -lt 100 ]; do sleep 5 & i=$((i+1)); done; sleep 0.2; ps -o pid | wc -l", TimeoutMs: 30000})
-	if !strings.Contains(bomb.Stderr, "fork") {
-		t.Errorf("100 background sleeps under pids 64 all started: %+v", bomb)
-	}
-	execReq(t, id, api.ExecRequest{Shell: "pkill sleep; true"})
-
 	// Pause (runsc pause) and resume keep the sandbox and its files.
 	if _, err := env.client.PauseSandbox(ctx, id); err != nil {
 		t.Fatalf("pause: %v", err)
