@@ -43,13 +43,16 @@ bomb() { bomb | bomb & }; bomb 2>/dev/null; sleep 30`, TimeoutMs: 3000})
 	if r, err := execOnce(id, "cat "+pidsDir+"/pids.current"); err == nil {
 		after = strings.TrimSpace(r)
 	}
-	evidence(t, "fork bomb under gVisor pids.max %d: timed_out=%v, next exec: %v, workload pids.current after %s; thread bomb: exit %d %s, last output %s; host processes in the sandbox's cgroup peak %d (host pids.max %d: gVisor's own threads)",
+	evidence(t, "fork bomb under gVisor pids.max %d and RLIMIT_NPROC limit+64: timed_out=%v, next exec: %v, workload pids.current after %s; thread bomb: exit %d %s, last output %s; host processes in the sandbox's cgroup peak %d (host pids.max %d: gVisor's own threads)",
 		limit, res.TimedOut, errClass(answers), after, thr.ExitCode, lastLine(thr.Stderr), lastLine(thr.Stdout), maxHost, hostMax)
 	if thr.ExitCode == 0 {
 		t.Errorf("the thread bomb finished 1000 threads under a pids limit of %d: %s", limit, thr.Stdout)
 	}
-	if n, err := strconv.Atoi(after); err == nil && n > limit {
-		t.Errorf("gVisor's workload holds %d tasks; the limit is %d", n, limit)
+	// The bound that holds is RLIMIT_NPROC = limit + the agent's reserve
+	// of 64 per uid (gVisor's pids cgroup charges arbitrarily; see
+	// docs/gvisor.md), so that is what is judged.
+	if n, err := strconv.Atoi(after); err == nil && n > limit+64 {
+		t.Errorf("gVisor's workload holds %d tasks; the bound is %d + 64", n, limit)
 	}
 	if maxHost > hostMax {
 		t.Errorf("the host saw %d processes in the sandbox's cgroup; its pids.max is %d", maxHost, hostMax)

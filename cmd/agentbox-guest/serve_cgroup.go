@@ -21,7 +21,10 @@ const servePidsEnv = "AGENTBOX_PIDS_MAX"
 //
 //   - pids: every exec goes into workload itself, whose pids.max is the
 //     sandbox's limit (gVisor does not charge a child cgroup's tasks to
-//     its parent, so the limit must be on the cgroup the tasks are in);
+//     its parent, so the limit must be on the cgroup the tasks are in).
+//     At the pinned runsc this limit does not hold reliably (the Sentry
+//     charges an arbitrary one of a task's cgroups); the driver's
+//     RLIMIT_NPROC is the bound that does (docs/gvisor.md);
 //   - cpuacct: every exec gets a child workload/exec-N there, which is how
 //     a timeout finds and kills its whole tree, setsid and double forks
 //     included.

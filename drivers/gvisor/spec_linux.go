@@ -31,12 +31,18 @@ type (
 		Linux    ociLinux   `json:"linux"`
 	}
 	ociProcess struct {
-		User            ociUser  `json:"user"`
-		Args            []string `json:"args"`
-		Env             []string `json:"env"`
-		Cwd             string   `json:"cwd"`
-		Capabilities    ociCaps  `json:"capabilities"`
-		NoNewPrivileges bool     `json:"noNewPrivileges"`
+		User            ociUser   `json:"user"`
+		Args            []string  `json:"args"`
+		Env             []string  `json:"env"`
+		Cwd             string    `json:"cwd"`
+		Capabilities    ociCaps   `json:"capabilities"`
+		Rlimits         []ociRlim `json:"rlimits,omitempty"`
+		NoNewPrivileges bool      `json:"noNewPrivileges"`
+	}
+	ociRlim struct {
+		Type string `json:"type"`
+		Hard uint64 `json:"hard"`
+		Soft uint64 `json:"soft"`
 	}
 	ociUser struct {
 		UID uint32 `json:"uid"`
@@ -112,6 +118,7 @@ func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, u
 			Capabilities: ociCaps{
 				Bounding: guestCaps, Effective: guestCaps, Permitted: guestCaps,
 			},
+			Rlimits:         nprocLimit(spec.Pids),
 			NoNewPrivileges: true,
 		},
 		Root:     ociRoot{Path: rootfs},
@@ -139,4 +146,20 @@ func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, u
 		return err
 	}
 	return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
+}
+
+// nprocReserve is the agent's own share of root's RLIMIT_NPROC count (its
+// threads count, though its CAP_SYS_ADMIN exempts it from the check).
+const nprocReserve = 64
+
+// nprocLimit bounds the tasks of each uid in the sandbox. gVisor's pids
+// cgroup does not hold (docs/gvisor.md), but the Sentry enforces
+// RLIMIT_NPROC for every task without CAP_SYS_ADMIN or CAP_SYS_RESOURCE,
+// which no exec has.
+func nprocLimit(pids int64) []ociRlim {
+	if pids <= 0 {
+		return nil
+	}
+	n := uint64(pids) + nprocReserve
+	return []ociRlim{{Type: "RLIMIT_NPROC", Hard: n, Soft: n}}
 }
