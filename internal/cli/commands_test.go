@@ -165,6 +165,11 @@ func (f *fakeDaemon) mux(t *testing.T) http.Handler {
 				}
 			}
 		}
+		// The body to its end before the exit event, as the guest does:
+		// left unread, net/http may panic reading the next request while
+		// the full-duplex body is still being read ("invalid concurrent
+		// Body.Read call") and drop the connection.
+		io.Copy(io.Discard, br)
 		enc.Encode(exit)
 	})
 	m.HandleFunc("POST /v1/templates", func(w http.ResponseWriter, r *http.Request) {
