@@ -360,13 +360,18 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	return errors.Join(errs...)
 }
 
-// unmount detaches the overlay at dir; absent is fine.
+// unmount detaches every mount stacked at dir; absent is fine.
 func unmount(dir string) error {
-	err := unix.Unmount(dir, unix.MNT_DETACH)
-	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-		return nil
+	for range 64 {
+		err := unix.Unmount(dir, unix.MNT_DETACH)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("unmounting %s: %w", dir, err)
+		}
 	}
-	return fmt.Errorf("unmounting %s: %w", dir, err)
+	return fmt.Errorf("unmounting %s: still mounted after 64 unmounts", dir)
 }
 
 // Adopt implements driver.Driver.
