@@ -11,6 +11,7 @@ make -s build
 # except base and python, which they take from the build cache of
 # scripts/build-template.sh (python: examples/data_analysis.py's pandas and
 # matplotlib; built from base's rootfs, a few minutes once per machine).
+scripts/build-template.sh busybox --no-import
 scripts/build-template.sh base --no-import
 scripts/build-template.sh python --no-import
 echo "==> go vet"

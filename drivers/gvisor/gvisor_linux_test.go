@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -24,33 +25,36 @@ import (
 // cgroup or process. It needs root and runsc (scripts/install-runsc.sh).
 func TestDriverRoundTrip(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root")
+		t.Fatal("this test runs a real gVisor sandbox and needs root (make test runs as root)")
 	}
 	lower := "/var/lib/agentbox/build/busybox"
 	if _, err := os.Stat(filepath.Join(lower, "bin")); err != nil {
-		t.Skip("no busybox rootfs: run scripts/build-template.sh busybox --no-import")
+		t.Fatal("no busybox rootfs: run scripts/build-template.sh busybox --no-import (make test does)")
 	}
 	if _, err := os.Stat(runscPath()); err != nil {
-		t.Skip("no runsc: run scripts/install-runsc.sh")
+		t.Fatal("no runsc: run scripts/install-runsc.sh (make test does)")
 	}
+	// Names of this run only: other runs may share the host.
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1000000)
+	parent := "agentbox-gvisor-test-" + suffix
 	guest := filepath.Join(t.TempDir(), "agentbox-guest")
 	build := exec.Command("go", "build", "-o", guest, "../../cmd/agentbox-guest")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the guest: %v\n%s", err, out)
 	}
-	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: "agentbox-gvisor-test", UIDBase: 1000000, UIDCount: 65536})
+	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: 1000000, UIDCount: 65536})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "unified"} {
-			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, "agentbox-gvisor-test"))
+			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, parent))
 		}
 	})
 	tmp, _ := os.MkdirTemp("/var/tmp", "gvisor-test-")
 	defer os.RemoveAll(tmp)
-	spec := &driver.Spec{ID: "gvtest", Hostname: "gvtest", Layers: []string{lower},
+	spec := &driver.Spec{ID: "gvtest" + suffix, Hostname: "gvtest", Layers: []string{lower},
 		UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"), RunDir: filepath.Join(tmp, "run"),
 		Env: []string{"PATH=/bin:/usr/bin"}, CPU: 1, MemoryMB: 256, Pids: 128}
 	// As the service makes them: the run dir traversable, the writable
