@@ -161,11 +161,17 @@ func itemMemoryBomb(t *testing.T, b *battery) {
 	if strings.Contains(heap.Stdout, "alloc_done") {
 		t.Errorf("the heap bomb allocated 1 GiB under a %d MiB limit", limitMB)
 	}
-	if peak > limitMB<<20 {
-		t.Errorf("workload memory.max_usage_in_bytes %d is above the limit", peak)
+	// The kernel force-charges, past the limit, the few pages of
+	// allocations that must not fail (reclaim's own, __GFP_NOFAIL) while
+	// the bomb is OOM-killed (mm/memcontrol.c, "force"), and the watermark
+	// records them: one page over was seen in a full run. Without the
+	// limit the bombs would reach hundreds of MiB.
+	const slack = 2 << 20
+	if peak > limitMB<<20+slack {
+		t.Errorf("workload memory.max_usage_in_bytes %d is above the limit %d (+2 MiB for forced charges)", peak, limitMB<<20)
 	}
-	if peakAll > whole {
-		t.Errorf("sandbox memory.max_usage_in_bytes %d is above its cap %d", peakAll, whole)
+	if peakAll > whole+slack {
+		t.Errorf("sandbox memory.max_usage_in_bytes %d is above its cap %d (+2 MiB for forced charges)", peakAll, whole)
 	}
 	if _, err := env.client.Health(context.Background()); err != nil {
 		t.Errorf("daemon unhealthy after the memory bomb: %v", err)
