@@ -20,11 +20,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,6 +32,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/drivers/internal/guestconn"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
 )
@@ -275,7 +274,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	bootW.Close()
 
 	h := &driver.Handle{ID: spec.ID, Pid: pid, Socket: sock}
-	h.PidStart, _ = pidStartTime(pid)
+	h.PidStart, _ = guestconn.PidStartTime(pid)
 	if err := d.waitReady(ctx, h, exited, spec.RunDir); err != nil {
 		return nil, err
 	}
@@ -298,7 +297,7 @@ func (d *Driver) waitReady(ctx context.Context, h *driver.Handle, exited <-chan 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- ping(ctx, h.Socket) }()
+	go func() { errc <- guestconn.Ping(ctx, h.Socket) }()
 	select {
 	case err := <-errc:
 		if err == nil {
@@ -322,34 +321,9 @@ func guestLog(runDir string) string {
 	return ": " + string(b)
 }
 
-func ping(ctx context.Context, sock string) error {
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var dl net.Dialer
-			return dl.DialContext(ctx, "unix", sock)
-		},
-		DisableKeepAlives: true,
-	}}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/ping", nil)
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("ping: status %d", resp.StatusCode)
-	}
-	return nil
-}
-
 // DialGuest implements driver.Driver.
 func (d *Driver) DialGuest(ctx context.Context, h *driver.Handle) (net.Conn, error) {
-	var dl net.Dialer
-	c, err := dl.DialContext(ctx, "unix", h.Socket)
-	if err != nil {
-		return nil, errdefs.Unavailable("sandbox %s: guest agent unreachable: %v", h.ID, err)
-	}
-	return c, nil
+	return guestconn.Dial(ctx, h)
 }
 
 // Exited implements driver.Driver.
@@ -364,15 +338,9 @@ func (d *Driver) Exited(h *driver.Handle) <-chan struct{} {
 	return ch
 }
 
-// alive reports whether h's init still runs (same pid, same start time).
-func alive(h *driver.Handle) bool {
-	st, err := pidStartTime(h.Pid)
-	return err == nil && (h.PidStart == 0 || st == h.PidStart)
-}
-
 // Destroy implements driver.Driver.
 func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
-	if h.Pid > 0 && alive(h) {
+	if h.Pid > 0 && guestconn.Alive(h) {
 		_ = unix.Kill(h.Pid, unix.SIGKILL)
 	}
 	var errs []error
@@ -409,7 +377,7 @@ func waitGone(ctx context.Context, h *driver.Handle) {
 		return
 	}
 	defer unix.Close(fd)
-	if !alive(h) {
+	if !guestconn.Alive(h) {
 		return
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -422,12 +390,12 @@ func waitGone(ctx context.Context, h *driver.Handle) {
 
 // Adopt implements driver.Driver.
 func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
-	if h.Pid <= 0 || !alive(h) {
+	if h.Pid <= 0 || !guestconn.Alive(h) {
 		return errdefs.NotFound("sandbox %s: init process %d is gone", h.ID, h.Pid)
 	}
 	// A paused sandbox's agent is frozen too and cannot answer.
 	if !d.frozen(h.ID) {
-		if err := ping(ctx, h.Socket); err != nil {
+		if err := guestconn.Ping(ctx, h.Socket); err != nil {
 			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
 		}
 	}
@@ -513,23 +481,4 @@ func (d *Driver) Resume(ctx context.Context, h *driver.Handle) error {
 		return err
 	}
 	return cg.Thaw()
-}
-
-// pidStartTime reads field 22 of /proc/PID/stat (start time in ticks).
-func pidStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces; fields resume after ")".
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	// After ")" the first field is field 3 (state); start time is field 22.
-	return strconv.ParseUint(f[19], 10, 64)
 }

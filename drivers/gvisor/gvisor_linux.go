@@ -20,11 +20,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/drivers/internal/guestconn"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
 )
@@ -185,7 +184,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	}
 	pv, _ := json.Marshal(private{Root: root, Rootfs: rootfs})
 	h := &driver.Handle{ID: spec.ID, Pid: pid, Socket: filepath.Join(sock, "guest.sock"), Private: pv}
-	h.PidStart, _ = pidStartTime(pid)
+	h.PidStart, _ = guestconn.PidStartTime(pid)
 	exited := watchExit(pid)
 	if err := waitReady(ctx, h, exited); err != nil {
 		return nil, fmt.Errorf("gvisor: %w%s", err, runscLog(spec.RunDir))
@@ -227,7 +226,7 @@ func waitReady(ctx context.Context, h *driver.Handle, exited <-chan struct{}) er
 	defer cancel()
 	delay := 2 * time.Millisecond
 	for {
-		err := ping(ctx, h.Socket)
+		err := guestconn.Ping(ctx, h.Socket)
 		if err == nil {
 			return nil
 		}
@@ -242,34 +241,9 @@ func waitReady(ctx context.Context, h *driver.Handle, exited <-chan struct{}) er
 	}
 }
 
-func ping(ctx context.Context, sock string) error {
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var dl net.Dialer
-			return dl.DialContext(ctx, "unix", sock)
-		},
-		DisableKeepAlives: true,
-	}}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/ping", nil)
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("ping: status %d", resp.StatusCode)
-	}
-	return nil
-}
-
 // DialGuest implements driver.Driver.
 func (d *Driver) DialGuest(ctx context.Context, h *driver.Handle) (net.Conn, error) {
-	var dl net.Dialer
-	c, err := dl.DialContext(ctx, "unix", h.Socket)
-	if err != nil {
-		return nil, errdefs.Unavailable("sandbox %s: guest agent unreachable: %v", h.ID, err)
-	}
-	return c, nil
+	return guestconn.Dial(ctx, h)
 }
 
 // Exited implements driver.Driver.
@@ -376,7 +350,7 @@ func unmount(dir string) error {
 
 // Adopt implements driver.Driver.
 func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
-	if h.Pid <= 0 || !alive(h) {
+	if h.Pid <= 0 || !guestconn.Alive(h) {
 		return errdefs.NotFound("sandbox %s: runsc sandbox process %d is gone", h.ID, h.Pid)
 	}
 	_, status, err := state(ctx, priv(h).Root, h.ID)
@@ -385,7 +359,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	}
 	// A paused sandbox's agent cannot answer.
 	if status != "paused" {
-		if err := ping(ctx, h.Socket); err != nil {
+		if err := guestconn.Ping(ctx, h.Socket); err != nil {
 			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
 		}
 	}
@@ -475,27 +449,4 @@ func (d *Driver) Pause(ctx context.Context, h *driver.Handle) error {
 func (d *Driver) Resume(ctx context.Context, h *driver.Handle) error {
 	_, err := runsc(ctx, priv(h).Root, "resume", h.ID)
 	return err
-}
-
-func alive(h *driver.Handle) bool {
-	st, err := pidStartTime(h.Pid)
-	return err == nil && (h.PidStart == 0 || st == h.PidStart)
-}
-
-// pidStartTime reads field 22 of /proc/PID/stat (start time in ticks).
-func pidStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
 }

@@ -1,0 +1,76 @@
+// Package guestconn holds what every isolation driver needs to reach a
+// guest agent over a unix socket and to tell whether a sandbox's init still
+// runs: one place, so the tiers cannot drift apart.
+package guestconn
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// Ping sends one GET /ping to the guest listening on sock and reports
+// whether it answered 200. It opens a connection of its own.
+func Ping(ctx context.Context, sock string) error {
+	c := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var dl net.Dialer
+			return dl.DialContext(ctx, "unix", sock)
+		},
+		DisableKeepAlives: true,
+	}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/ping", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("ping: status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// Dial opens a connection to h's guest socket.
+func Dial(ctx context.Context, h *driver.Handle) (net.Conn, error) {
+	var dl net.Dialer
+	c, err := dl.DialContext(ctx, "unix", h.Socket)
+	if err != nil {
+		return nil, errdefs.Unavailable("sandbox %s: guest agent unreachable: %v", h.ID, err)
+	}
+	return c, nil
+}
+
+// Alive reports whether h's init still runs: the same pid with the same
+// start time, so that a recycled pid is never mistaken for the sandbox.
+func Alive(h *driver.Handle) bool {
+	st, err := PidStartTime(h.Pid)
+	return err == nil && (h.PidStart == 0 || st == h.PidStart)
+}
+
+// PidStartTime reads field 22 of /proc/PID/stat (start time in ticks).
+func PidStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields resume after ")".
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	// After ")" the first field is field 3 (state); start time is field 22.
+	return strconv.ParseUint(f[19], 10, 64)
+}
