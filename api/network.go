@@ -7,9 +7,9 @@ type Network struct {
 	// Egress is EgressNone (default: loopback only), EgressInternet or
 	// EgressCustom (the allow and deny lists).
 	Egress string `json:"egress,omitempty"`
-	// Allow and Deny are rules: a domain ("pypi.org", "*.github.com"), a
+	// Allow and Deny are rules: a domain ("example.org", "*.example.com"), a
 	// CIDR or address ("10.0.0.0/8"), or either with a port (":443",
-	// "pypi.org:443"). Deny wins over allow.
+	// "example.org:443"). Deny wins over allow.
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
 	// Preview is PreviewToken (default) or PreviewPublic.

@@ -305,7 +305,7 @@ func TestPreviewPublicAndValidation(t *testing.T) {
 		{Egress: "everything"},
 		{Preview: "open"},
 		{PreviewToken: "chosen-by-me"},
-		{Egress: api.EgressNone, Allow: []string{"pypi.org"}},
+		{Egress: api.EgressNone, Allow: []string{"example.org"}},
 	} {
 		_, err := env.client.CreateSandbox(context.Background(), api.CreateSandboxRequest{Network: &bad})
 		if err == nil {
