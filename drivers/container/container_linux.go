@@ -399,21 +399,10 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
 		}
 	}
-	fd, err := unix.PidfdOpen(h.Pid, 0)
+	ch, err := guestconn.WatchExit(h.Pid)
 	if err != nil {
 		return errdefs.NotFound("sandbox %s: pidfd: %v", h.ID, err)
 	}
-	ch := make(chan struct{})
-	go func() {
-		defer unix.Close(fd)
-		defer close(ch)
-		for {
-			_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
-			if err != unix.EINTR {
-				return
-			}
-		}
-	}()
 	d.mu.Lock()
 	d.exited[h.ID] = ch
 	d.mu.Unlock()
@@ -423,27 +412,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 // Cleanup implements driver.Driver: it removes cgroups of unknown sandboxes
 // (killing whatever still runs in them).
 func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
-	names, err := d.cg.List()
-	if err != nil {
-		return nil, err
-	}
-	var removed []string
-	var errs []error
-	for _, n := range names {
-		if keep[n] {
-			continue
-		}
-		cg, err := d.cg.Open(n)
-		if err != nil {
-			continue
-		}
-		if err := cg.Destroy(); err != nil {
-			errs = append(errs, fmt.Errorf("cgroup %s: %w", n, err))
-			continue
-		}
-		removed = append(removed, "cgroup "+n)
-	}
-	return removed, errors.Join(errs...)
+	return cgroups.RemoveExcept(d.cg, keep)
 }
 
 // Pause implements driver.Pauser: freeze every process of the sandbox.

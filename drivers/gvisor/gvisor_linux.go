@@ -185,7 +185,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	pv, _ := json.Marshal(private{Root: root, Rootfs: rootfs})
 	h := &driver.Handle{ID: spec.ID, Pid: pid, Socket: filepath.Join(sock, "guest.sock"), Private: pv}
 	h.PidStart, _ = guestconn.PidStartTime(pid)
-	exited := watchExit(pid)
+	exited, _ := guestconn.WatchExit(pid)
 	if err := waitReady(ctx, h, exited); err != nil {
 		return nil, fmt.Errorf("gvisor: %w%s", err, runscLog(spec.RunDir))
 	}
@@ -255,28 +255,6 @@ func (d *Driver) Exited(h *driver.Handle) <-chan struct{} {
 	}
 	ch := make(chan struct{})
 	close(ch)
-	return ch
-}
-
-// watchExit returns a channel closed when pid (not our child: runsc
-// create's) exits.
-func watchExit(pid int) chan struct{} {
-	ch := make(chan struct{})
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		close(ch)
-		return ch
-	}
-	go func() {
-		defer unix.Close(fd)
-		defer close(ch)
-		for {
-			_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
-			if err != unix.EINTR {
-				return
-			}
-		}
-	}()
 	return ch
 }
 
@@ -364,7 +342,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 		}
 	}
 	d.mu.Lock()
-	d.exited[h.ID] = watchExit(h.Pid)
+	d.exited[h.ID], _ = guestconn.WatchExit(h.Pid)
 	d.mu.Unlock()
 	return nil
 }
@@ -376,25 +354,10 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 // (<run>/sandboxes/<id>/rootfs next to a runsc state dir, and
 // <run>/sandboxes/<id>/runsc/null-netns).
 func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
-	names, err := d.cg.List()
-	if err != nil {
-		return nil, err
-	}
-	var removed []string
+	removed, err := cgroups.RemoveExcept(d.cg, keep)
 	var errs []error
-	for _, n := range names {
-		if keep[n] {
-			continue
-		}
-		cg, err := d.cg.Open(n)
-		if err != nil {
-			continue
-		}
-		if err := cg.Destroy(); err != nil {
-			errs = append(errs, fmt.Errorf("cgroup %s: %w", n, err))
-			continue
-		}
-		removed = append(removed, "cgroup "+n)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	for _, m := range leftoverMounts(keep) {
 		if err := unmount(m); err != nil {

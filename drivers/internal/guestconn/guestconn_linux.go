@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
 )
@@ -73,4 +75,29 @@ func PidStartTime(pid int) (uint64, error) {
 	}
 	// After ")" the first field is field 3 (state); start time is field 22.
 	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// WatchExit returns a channel closed when process pid exits, watched with
+// a pidfd (so it works for processes that are not our children, such as
+// sandboxes adopted after a daemon restart). If the pidfd cannot be
+// opened the process is taken as gone: the channel is closed and the
+// error says why.
+func WatchExit(pid int) (chan struct{}, error) {
+	ch := make(chan struct{})
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		close(ch)
+		return ch, err
+	}
+	go func() {
+		defer unix.Close(fd)
+		defer close(ch)
+		for {
+			_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+			if err != unix.EINTR {
+				return
+			}
+		}
+	}()
+	return ch, nil
 }

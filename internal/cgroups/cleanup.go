@@ -1,0 +1,33 @@
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+)
+
+// RemoveExcept destroys every cgroup under m's parent whose name is not in
+// keep (killing what still runs in it) and returns what it removed, for
+// the log. Drivers call it at daemon start to clear what a crash left.
+func RemoveExcept(m Manager, keep map[string]bool) ([]string, error) {
+	names, err := m.List()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, n := range names {
+		if keep[n] {
+			continue
+		}
+		cg, err := m.Open(n)
+		if err != nil {
+			continue
+		}
+		if err := cg.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("cgroup %s: %w", n, err))
+			continue
+		}
+		removed = append(removed, "cgroup "+n)
+	}
+	return removed, errors.Join(errs...)
+}
