@@ -97,6 +97,9 @@ type Template struct {
 	Source    string            `json:"source,omitempty"` // "rootfs DIR" or "image FILE@DIGEST"
 	SizeBytes int64             `json:"size_bytes"`
 	CreatedAt time.Time         `json:"created_at"`
+	// Tenant owns the template (only it and the admin see it); empty for
+	// a public template, made with an admin key.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // ImportTemplateRequest is the body of POST /v1/templates (admin only): the

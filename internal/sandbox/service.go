@@ -156,7 +156,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		if tpl, err = s.pool.TemplateVersion(snap.Template, snap.TemplateVersion); err != nil {
 			return nil, fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
 		}
-	} else if tpl, err = s.pool.Template(r.Template); err != nil {
+	} else if tpl, err = s.pool.TemplateFor(ctx, r.Template); err != nil { // another tenant's: not found
 		return nil, err
 	}
 	now := time.Now().UTC()

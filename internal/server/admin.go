@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"strings"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
@@ -258,6 +259,24 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	if name == auth.AdminTenant {
 		writeError(w, errdefs.Precondition("tenant %q holds the admin key and cannot be removed", name))
 		return
+	}
+	// A tenant's templates would pass to a later tenant of the same name.
+	if s.pool != nil {
+		tpls, err := s.pool.ListTemplates()
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		var owned []string
+		for _, t := range tpls {
+			if t.Tenant == name {
+				owned = append(owned, t.Name)
+			}
+		}
+		if len(owned) > 0 {
+			writeError(w, errdefs.Precondition("tenant %q owns templates %s: remove them first (agentbox template rm NAME)", name, strings.Join(owned, ", ")))
+			return
+		}
 	}
 	if err := s.st.DeleteTenant(r.Context(), name); err != nil {
 		writeError(w, err)

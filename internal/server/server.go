@@ -175,6 +175,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+	// Templates are tenant-scoped: the pool sees whom it works for.
+	r = r.WithContext(storage.WithOwner(r.Context(), storage.Owner{Tenant: p.Tenant, Admin: p.Admin}))
 	s.mux.ServeHTTP(w, r)
 	s.audit(r, p.KeyID, p.Tenant, sw.status)
 	if s.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -328,7 +330,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
-	tpls, err := s.pool.ListTemplates()
+	tpls, err := s.pool.ListTemplatesFor(r.Context()) // the public ones and the tenant's own
 	if err != nil {
 		writeError(w, err)
 		return
@@ -341,7 +343,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.pool.Template(r.PathValue("name"))
+	t, err := s.pool.TemplateFor(r.Context(), r.PathValue("name"))
 	if err != nil {
 		writeError(w, err)
 		return

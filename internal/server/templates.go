@@ -14,12 +14,9 @@ import (
 // uploadTemplate is POST /v1/templates/import?name=N[&user=U&workdir=D&env=K=V...]:
 // the body is an image archive (docker save or OCI layout tar, optionally
 // gzipped), streamed to a temporary file and imported like the image field
-// of POST /v1/templates. Admin only: templates are shared by every tenant.
+// of POST /v1/templates. With a tenant's key the template belongs to that
+// tenant; with an admin key it is public (storage.Owner).
 func (s *Server) uploadTemplate(w http.ResponseWriter, r *http.Request) {
-	if !principal(r.Context()).Admin {
-		writeError(w, errdefs.New(errdefs.ErrPermissionDenied, "importing a template needs an admin key: templates are shared by every tenant"))
-		return
-	}
 	q := r.URL.Query()
 	req := api.ImportTemplateRequest{Name: q.Get("name"), User: q.Get("user"), Workdir: q.Get("workdir")}
 	if req.Name == "" {
@@ -37,6 +34,11 @@ func (s *Server) uploadTemplate(w http.ResponseWriter, r *http.Request) {
 		}
 		req.Env[k] = v
 	}
+	// A name the caller may not add a version to fails before the upload.
+	if err := s.pool.CheckNewVersion(r.Context(), req.Name); err != nil {
+		writeError(w, err)
+		return
+	}
 	body := http.MaxBytesReader(w, r.Body, storage.MaxImageUpload)
 	t, err := s.pool.ImportImageReader(r.Context(), req, body)
 	if err != nil {
@@ -47,15 +49,19 @@ func (s *Server) uploadTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 // deleteTemplate is DELETE /v1/templates/{name}: every version goes,
-// unless a sandbox or snapshot still uses one (admin only).
+// unless a sandbox or snapshot still uses one. A tenant removes only its
+// own templates (another tenant's is not found); public ones need an
+// admin key.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if !principal(r.Context()).Admin {
-		writeError(w, errdefs.New(errdefs.ErrPermissionDenied, "removing a template needs an admin key"))
+	p := principal(r.Context())
+	name := r.PathValue("name")
+	t, err := s.pool.TemplateFor(r.Context(), name)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	name := r.PathValue("name")
-	if _, err := s.pool.Template(name); err != nil {
-		writeError(w, err)
+	if t.Tenant == "" && !p.Admin {
+		writeError(w, errdefs.New(errdefs.ErrPermissionDenied, "template %q is public: removing it needs an admin key", name))
 		return
 	}
 	sbs, err := s.st.ListSandboxes(r.Context(), store.Filter{})
@@ -64,8 +70,13 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var users []string
+	others := 0 // in use by other tenants (the admin's): counted, not named
 	for _, sb := range sbs {
 		if sb.Template == name && sb.State != api.StateDestroyed {
+			if !p.Admin && sb.Tenant != p.Tenant {
+				others++
+				continue
+			}
 			users = append(users, "sandbox "+sb.ID)
 		}
 	}
@@ -76,8 +87,15 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, sn := range snaps {
 		if sn.Template == name {
+			if !p.Admin && sn.Tenant != p.Tenant {
+				others++
+				continue
+			}
 			users = append(users, "snapshot "+sn.ID)
 		}
+	}
+	if others > 0 {
+		users = append(users, fmt.Sprintf("%d sandboxes or snapshots of other tenants", others))
 	}
 	if len(users) > 0 {
 		more := ""

@@ -29,6 +29,10 @@ type Template struct {
 	CreatedAt time.Time `json:"created_at"`
 	// UIDBase is the host uid that uid 0 of the rootfs is stored as.
 	UIDBase int `json:"uid_base"`
+	// Tenant owns the template: only it and the admin see and use it.
+	// Empty for a public template (made with an admin key). Every version
+	// of a name has the same owner; see owner.go.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // API returns what the HTTP API shows of t.
@@ -43,6 +47,7 @@ func (t *Template) API() api.Template {
 		Source:    t.Source,
 		SizeBytes: t.SizeBytes,
 		CreatedAt: t.CreatedAt,
+		Tenant:    t.Tenant,
 	}
 }
 

@@ -79,6 +79,9 @@ func (p *Pool) ImportTemplate(ctx context.Context, req api.ImportTemplateRequest
 // ever names a whole template. The pool lock is held only to number and
 // publish the version, not while fill runs.
 func (p *Pool) buildTemplate(ctx context.Context, name string, t *Template, fill func(rootfs string) (int64, error)) (*Template, error) {
+	if err := p.CheckNewVersion(ctx, name); err != nil {
+		return nil, err
+	}
 	nameDir := filepath.Join(p.templatesDir(), name)
 	if err := os.MkdirAll(nameDir, 0o711); err != nil {
 		return nil, fmt.Errorf("importing template %s: %w", name, err)
@@ -118,6 +121,12 @@ func (p *Pool) buildTemplate(ctx context.Context, name string, t *Template, fill
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// The version belongs to its name's owner, or to whoever the
+	// request acts for when the name is new (owner.go).
+	owner, err := p.newVersionOwner(ctx, name)
+	if err != nil {
+		return nil, err
+	}
 	versions, err := p.versions(name)
 	if err != nil {
 		return nil, err
@@ -131,6 +140,7 @@ func (p *Pool) buildTemplate(ctx context.Context, name string, t *Template, fill
 	t.SizeBytes = size
 	t.CreatedAt = time.Now().UTC().Truncate(time.Millisecond)
 	t.UIDBase = p.uidBase
+	t.Tenant = owner
 	meta, err := json.MarshalIndent(t, "", "  ")
 	if err != nil {
 		return nil, err

@@ -1,0 +1,70 @@
+package storage
+
+import (
+	"context"
+	"strconv"
+)
+
+// TemplateFor returns the newest version of template name if the owner
+// ctx carries (OwnerFrom) may see it; a template of another tenant is
+// not found, with the same error as a name that does not exist.
+func (p *Pool) TemplateFor(ctx context.Context, name string) (*Template, error) {
+	t, err := p.Template(name)
+	if err != nil {
+		return nil, err
+	}
+	if !OwnerFrom(ctx).Sees(t) {
+		return nil, templateNotFound(name)
+	}
+	return t, nil
+}
+
+// ListTemplatesFor returns the newest version of every template the owner
+// ctx carries may see, by name.
+func (p *Pool) ListTemplatesFor(ctx context.Context) ([]*Template, error) {
+	all, err := p.ListTemplates()
+	if err != nil {
+		return nil, err
+	}
+	o := OwnerFrom(ctx)
+	out := all[:0]
+	for _, t := range all {
+		if o.Sees(t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// CheckNewVersion reports whether the owner ctx carries may make a new
+// version of template name (a new name, or one it owns), so that a long
+// import or build can fail before it starts. buildTemplate checks again
+// when it publishes the version.
+func (p *Pool) CheckNewVersion(ctx context.Context, name string) error {
+	if err := ValidTemplateName(name); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := p.newVersionOwner(ctx, name)
+	return err
+}
+
+// newVersionOwner returns the tenant that owns a new version of template
+// name made for the owner ctx carries (see Owner.newVersionOwner). The
+// caller holds p.mu, so the answer holds until it publishes the version.
+func (p *Pool) newVersionOwner(ctx context.Context, name string) (string, error) {
+	versions, err := p.versions(name)
+	if err != nil {
+		return "", err
+	}
+	cur := ""
+	if len(versions) > 0 {
+		t, err := p.load(name, strconv.Itoa(versions[len(versions)-1]))
+		if err != nil {
+			return "", err
+		}
+		cur = t.Tenant
+	}
+	return OwnerFrom(ctx).newVersionOwner(name, len(versions) > 0, cur)
+}
