@@ -13,7 +13,8 @@
 // a driver answers errdefs.ErrNotFound when the sandbox did not survive,
 // and Cleanup removes whatever belongs to no known sandbox.
 //
-// Every implementation runs the conformance suite in driver/drivertest.
+// Every implementation runs the conformance suite in driver/drivertest
+// (drivertest.Suite) against real sandboxes.
 package driver
 
 import (
@@ -47,6 +48,12 @@ type Spec struct {
 	// RunDir is a private host directory for the driver (sockets, state);
 	// it exists and is removed by the service after Destroy.
 	RunDir string
+	// NetNS, when set, is the path of a network namespace (a bind mount)
+	// the sandbox must run in, its veth, address and routes already in
+	// place (egress internet or custom). The service sets it only for
+	// drivers whose Capabilities say NetNSAtCreate; "" means a fresh
+	// namespace with only loopback.
+	NetNS string
 }
 
 // Handle identifies a running sandbox to its driver. It is persisted by the
@@ -69,6 +76,15 @@ type Capabilities struct {
 	Pause          bool // freeze and thaw all processes
 	MemorySnapshot bool // checkpoint processes and memory
 	LiveFork       bool // fork with running processes
+	// NetNSAtCreate: the sandbox's network is fixed when it starts, so
+	// the service prepares it before Create (Spec.NetNS) instead of
+	// attaching a veth to the running init's namespace; a running
+	// sandbox cannot gain or lose its interface (egress to or from none).
+	NetNSAtCreate bool
+	// Resize: change a running sandbox's CPU, memory and pids limits in
+	// place (the driver implements Resizer); a warm pool uses it to serve
+	// requests whose limits differ from its sandboxes'.
+	Resize bool
 }
 
 // Driver is one isolation tier.
@@ -99,6 +115,13 @@ type Driver interface {
 type Pauser interface {
 	Pause(ctx context.Context, h *Handle) error
 	Resume(ctx context.Context, h *Handle) error
+}
+
+// Resizer is implemented by drivers whose Capabilities say Resize.
+type Resizer interface {
+	// SetLimits gives a running sandbox new CPU (cores), memory (MiB) and
+	// pids limits, as Spec has them.
+	SetLimits(ctx context.Context, h *Handle, cpu float64, memoryMB, pids int64) error
 }
 
 // Stats are a sandbox's resource usage, read on the host.
