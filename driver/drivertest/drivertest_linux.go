@@ -109,8 +109,8 @@ func (s *suite) newSpec(t testing.TB) *driver.Spec {
 		UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"),
 		// As the service names it: drivers find their leftovers by it.
 		RunDir: filepath.Join(tmp, "sandboxes", id),
-		Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		User: "root", Workdir: "/",
+		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		User:   "root", Workdir: "/",
 		CPU: 1, MemoryMB: 256, Pids: 128,
 	}
 	for _, dir := range []string{spec.UpperDir, spec.WorkDir} {
