@@ -12,7 +12,8 @@ import (
 
 // UploadTemplate makes a new version of template req.Name from an image
 // archive read from r: a `docker save` archive or a tar of an OCI image
-// layout, optionally gzipped (admin only). req.User, req.Workdir and
+// layout, optionally gzipped. With a tenant's key the template belongs to
+// that tenant; with an admin key it is public. req.User, req.Workdir and
 // req.Env override the image config's defaults; req.Rootfs and req.Image
 // must be empty.
 func (c *Client) UploadTemplate(ctx context.Context, req api.ImportTemplateRequest, r io.Reader) (*api.Template, error) {
@@ -44,9 +45,9 @@ func (c *Client) UploadTemplate(ctx context.Context, req api.ImportTemplateReque
 	return &t, nil
 }
 
-// RemoveTemplate deletes every version of a template (admin only). It
-// fails with errdefs.ErrFailedPrecondition while a sandbox or snapshot
-// uses the template.
+// RemoveTemplate deletes every version of a template: a tenant's own, or
+// any with an admin key. It fails with errdefs.ErrFailedPrecondition
+// while a sandbox or snapshot uses the template.
 func (c *Client) RemoveTemplate(ctx context.Context, name string) error {
 	if name == "" {
 		return errdefs.Invalid("a template name is required")

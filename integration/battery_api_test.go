@@ -17,6 +17,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +29,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/storage/ocitest"
 )
 
 // tenantKey creates a tenant with quotas and a key for it, and returns a
@@ -106,10 +109,30 @@ func adminOnly(r api.Route) bool {
 			return true
 		}
 	}
-	// Templates are shared by every tenant: changing them (import,
-	// upload, removal) needs an admin key.
-	template := r.Path == "/v1/templates" || strings.HasPrefix(r.Path, "/v1/templates/")
-	return strings.HasSuffix(r.Path, "/security") || (template && r.Method != "GET")
+	// Importing a directory of the daemon's host needs an admin key;
+	// tenants upload images and build their own templates.
+	return strings.HasSuffix(r.Path, "/security") || r.Pattern() == "POST /v1/templates"
+}
+
+// uploadTenantTemplate uploads a small busybox image as template name
+// with c's key: a template that tenant owns.
+func uploadTenantTemplate(t *testing.T, c *client.Client, name string) *api.Template {
+	t.Helper()
+	archive := filepath.Join(t.TempDir(), "img.tar")
+	if err := ocitest.WriteDockerArchive(archive, busyboxImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tpl, err := c.UploadTemplate(context.Background(), api.ImportTemplateRequest{Name: name}, f)
+	if err != nil {
+		t.Fatalf("tenant upload of template %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = env.client.RemoveTemplate(context.Background(), name) })
+	return tpl
 }
 
 func TestBatteryAPI(t *testing.T) {
@@ -135,8 +158,8 @@ func TestBatteryAPI(t *testing.T) {
 
 // itemAPIKeys: no key, a wrong key, a revoked key get 401; a second
 // tenant's key gets 404 (403 on admin routes) on every route of api.Routes
-// aimed at the first tenant's sandbox, snapshot and process, and changes
-// nothing.
+// aimed at the first tenant's sandbox, snapshot, process and template
+// (409 to an upload under its name), and changes nothing.
 func itemAPIKeys(t *testing.T, b *battery) {
 	ctx := context.Background()
 	hc := apiRawClient()
@@ -158,6 +181,10 @@ func itemAPIKeys(t *testing.T, b *battery) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tplA := "bat-tpl-" + randHex(4)
+	if tpl := uploadTenantTemplate(t, ca, tplA); tpl.Tenant != nameA || tpl.Version != "1" {
+		t.Fatalf("tenant's uploaded template = %+v, want version 1 owned by %s", tpl, nameA)
+	}
 
 	// Without a valid key.
 	random := "abx_" + strings.Repeat("Z", 40)
@@ -169,7 +196,7 @@ func itemAPIKeys(t *testing.T, b *battery) {
 
 	// The second tenant, route by route.
 	fill := strings.NewReplacer("{id}", sb.ID, "{ref}", snap.ID, "{pid}", strconv.Itoa(proc.Pid), "{name}", nameA)
-	var checked, notFound, forbidden int
+	var checked, notFound, forbidden, refused int
 	for _, r := range api.Routes {
 		path := r.Path
 		switch {
@@ -177,6 +204,10 @@ func itemAPIKeys(t *testing.T, b *battery) {
 			path = strings.Replace(path, "{ref}", strconv.Itoa(proc.Pid), 1)
 		case path == "/v1/keys/{id}":
 			path = "/v1/keys/" + keyA.ID
+		case strings.HasPrefix(path, "/v1/templates/{name}"):
+			path = strings.Replace(path, "{name}", tplA, 1)
+		case r.Pattern() == "POST /v1/templates/import":
+			path += "?name=" + tplA
 		}
 		path = fill.Replace(path)
 		var body io.Reader
@@ -190,6 +221,12 @@ func itemAPIKeys(t *testing.T, b *battery) {
 		checked++
 		targeted := strings.Contains(r.Path, "{") || r.Pattern() == "POST /v1/sandboxes"
 		switch {
+		case r.Pattern() == "POST /v1/templates/import":
+			// The name is taken; the body (not an image) is never read.
+			refused++
+			if code != 409 {
+				t.Errorf("%s %s under another tenant's template name = %d %s, want 409", r.Method, path, code, resp)
+			}
 		case adminOnly(r):
 			forbidden++
 			if code != 403 {
@@ -207,10 +244,22 @@ func itemAPIKeys(t *testing.T, b *battery) {
 		}
 		// A 404 may echo the id the caller sent; nothing else may carry
 		// the first tenant's ids or data.
-		echoed := code == 404 || code == 403
-		if strings.Contains(resp, "A-SECRET") || (!echoed && (strings.Contains(resp, sb.ID) || strings.Contains(resp, snap.ID))) {
+		echoed := code == 404 || code == 403 || code == 409
+		if strings.Contains(resp, "A-SECRET") || (!echoed && (strings.Contains(resp, sb.ID) || strings.Contains(resp, snap.ID) || strings.Contains(resp, tplA))) {
 			t.Errorf("%s %s answered another tenant with the first tenant's data: %s", r.Method, path, resp)
 		}
+	}
+
+	// The template, beyond the route list: creating from it, and the
+	// public templates, which a tenant uses but cannot remove.
+	if code, resp := rawDo(t, hc, "POST", "/v1/sandboxes", keyB.Secret, strings.NewReader(`{"template":"`+tplA+`"}`)); code != 404 {
+		t.Errorf("create from another tenant's template = %d %s, want 404", code, resp)
+	}
+	if code, resp := rawDo(t, hc, "DELETE", "/v1/templates/busybox", keyB.Secret, nil); code != 403 {
+		t.Errorf("a tenant removing a public template = %d %s, want 403", code, resp)
+	}
+	if code, resp := rawDo(t, hc, "GET", "/v1/templates", keyB.Secret, nil); code != 200 || !strings.Contains(resp, `"busybox"`) || strings.Contains(resp, tplA) {
+		t.Errorf("another tenant's template list = %d %s, want busybox and not %s", code, resp, tplA)
 	}
 
 	// Nothing changed: checked with the first tenant's own key.
@@ -226,6 +275,23 @@ func itemAPIKeys(t *testing.T, b *battery) {
 	}
 	if ps, err := ca.ListProcesses(ctx, sb.ID); err != nil || !hasRunning(ps, proc.Pid) {
 		t.Errorf("background process %d no longer running: %v %v", proc.Pid, ps, err)
+	}
+	if tpl, err := ca.GetTemplate(ctx, tplA); err != nil || tpl.Version != "1" || tpl.Tenant != nameA {
+		t.Errorf("first tenant's template after the attempts = %+v, %v", tpl, err)
+	}
+	sbT, err := ca.CreateSandbox(ctx, api.CreateSandboxRequest{Template: tplA, Isolation: b.tier})
+	if err != nil {
+		t.Errorf("the owner creating from its template: %v", err)
+	} else {
+		if out, err := ca.Exec(ctx, sbT.ID, api.ExecRequest{Shell: "cat /opq/new"}); err != nil || out.Stdout != "new" {
+			t.Errorf("sandbox from the tenant's template: %+v, %v", out, err)
+		}
+		if err := ca.DestroySandbox(ctx, sbT.ID); err != nil { // the template's cleanup needs it gone
+			t.Error(err)
+		}
+	}
+	if err := env.client.DeleteTenant(ctx, nameA); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), tplA) {
+		t.Errorf("deleting a tenant that owns a template = %v, want failed_precondition naming %s", err, tplA)
 	}
 
 	// The audit log has the second tenant's attempts, with their statuses.
@@ -251,8 +317,8 @@ func itemAPIKeys(t *testing.T, b *battery) {
 		t.Errorf("revoked key: GetSandbox = %v, want unauthenticated", err)
 	}
 	_ = ca
-	evidence(t, "no/malformed/unknown/revoked key: 401; other tenant on %d routes of api.Routes: %d answered 404, %d admin-only 403, the rest leaked nothing; sandbox, flag file, snapshot and process intact; audit log holds the attempts",
-		checked, notFound, forbidden)
+	evidence(t, "no/malformed/unknown/revoked key: 401; other tenant on %d routes of api.Routes: %d answered 404, %d admin-only 403, %d 409 (upload under the tenant's template name), the rest leaked nothing; create from its template 404; sandbox, flag file, snapshot, process and template intact; audit log holds the attempts",
+		checked, notFound, forbidden, refused)
 }
 
 func hasRunning(ps []api.Process, pid int) bool {
