@@ -55,14 +55,16 @@ func newTemplateImportCommand(g *globals) *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "import (FILE --name NAME | NAME --rootfs DIR) [--user U] [--workdir D] [--env K=V]...",
-		Short: "Make a template from an image archive (docker save or OCI layout) or a root filesystem directory on the daemon's host (admin)",
-		Long: `Make a new template version (admin).
+		Short: "Make a template from an image archive (docker save or OCI layout) or a root filesystem directory on the daemon's host",
+		Long: `Make a new template version.
 
   agentbox template import FILE --name NAME
       uploads FILE, a docker save archive or a tar of an OCI image layout
       (optionally gzipped); the image's env, workdir, user are the defaults.
+      With a tenant's key the template is that tenant's own; with an admin
+      key it is public.
   agentbox template import NAME --rootfs DIR
-      copies DIR, a root filesystem directory on the daemon's host.`,
+      copies DIR, a root filesystem directory on the daemon's host (admin).`,
 		Args: exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if rootfs != "" && name != "" {
