@@ -55,5 +55,11 @@ const (
 // it is not an API route.
 const GuestDialPath = "/ports/{port}/dial"
 
+// GuestCheckpointPath is the guest protocol's route (POST) that makes the
+// agent of a gvisor sandbox close its channel before a checkpoint: runsc
+// cannot save a host socket. The agent answers 204, then closes; runsc
+// runs `agentbox-guest hook` after the restore, which opens it again.
+const GuestCheckpointPath = "/checkpoint"
+
 // GuestDialProtocol is the Upgrade token of GuestDialPath.
 const GuestDialProtocol = "tcp"

@@ -111,6 +111,34 @@ type Driver interface {
 	Cleanup(ctx context.Context, keep map[string]bool) ([]string, error)
 }
 
+// Checkpointer is implemented by drivers whose Capabilities say
+// MemorySnapshot (and LiveFork): the gvisor tier's runsc checkpoint and
+// restore.
+type Checkpointer interface {
+	// Checkpoint saves h's processes and memory into dir (an existing,
+	// empty directory). Without opts.LeaveRunning the sandbox stops once
+	// saved: the caller then calls Destroy, keeping the writable layer,
+	// and Restore starts it again on that layer.
+	Checkpoint(ctx context.Context, h *Handle, dir string, opts CheckpointOptions) error
+	// Restore starts the sandbox spec describes from the checkpoint in
+	// dir, as Create does (same contract: returns once the guest answers,
+	// leaves nothing on error). spec's root (layers and upper) must show
+	// the files the checkpoint was taken with; its id, hostname, env and
+	// limits are its own.
+	Restore(ctx context.Context, spec *Spec, dir string) (*Handle, error)
+}
+
+// CheckpointOptions tune Checkpoint.
+type CheckpointOptions struct {
+	// LeaveRunning: the sandbox goes on running after the checkpoint.
+	LeaveRunning bool
+	// Frozen, when set, runs while every process of the sandbox is frozen,
+	// right before its memory is saved: the caller captures the writable
+	// layer there, so files and memory are of the same instant. An error
+	// aborts the checkpoint.
+	Frozen func() error
+}
+
 // Pauser is implemented by drivers whose Capabilities say Pause.
 type Pauser interface {
 	Pause(ctx context.Context, h *Handle) error

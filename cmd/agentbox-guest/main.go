@@ -22,6 +22,15 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "hook" {
+		// Run by runsc inside a gvisor sandbox around a checkpoint
+		// (checkpoint.go).
+		if err := runHook(); err != nil {
+			fmt.Fprintf(os.Stderr, "agentbox-guest hook: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) < 2 || (os.Args[1] != "init" && os.Args[1] != "serve") {
 		fmt.Fprintln(os.Stderr, "agentbox-guest is started by the agentbox daemon as `agentbox-guest init` (or `serve`); it is not meant to be run by hand")
 		os.Exit(2)

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -45,11 +44,6 @@ func runServe() error {
 	if err := os.Chmod(filepath.Dir(sock), 0o700); err != nil {
 		log.Warn("restricting the socket directory", "err", err)
 	}
-	_ = os.Remove(sock)
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return fmt.Errorf("guest socket %s: %w", sock, err)
-	}
 	pidsMax, _ := strconv.ParseInt(os.Getenv(servePidsEnv), 10, 64)
 	os.Unsetenv(servePidsEnv)
 	cgs, err := sandboxCgroups("/.agentbox/cgroup", pidsMax)
@@ -69,5 +63,7 @@ func runServe() error {
 		Logger:  log.With("sandbox", spec.SandboxID),
 		Version: version.Version,
 	})
-	return srv.Serve(ln)
+	// The channel closes for a checkpoint and opens again after it
+	// (checkpoint.go).
+	return serveChannel(srv, sock, log.With("sandbox", spec.SandboxID))
 }

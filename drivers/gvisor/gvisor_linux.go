@@ -91,10 +91,10 @@ func New(o driver.Options) (*Driver, error) {
 // Name implements driver.Driver.
 func (d *Driver) Name() string { return Name }
 
-// Capabilities implements driver.Driver. Memory snapshots (runsc
-// checkpoint/restore) are not wired in yet.
+// Capabilities implements driver.Driver. Memory snapshots and live fork
+// are runsc checkpoint/restore (checkpoint_linux.go).
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Pause: true}
+	return driver.Capabilities{Pause: true, MemorySnapshot: true, LiveFork: true}
 }
 
 // Host-side reserve above the sandbox's memory for gVisor itself (the
@@ -105,7 +105,13 @@ const (
 )
 
 // Create implements driver.Driver.
-func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handle, err error) {
+func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (*driver.Handle, error) {
+	return d.create(ctx, spec, "")
+}
+
+// create is Create; with image set it restores the checkpoint there
+// (runsc restore) instead of booting (checkpoint_linux.go).
+func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_ *driver.Handle, err error) {
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -157,7 +163,11 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	}
 	args := append([]string{"-c", `for f in $CGPROCS; do echo $$ > "$f" || exit 111; done; unset CGPROCS; exec "$@"`, "sh", runscPath()},
 		globalFlags(root)...)
-	args = append(args, "create", "--bundle", bundle, spec.ID)
+	if image == "" {
+		args = append(args, "create", "--bundle", bundle, spec.ID)
+	} else {
+		args = append(args, "restore", "--image-path", image, "--bundle", bundle, "--detach", spec.ID)
+	}
 	create := exec.CommandContext(ctx, "/bin/sh", args...)
 	create.Env = []string{"CGPROCS=" + strings.Join(procs, " "), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	create.Dir = bundle
@@ -168,7 +178,11 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	defer logf.Close()
 	create.Stdout, create.Stderr = logf, logf
 	if err := create.Run(); err != nil {
-		return nil, fmt.Errorf("gvisor: runsc create: %v%s", err, runscLog(spec.RunDir))
+		verb := "create"
+		if image != "" {
+			verb = "restore"
+		}
+		return nil, fmt.Errorf("gvisor: runsc %s: %v%s", verb, err, runscLog(spec.RunDir))
 	}
 	undo = append(undo, func() {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -179,8 +193,10 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	if err != nil {
 		return nil, err
 	}
-	if _, err := runsc(ctx, root, "start", spec.ID); err != nil {
-		return nil, fmt.Errorf("gvisor: %w", err)
+	if image == "" {
+		if _, err := runsc(ctx, root, "start", spec.ID); err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
 	}
 	pv, _ := json.Marshal(private{Root: root, Rootfs: rootfs})
 	h := &driver.Handle{ID: spec.ID, Pid: pid, Socket: filepath.Join(sock, "guest.sock"), Private: pv}

@@ -375,3 +375,13 @@ func errorDetail(err error) api.ErrorDetail {
 	code, _ := errdefs.Code(err)
 	return api.ErrorDetail{Code: code, Message: err.Error()}
 }
+
+// SetEnv replaces the default environment of every later exec. The gvisor
+// tier calls it when a checkpoint is restored as another sandbox (a fork
+// child, or a create from a template's checkpoint), while no listener
+// serves, so no request reads the old one meanwhile.
+func (s *Server) SetEnv(env []string) {
+	s.mu.Lock()
+	s.cfg.Env = env
+	s.mu.Unlock()
+}
