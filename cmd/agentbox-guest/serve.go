@@ -52,6 +52,9 @@ func runServe() error {
 		// nothing bounds the number of processes: refuse to serve.
 		return fmt.Errorf("sandbox cgroups: %w", err)
 	}
+	if err := hardenServe(filepath.Dir(sock)); err != nil {
+		return fmt.Errorf("hardening: %w", err)
+	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl dumpable: %w", err)
 	}
