@@ -164,6 +164,20 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		"PTYControl":            PTYControl{},
 		"WatchEvent":            WatchEvent{},
 		"Network":               Network{},
+		"CreateKeyRequest":      CreateKeyRequest{},
+		"Key":                   Key{},
+		"ListKeysResponse":      ListKeysResponse{},
+		"Quotas":                Quotas{},
+		"QuotasPatch":           QuotasPatch{},
+		"Tenant":                Tenant{},
+		"CreateTenantRequest":   CreateTenantRequest{},
+		"UpdateTenantRequest":   UpdateTenantRequest{},
+		"ListTenantsResponse":   ListTenantsResponse{},
+		"AuditEntry":            AuditEntry{},
+		"ListAuditResponse":     ListAuditResponse{},
+		"SecurityReport":        SecurityReport{},
+		"ProcessPosture":        ProcessPosture{},
+		"CheckValue":            CheckValue{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {
@@ -220,6 +234,46 @@ func TestSpecRefsResolve(t *testing.T) {
 	}
 	if spec.get("components", "securitySchemes", "bearerAuth", "scheme").value != "bearer" {
 		t.Error("bearerAuth is not an http bearer scheme")
+	}
+}
+
+// TestSpecSuccessSchemas: every route's success answers (2xx other than
+// 204 No Content) say what they carry: each media type under content has a
+// schema, and a JSON body's schema is a named component ($ref), so a
+// client generator gets a type for it.
+func TestSpecSuccessSchemas(t *testing.T) {
+	spec, _ := loadSpec(t)
+	for _, r := range Routes {
+		op := spec.get("paths", r.Path, strings.ToLower(r.Method))
+		if op == nil {
+			continue // TestSpecDocumentsEveryRoute reports it
+		}
+		ok := 0
+		for code, resp := range op.get("responses").children {
+			if !strings.HasPrefix(code, "2") || code == "204" {
+				continue
+			}
+			ok++
+			content := resp.get("content")
+			if content == nil || len(content.children) == 0 {
+				t.Errorf("%s: response %s has no content schema", r.Pattern(), code)
+				continue
+			}
+			for mt, m := range content.children {
+				schema := m.get("schema")
+				switch {
+				case schema == nil:
+					t.Errorf("%s: response %s (%s) has no schema", r.Pattern(), code, mt)
+				case mt == "application/json" && schema.get("$ref") == nil && schema.get("type") == nil:
+					t.Errorf("%s: response %s (%s) has an empty schema", r.Pattern(), code, mt)
+				case mt == "application/json" && schema.get("$ref") == nil:
+					t.Errorf("%s: response %s (%s) is an inline schema; name it under components/schemas", r.Pattern(), code, mt)
+				}
+			}
+		}
+		if ok == 0 && op.get("responses", "204") == nil && op.get("responses", "101") == nil {
+			t.Errorf("%s documents no success response", r.Pattern())
+		}
 	}
 }
 
