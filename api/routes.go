@@ -32,6 +32,7 @@ var Routes = []Route{
 	{"POST", "/v1/sandboxes/{id}/reset"},
 	// Egress policy at runtime (api/network.go).
 	{"POST", "/v1/sandboxes/{id}/egress"},
+	{"GET", "/v1/sandboxes/{id}/egress/log"},
 	{"GET", "/v1/snapshots"},
 	{"GET", "/v1/snapshots/{ref}"},
 	{"DELETE", "/v1/snapshots/{ref}"},

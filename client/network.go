@@ -44,8 +44,22 @@ func PortPath(id string, port int) string {
 
 // SetEgress changes sandbox id's egress policy while it runs: egress is
 // api.EgressNone, api.EgressInternet or api.EgressCustom; allow and deny
-// hold CIDRs, addresses and ports (docs/network.md). New connections see
+// hold domains (example.org, *.example.org), CIDRs, addresses and ports
+// (docs/network.md). New connections see
 // the change at once.
 func (c *Client) SetEgress(ctx context.Context, id, egress string, allow, deny []string) (*api.Sandbox, error) {
 	return c.sandboxAction(ctx, id, "/egress", api.Network{Egress: egress, Allow: allow, Deny: deny})
+}
+
+// EgressLog returns sandbox id's egress log: its resolver's and web
+// proxy's decisions, oldest first (docs/network.md).
+func (c *Client) EgressLog(ctx context.Context, id string) (*api.EgressLog, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	var out api.EgressLog
+	if err := c.doJSON(ctx, "GET", sandboxPath(id, "/egress/log"), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

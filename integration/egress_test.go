@@ -303,8 +303,8 @@ func TestEgress(t *testing.T) {
 			t.Fatal(err)
 		}
 		expectReach(t, "none to internet", none, map[string]bool{inet: true})
-		if _, err := env.client.SetEgress(ctx, none, api.EgressCustom, []string{"example.com"}, nil); err == nil || !strings.Contains(err.Error(), "not built yet") {
-			t.Errorf("a domain rule: %v, want 'not built yet'", err)
+		if _, err := env.client.SetEgress(ctx, none, api.EgressCustom, []string{"example.com:443"}, nil); err == nil || !strings.Contains(err.Error(), "take no port") {
+			t.Errorf("a domain rule with a port: %v, want 'take no port'", err)
 		}
 	})
 	t.Run("destroy", func(t *testing.T) {

@@ -12,12 +12,16 @@ func newEgressCommand(g *globals) *cobra.Command {
 		Use:   "egress ID",
 		Short: "Change a running sandbox's egress policy",
 		Long: `Replace a sandbox's egress policy: --egress none|internet|custom with
---allow and --deny rules (CIDRs, addresses, :port, CIDR:port; deny wins).
-Connections already open keep going; new ones see the new policy at once.
-With only --allow given, the policy is custom.`,
+--allow and --deny rules: domains (example.org, *.example.org: the most
+specific domain rule wins), CIDRs, addresses, :port, CIDR:port (deny wins
+over allow for addresses). Connections already open keep going; new ones
+see the new policy at once. With only --allow given, the policy is custom.
+'agentbox egress log ID' shows what the policy allowed and denied.`,
 		Example: `  agentbox egress "$id" --egress internet --deny 203.0.113.0/24
+  agentbox egress "$id" --allow example.com --allow '*.example.org' --deny 10.0.0.0/8
   agentbox egress "$id" --allow 198.18.0.0/15:443
-  agentbox egress "$id" --egress none`,
+  agentbox egress "$id" --egress none
+  agentbox egress log "$id"`,
 		Args: exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if f.preview != "" {
@@ -42,5 +46,6 @@ With only --allow given, the policy is custom.`,
 		},
 	}
 	f.register(cmd.Flags())
+	cmd.AddCommand(newEgressLogCommand(g))
 	return cmd
 }

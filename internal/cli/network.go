@@ -16,8 +16,8 @@ type netFlags struct {
 
 func (f *netFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.egress, "egress", "", "outbound network: none (loopback only, default), internet, or custom with --allow/--deny")
-	fs.StringArrayVar(&f.allow, "allow", nil, "allow egress to a CIDR, address or :port (repeatable; implies --egress custom; domain rules are not built yet)")
-	fs.StringArrayVar(&f.deny, "deny", nil, "deny egress to a CIDR, address or :port; deny wins (repeatable)")
+	fs.StringArrayVar(&f.allow, "allow", nil, "allow egress to a domain (example.org, '*.example.org'), CIDR, address or :port (repeatable; implies --egress custom)")
+	fs.StringArrayVar(&f.deny, "deny", nil, "deny egress to a domain, CIDR, address or :port; deny wins for addresses, the most specific domain rule wins (repeatable)")
 	fs.StringVar(&f.preview, "preview", "", "who may open the preview URLs: token (default) or public")
 }
 

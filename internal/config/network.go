@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -19,7 +20,34 @@ type Network struct {
 	// gets a /30 for its veth pair. Default 10.200.0.0/16; daemons sharing
 	// a host need disjoint pools.
 	Pool string `toml:"pool"`
+	// DNSUpstream (dns_upstream) are the resolvers ("ip" or "ip:port")
+	// to which each sandbox's DNS server forwards the queries its policy
+	// allows. Default: the nameservers of the host's /etc/resolv.conf.
+	DNSUpstream Resolvers `toml:"dns_upstream"`
 }
+
+// Resolvers is a list of DNS servers; an empty list decodes as nil (the
+// default).
+type Resolvers []string
+
+// UnmarshalTOML decodes an array of strings.
+func (r *Resolvers) UnmarshalTOML(v any) error {
+	arr, ok := v.([]any)
+	if !ok {
+		return fmt.Errorf("dns_upstream must be an array of strings, like [\"192.0.2.53\"]")
+	}
+	*r = nil
+	for _, x := range arr {
+		s, ok := x.(string)
+		if !ok {
+			return fmt.Errorf("dns_upstream must be an array of strings, like [\"192.0.2.53\"]; got %v", x)
+		}
+		*r = append(*r, s)
+	}
+	return nil
+}
+
+
 
 // NetworkPool returns the sandbox address pool, defaulted.
 func (c Config) NetworkPool() string {

@@ -3,6 +3,7 @@ package network
 import (
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -109,10 +110,13 @@ func matchRule(r Rule) [][]expr.Any {
 // policyRules is a sandbox chain's body, first match wins: replies;
 // always-blocked destinations (the pool: other sandboxes); deny rules;
 // allow rules; private ranges; then internet accepts, custom rejects.
-func policyRules(pol Policy, pool netip.Prefix) [][]expr.Any {
+// Direct DNS is rejected right after replies, and what allowed names
+// resolved to (set, dnsfw.go) is accepted after the private ranges.
+func policyRules(pol Policy, pool netip.Prefix, set string) [][]expr.Any {
 	var rules [][]expr.Any
 	add := func(m []expr.Any, v expr.Any) { rules = append(rules, append(append([]expr.Any{}, m...), v)) }
 	add(established(), accept())
+	rules = append(rules, dnsBlockRules()...)
 	for _, p := range append([]netip.Prefix{pool}, AlwaysBlocked...) {
 		add(matchAddr(p, false), reject())
 	}
@@ -129,6 +133,7 @@ func policyRules(pol Policy, pool netip.Prefix) [][]expr.Any {
 	for _, p := range Private {
 		add(matchAddr(p, false), reject())
 	}
+	rules = append(rules, resolvedRule(set))
 	if pol.Egress == api.EgressInternet {
 		add(nil, accept())
 	} else {
@@ -161,6 +166,7 @@ func (f *firewall) reset(c *nftables.Conn) {
 	host := c.AddChain(f.chain(hostChain))
 	nat := c.AddChain(&nftables.Chain{Name: "postrouting", Table: f.table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accPolicy})
+	f.addPrerouting(c)
 	toPool := matchAddr(f.pool, false)
 	c.AddRule(&nftables.Rule{Table: f.table, Chain: fwd, Exprs: append(append(append([]expr.Any{}, toPool...), established()...), accept())})
 	c.AddRule(&nftables.Rule{Table: f.table, Chain: fwd, Exprs: append(append([]expr.Any{}, toPool...), reject())})
@@ -186,7 +192,7 @@ func (f *firewall) addSandbox(c *nftables.Conn, id string, pol Policy) {
 
 // fillPolicy queues ch's rules for pol.
 func (f *firewall) fillPolicy(c *nftables.Conn, ch *nftables.Chain, pol Policy) {
-	for _, ex := range policyRules(pol, f.pool) {
+	for _, ex := range policyRules(pol, f.pool, resolvedSet(strings.TrimPrefix(ch.Name, "sbx-"))) {
 		c.AddRule(&nftables.Rule{Table: f.table, Chain: ch, Exprs: ex})
 	}
 }
@@ -202,7 +208,7 @@ func (f *firewall) setPolicy(c *nftables.Conn, id string, pol Policy) {
 // delSandbox queues the removal of sandbox id's jumps and chain; it reads
 // the base chains to find the jumps' handles.
 func (f *firewall) delSandbox(c *nftables.Conn, id string) error {
-	for _, base := range []string{"forward", "input"} {
+	for _, base := range []string{"forward", "input", "prerouting"} {
 		rules, err := c.GetRules(f.table, f.chain(base))
 		if err != nil {
 			return err
@@ -218,5 +224,6 @@ func (f *firewall) delSandbox(c *nftables.Conn, id string) error {
 	ch := f.chain(sandboxChain(id))
 	c.FlushChain(ch)
 	c.DelChain(ch)
+	f.delResolver(c, id)
 	return nil
 }

@@ -25,6 +25,12 @@ type Manager struct {
 	fw   firewall
 	log  *slog.Logger
 	mu   sync.Mutex
+
+	// The DNS resolvers, proxies and egress logs (dns.go).
+	gmu       sync.Mutex
+	guards    map[string]*guard
+	logs      map[string]*egressLog
+	upstreams []string
 }
 
 // Known is what a restarted daemon tells Start about a sandbox that keeps
@@ -46,6 +52,9 @@ func NewManager(name, poolCIDR string, log *slog.Logger) (*Manager, error) {
 		pool: pool,
 		fw:   firewall{table: &nftables.Table{Family: nftables.TableFamilyINet, Name: name}, pool: pool.base},
 		log:  log,
+
+		guards: map[string]*guard{},
+		logs:   map[string]*egressLog{},
 	}, nil
 }
 
@@ -73,10 +82,20 @@ func (m *Manager) Start(known map[string]Known) error {
 		if err := m.pool.Restore(id, k.Subnet); err != nil {
 			m.log.Warn("sandbox's recorded subnet cannot be restored", "sandbox", id, "err", err)
 		}
+		if err := m.fw.addSet(c, id); err != nil {
+			return fmt.Errorf("sandbox %s: nftables set: %w", id, err)
+		}
 		m.fw.addSandbox(c, id, k.Policy)
+		m.fw.addResolver(c, id, k.Subnet, k.Policy)
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("creating nftables table inet %s: %w", m.name, err)
+	}
+	for id, k := range known {
+		// A stopped sandbox has no gateway yet: Attach starts its guard.
+		if err := m.startGuard(id, k.Subnet, k.Policy); err != nil {
+			m.log.Debug("sandbox resolver not started", "sandbox", id, "err", err)
+		}
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -124,8 +143,13 @@ func (m *Manager) Attach(id string, pid int, pol Policy, sub Subnet) (_ Subnet, 
 	// A chain left by an earlier init (reset, cold start) is replaced.
 	if _, err := c.ListChain(m.fw.table, sandboxChain(id)); err == nil {
 		m.fw.setPolicy(c, id, pol)
+		m.fw.setRedirect(c, id, pol)
 	} else {
+		if err := m.fw.addSet(c, id); err != nil {
+			return Subnet{}, fmt.Errorf("sandbox %s: nftables set: %w", id, err)
+		}
 		m.fw.addSandbox(c, id, pol)
+		m.fw.addResolver(c, id, sub, pol)
 	}
 	if err := c.Flush(); err != nil {
 		return Subnet{}, errdefs.Unavailable("sandbox %s: nftables rules: %v; is the table inet %s intact? restart the daemon to rebuild it", id, err, m.name)
@@ -134,6 +158,11 @@ func (m *Manager) Attach(id string, pid int, pol Policy, sub Subnet) (_ Subnet, 
 	if err := addLink(id, pid, sub, m.name); err != nil {
 		m.detachLocked(id)
 		return Subnet{}, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	// The resolver and proxy listen on the gateway, which now exists.
+	if err := m.startGuard(id, sub, pol); err != nil {
+		m.detachLocked(id)
+		return Subnet{}, err
 	}
 	return sub, nil
 }
@@ -148,9 +177,30 @@ func (m *Manager) SetPolicy(id string, pol Policy) error {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	if _, err := c.ListChain(m.fw.table, sandboxChain(id)); err != nil {
+		sub, ok := m.pool.Lookup(id)
+		if !ok {
+			return fmt.Errorf("sandbox %s has no address; attach it first", id)
+		}
+		if err := m.fw.addSet(c, id); err != nil {
+			return fmt.Errorf("sandbox %s: nftables set: %w", id, err)
+		}
 		m.fw.addSandbox(c, id, pol)
+		m.fw.addResolver(c, id, sub, pol)
 	} else {
 		m.fw.setPolicy(c, id, pol)
+		m.fw.setRedirect(c, id, pol)
+		// Addresses pinned for names the new policy denies go now; those
+		// of names it still allows stay for the rest of their TTL.
+		c.FlushSet(m.fw.set(id))
+		if g := m.guardOf(id); g != nil {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			for ttl, addrs := range g.setPolicyLocked(pol) {
+				if err := m.fw.addResolved(c, id, addrs, ttl); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("sandbox %s: replacing nftables rules: %w", id, err)
@@ -167,6 +217,8 @@ func (m *Manager) Detach(id string) error {
 }
 
 func (m *Manager) detachLocked(id string) error {
+	m.stopGuard(id)
+	m.dropLog(id)
 	var errs []error
 	if err := delLink(id); err != nil {
 		errs = append(errs, err)

@@ -19,18 +19,29 @@ type Rule struct {
 type Policy struct {
 	Egress      string // api.EgressInternet or api.EgressCustom
 	Allow, Deny []Rule
+	// AllowDomains and DenyDomains are the domain rules (domain.go),
+	// enforced by the sandbox's DNS server and the SNI/Host proxy.
+	AllowDomains, DenyDomains []Domain
 }
 
 // ParsePolicy checks egress and its allow and deny lists. Entries are
-// "CIDR", "ADDR", ":PORT", "CIDR:PORT" or "[IPv6-CIDR]:PORT". Domain names
-// are refused: the DNS filter that would enforce them is not built.
+// "CIDR", "ADDR", ":PORT", "CIDR:PORT", "[IPv6-CIDR]:PORT", or a domain:
+// "example.org" (that name only) or "*.example.org" (its subdomains).
 func ParsePolicy(egress string, allow, deny []string) (Policy, error) {
 	p := Policy{Egress: egress}
 	for _, l := range []struct {
-		in  []string
-		out *[]Rule
-	}{{allow, &p.Allow}, {deny, &p.Deny}} {
+		in   []string
+		out  *[]Rule
+		outD *[]Domain
+	}{{allow, &p.Allow, &p.AllowDomains}, {deny, &p.Deny, &p.DenyDomains}} {
 		for _, s := range l.in {
+			if d, ok, err := ParseDomain(s); ok {
+				if err != nil {
+					return Policy{}, err
+				}
+				*l.outD = append(*l.outD, d)
+				continue
+			}
 			r, err := ParseRule(s)
 			if err != nil {
 				return Policy{}, err
@@ -89,7 +100,7 @@ func ParseRule(s string) (Rule, error) {
 		return r, nil
 	}
 	if looksLikeDomain(host) {
-		return Rule{}, errdefs.Precondition("rule %q is a domain: domain rules need the DNS filter, which is not built yet; use CIDRs, addresses and ports (see docs/network.md)", s)
+		return Rule{}, errdefs.Invalid("rule %q is a domain with a port: domain rules take no port; give the domain alone (see docs/network.md)", s)
 	}
 	return Rule{}, errdefs.Invalid("rule %q is neither a CIDR, an address, :port nor a domain", s)
 }

@@ -22,3 +22,14 @@ func (s *Server) setEgress(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, sb)
 }
+
+// egressLog answers a sandbox's egress log
+// (GET /v1/sandboxes/{id}/egress/log; see docs/network.md).
+func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) {
+	l, err := s.svc.EgressLog(r.Context(), tenant(r), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}

@@ -114,6 +114,7 @@ func (s *Server) routes() {
 		"POST /v1/sandboxes/{id}/fork":      s.forkSandbox,
 		"POST /v1/sandboxes/{id}/reset":     s.resetSandbox,
 		"POST /v1/sandboxes/{id}/egress":    s.setEgress, // egress.go
+		"GET /v1/sandboxes/{id}/egress/log": s.egressLog, // egress.go
 		"GET /v1/snapshots":                 s.listSnapshots,
 		"GET /v1/snapshots/{ref}":           s.getSnapshot,
 		"DELETE /v1/snapshots/{ref}":        s.deleteSnapshot,
