@@ -47,8 +47,6 @@ func (r *Resolvers) UnmarshalTOML(v any) error {
 	return nil
 }
 
-
-
 // NetworkPool returns the sandbox address pool, defaulted.
 func (c Config) NetworkPool() string {
 	if c.Network.Pool == "" {
