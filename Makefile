@@ -28,7 +28,7 @@ test-unit:
 	$(GO) test ./...
 
 # `make bench` measures a running daemon against the performance budget
-# (docs/performance.md): it installs the binaries, installs runc for the
+# (docs/PERFORMANCE.md): it installs the binaries, installs runc for the
 # baseline if apt can, starts the daemon if it is not running, builds the
 # busybox and base templates if missing, then runs `agentbox bench`.
 # BENCH_FLAGS passes flags, e.g. make bench BENCH_FLAGS='--quick'.

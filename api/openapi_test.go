@@ -146,6 +146,8 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		"MkdirRequest":          MkdirRequest{},
 		"RenameRequest":         RenameRequest{},
 		"Health":                Health{},
+		"PoolStatus":            PoolStatus{},
+		"ListPoolsResponse":     ListPoolsResponse{},
 		"Snapshot":              Snapshot{},
 		"CreateSnapshotRequest": CreateSnapshotRequest{},
 		"ListSnapshotsResponse": ListSnapshotsResponse{},

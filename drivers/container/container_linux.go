@@ -46,6 +46,7 @@ func init() {
 
 var _ driver.Driver = (*Driver)(nil)
 var _ driver.Pauser = (*Driver)(nil)
+var _ driver.Resizer = (*Driver)(nil)
 
 // Driver is the container tier.
 type Driver struct {
@@ -92,7 +93,7 @@ func (d *Driver) Name() string { return Name }
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Pause: true}
+	return driver.Capabilities{Pause: true, Resize: true}
 }
 
 // The agent's reserve above the workload's limits.

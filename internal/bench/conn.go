@@ -14,7 +14,7 @@ import (
 // request (no keep-alive), as the CLI does by running once per command.
 // host is what --host says ("" for AGENTBOX_HOST, else the local daemon).
 // The stream lines use it next to the shared keep-alive client, because
-// the two behave differently (docs/performance.md).
+// the two behave differently (docs/PERFORMANCE.md).
 func FreshConnClient(host string) (*client.Client, error) {
 	if host == "" {
 		host = os.Getenv(client.EnvHost)

@@ -6,7 +6,7 @@
 // runc) are measured in the same run on the same machine, so figures are
 // judged as ratios to floors rather than against numbers from elsewhere.
 //
-// `agentbox bench` (internal/cli) and `make bench` run it; docs/performance.md
+// `agentbox bench` (internal/cli) and `make bench` run it; docs/PERFORMANCE.md
 // records the figures.
 package bench
 

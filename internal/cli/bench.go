@@ -26,7 +26,7 @@ func newBenchCommand(g *globals) *cobra.Command {
 destroy, create-to-first-output, exec, streams, files, memory per idle
 sandbox and sustained creates and execs per second, the n, p50, p90, p99
 and max, next to floors measured in the same run (fork+exec, namespaces,
-unshare, runc), and judges them against the budget (docs/performance.md).
+unshare, runc), and judges them against the budget (docs/PERFORMANCE.md).
 It needs root on the daemon's host for the memory and baseline lines.`,
 		Args: exactArgs(0),
 		RunE: func(c *cobra.Command, _ []string) error {

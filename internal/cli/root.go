@@ -160,6 +160,8 @@ uses the local socket and the admin key by default.`,
 	// Network (docs/network.md).
 	root.AddCommand(newURLCommand(g))
 	root.AddCommand(newEgressCommand(g))
+	// Warm pools (docs/PERFORMANCE.md).
+	root.AddCommand(newPoolsCommand(g))
 	return root
 }
 

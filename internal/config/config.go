@@ -71,6 +71,9 @@ type Config struct {
 	// Network ([network]) configures networking and preview URLs
 	// (network.go).
 	Network Network `toml:"network"`
+	// Pools ([[pool]], pool.go) are the warm pools: sandboxes created
+	// ahead of time and handed out on create. None by default.
+	Pools []WarmPool `toml:"pool"`
 }
 
 // Sandbox is a set of per-sandbox settings, used both for the defaults and

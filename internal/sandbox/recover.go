@@ -124,6 +124,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.sweepSnapshots(ctx)
 	s.wg.Add(1)
 	go s.reaper()
+	s.startWarm() // warmpool.go
 	return nil
 }
 
@@ -248,6 +249,7 @@ func (s *Service) Close() {
 		close(s.stop)
 	}
 	s.wg.Wait()
+	s.closeWarm() // warm pool sandboxes are destroyed, never re-adopted
 	s.mu.Lock()
 	for _, e := range s.live {
 		e.guest.CloseIdleConnections()

@@ -61,6 +61,9 @@ type Service struct {
 	// coldMu serializes cold starts of stopped sandboxes.
 	coldMu sync.Mutex
 
+	// warm are the warm pools (warmpool.go).
+	warm warmPools
+
 	mu sync.Mutex
 	// live are the sandboxes with a running (or paused) init.
 	live map[string]*entry
@@ -185,6 +188,9 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		exp := now.Add(r.TTL)
 		rec.ExpiresAt = &exp
 	}
+	// A matching warm pool sandbox is handed out instead of a cold boot
+	// (warmpool.go): it gives rec its id, and boot takes it.
+	defer s.claimWarm(rec, tpl, drv)()
 	// The sandbox outlives this request: build it on a context of its own.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
@@ -242,6 +248,9 @@ func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *stor
 // boot makes the run dir and (unless keepLayer) the writable layer, and
 // starts the sandbox's init on rec.Lowers; on error nothing it made is left.
 func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver, keepLayer bool) (_ *driver.Handle, err error) {
+	if h, ok := s.bootWarm(ctx, rec); ok {
+		return h, nil
+	}
 	dir := s.runDir(rec.ID)
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("creating run dir: %w", err)

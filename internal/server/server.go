@@ -94,6 +94,7 @@ func tenant(r *http.Request) string {
 func (s *Server) routes() {
 	handlers := map[string]http.HandlerFunc{
 		"GET /v1/health":            s.health,
+		"GET /v1/pools":             s.listPools, // pools.go
 		"POST /v1/sandboxes":        s.createSandbox,
 		"GET /v1/sandboxes":         s.listSandboxes,
 		"GET /v1/sandboxes/{id}":    s.getSandbox,

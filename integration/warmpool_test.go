@@ -1,0 +1,215 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/config"
+)
+
+// pools returns the daemon's pools, failing the test on error.
+func pools(t *testing.T) []api.PoolStatus {
+	t.Helper()
+	ps, err := env.client.Pools(context.Background())
+	if err != nil {
+		t.Fatalf("pools: %v", err)
+	}
+	return ps
+}
+
+// waitPoolsFull waits until every pool has its size ready.
+func waitPoolsFull(t *testing.T) []api.PoolStatus {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ps := pools(t)
+		full := true
+		for _, p := range ps {
+			full = full && p.Ready == p.Size
+		}
+		if full {
+			return ps
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pools not refilled after 90 s: %+v", ps)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sandboxCgroups lists the sandbox cgroups under this daemon's parent
+// (pids hierarchy on v1, the unified one on v2).
+func sandboxCgroups(t *testing.T) []string {
+	t.Helper()
+	dir := filepath.Join("/sys/fs/cgroup/pids", env.cfg.CgroupParent)
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		dir = filepath.Join("/sys/fs/cgroup", env.cfg.CgroupParent)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func cgroupValue(t *testing.T, ctrl, id, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctrl, env.cfg.CgroupParent, id, "workload", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestWarmPool: creates that match a pool are served from it and are
+// indistinguishable from cold ones (fresh files, own id and hostname,
+// the request's limits and egress); the pool refills; quotas hold; and
+// nothing of the pool outlives the daemon.
+func TestWarmPool(t *testing.T) {
+	ctx := context.Background()
+	restartDaemon(t, func() {
+		env.cfg.Pools = []config.WarmPool{
+			{Template: "busybox", Size: 2},
+			{Template: "busybox", Size: 1, Egress: "internet", MemoryMB: 256},
+		}
+	})
+	t.Cleanup(func() {
+		restartDaemon(t, func() { env.cfg.Pools = nil })
+		// Every cgroup left under the parent belongs to a sandbox the
+		// store knows as live: the pool's were destroyed at shutdown.
+		list, err := env.client.ListSandboxes(ctx, clientListAll())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var live []string
+		for _, sb := range list {
+			live = append(live, sb.ID)
+		}
+		for _, cg := range sandboxCgroups(t) {
+			if !slices.Contains(live, cg) {
+				t.Errorf("cgroup %s outlived the warm pool (live sandboxes: %v)", cg, live)
+			}
+		}
+		if veths, chains := countNet(t); veths > len(live) || chains > len(live) {
+			t.Errorf("%d veths and %d chains with %d live sandboxes: the pool's network leaked", veths, chains, len(live))
+		}
+		if ps := pools(t); len(ps) != 0 {
+			t.Errorf("pools after restart without [[pool]]: %+v", ps)
+		}
+	})
+	ps := waitPoolsFull(t)
+	if len(ps) != 2 || ps[0].Template != "busybox" || ps[0].Isolation != "container" || ps[0].Egress != "none" ||
+		ps[0].Resources.MemoryMB != env.cfg.Defaults.MemoryMB || ps[1].Egress != "internet" || ps[1].Resources.MemoryMB != 256 {
+		t.Fatalf("pools = %+v", ps)
+	}
+	// Every pool sandbox runs, with a cgroup of its own, before any create.
+	if n := len(sandboxCgroups(t)); n < 3 {
+		t.Fatalf("%d sandbox cgroups with 3 pool sandboxes ready", n)
+	}
+
+	served := func(i int) int64 { return pools(t)[i].Served }
+	// 1. A plain create is served from the first pool, fast.
+	t0 := time.Now()
+	a := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Metadata: map[string]string{"k": "v"}, TTLSeconds: 600})
+	took := time.Since(t0)
+	if served(0) != 1 {
+		t.Fatalf("served = %d after one matching create, want 1", served(0))
+	}
+	t.Logf("create from the pool took %v", took)
+	if got := mustSh(t, a, "hostname"); got != "sbx-"+a {
+		t.Errorf("hostname %q, want sbx-%s", got, a)
+	}
+	sbA, err := env.client.GetSandbox(ctx, a)
+	if err != nil || sbA.State != api.StateRunning || sbA.Metadata["k"] != "v" || sbA.ExpiresAt == nil ||
+		time.Until(*sbA.ExpiresAt) < 9*time.Minute {
+		t.Fatalf("sandbox from the pool: %+v, %v", sbA, err)
+	}
+	mustSh(t, a, "echo mine > /tmp/owner")
+
+	// 2. The next one is another sandbox with fresh files.
+	b := newSandbox(t, api.CreateSandboxRequest{Template: "busybox"})
+	if served(0) != 2 || b == a {
+		t.Fatalf("second create: served %d, ids %s %s", served(0), a, b)
+	}
+	if res := sh(t, b, "cat /tmp/owner"); res.ExitCode == 0 {
+		t.Errorf("a pool sandbox saw another's file: %q", res.Stdout)
+	}
+
+	// 3. The pool refills in the background.
+	waitPoolsFull(t)
+
+	// 4. Different cpu, memory and pids are set on the pool sandbox's
+	// cgroups; env, another disk size and another template are not pool
+	// matters (served cold).
+	c := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", MemoryMB: 300, Pids: 100})
+	if served(0) != 3 {
+		t.Fatalf("create with other limits not served from the pool (served %d)", served(0))
+	}
+	if got := cgroupValue(t, "pids", c, "pids.max"); got != "100" {
+		t.Errorf("pids.max of a pool sandbox given pids 100: %s", got)
+	}
+	if got := cgroupValue(t, "memory", c, "memory.limit_in_bytes"); got != fmt.Sprint(300<<20) {
+		t.Errorf("memory limit of a pool sandbox given 300 MB: %s", got)
+	}
+	newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Env: map[string]string{"X": "1"}})
+	newSandbox(t, api.CreateSandboxRequest{Template: "busybox", DiskMB: 512})
+	if served(0) != 3 {
+		t.Errorf("a create with env or another disk size was served from the pool (served %d)", served(0))
+	}
+
+	// 5. Egress custom is served from the internet pool with its own
+	// address and rules: the allowed host answers, another does not.
+	ti := newTestInternet(t)
+	e := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Network: &api.Network{
+		Egress: api.EgressCustom, Allow: []string{ti.pub + "/32"}}})
+	if served(1) != 1 {
+		t.Fatalf("egress custom not served from the internet pool: %+v", pools(t))
+	}
+	sbE, _ := env.client.GetSandbox(ctx, e)
+	if sbE.Network == nil || sbE.Network.Address == "" || sbE.Resources.MemoryMB != env.cfg.Defaults.MemoryMB {
+		t.Fatalf("sandbox from the internet pool: %+v", sbE)
+	}
+	addr := strings.Split(sbE.Network.Address, "/")[0]
+	if got := mustSh(t, e, "ip -4 addr show eth0"); !strings.Contains(got, addr+"/") {
+		t.Errorf("eth0 in the sandbox: %q, want %s", got, addr)
+	}
+	get := func(host string) *api.ExecResult {
+		return sh(t, e, `printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 `+host+` 8080`)
+	}
+	if res := get(ti.pub); !strings.Contains(res.Stdout, "hello from") {
+		t.Errorf("allowed host: exit %d, %q, %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if res := get(ti.pub2); strings.Contains(res.Stdout, "hello from") {
+		t.Errorf("a host the custom policy does not allow answered: %q", res.Stdout)
+	}
+
+	// 6. Tenant quotas apply to creates served from the pool, and a
+	// refused create leaves the pool sandbox for the next request.
+	waitPoolsFull(t)
+	_, tc, _ := tenantKey(t, "pool", &api.Quotas{Sandboxes: 1})
+	if _, err := tc.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox"}); err != nil {
+		t.Fatal(err)
+	}
+	before := waitPoolsFull(t)[0]
+	if _, err := tc.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox"}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("create over quota from the pool = %v, want resource_exhausted", err)
+	}
+	if after := pools(t)[0]; after.Served != before.Served || after.Ready != before.Ready {
+		t.Errorf("a refused create took a pool sandbox: before %+v, after %+v", before, after)
+	}
+}

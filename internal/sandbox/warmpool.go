@@ -1,0 +1,416 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/network"
+	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Warm pools ([[pool]] in the config). Each pool keeps its size of
+// sandboxes booted ahead of time: layer, cgroups, init and guest agent
+// running, and for egress "internet" the veth, address and firewall chain
+// ready. A create request that matches a pool claims one of them instead
+// of booting: the member's id becomes the sandbox's id (nobody has seen it
+// before, and its hostname is sbx-<id> already), the request's limits are
+// set on its cgroups when they differ, its egress rules are swapped in,
+// and everything else a request sets (env is not: a request with env is
+// served cold; metadata, TTL, on_timeout, idle timeout, auto_resume,
+// preview access) is the daemon's record, written as for any create.
+//
+// Members live only in memory: they have no store record until claimed,
+// so a restarted daemon finds their cgroups, layers, veths and run dirs
+// unknown and cleans them up like any leftover, and Close destroys them.
+// A claimed member leaves the pool at once and is either handed out or,
+// if the request fails before its sandbox is recorded, put back (nothing
+// has run in it). Refills run one at a time in the background and wait
+// while cold creates are in flight, so the pool never competes with a
+// request for the CPU.
+
+// warmPools is the service's set of pools.
+type warmPools struct {
+	mu    sync.Mutex
+	pools []*warmPool
+	// claimed are members taken by a create still in flight, by id.
+	claimed map[string]*member
+	closed  bool
+
+	kick chan struct{} // wakes the filler
+	// cold counts creates in flight that did not get a member; refills
+	// wait for it to be zero.
+	cold atomic.Int64
+}
+
+// warmPool is one [[pool]] entry and its ready members.
+type warmPool struct {
+	cfg   config.WarmPool
+	ready []*member // guarded by warmPools.mu
+
+	// Counters, guarded by warmPools.mu.
+	served, misses, made, failed int64
+	lastErr                      string
+	retryAt                      time.Time
+}
+
+// member is one pre-booted sandbox.
+type member struct {
+	id   string
+	pool *warmPool
+	tpl  *storage.Template
+	drv  driver.Driver
+	h    *driver.Handle
+	res  api.Resources
+	sub  network.Subnet // zero without egress
+	made time.Time
+}
+
+// startWarm starts the filler; the service's Start calls it after the
+// leftovers of an earlier daemon are gone.
+func (s *Service) startWarm() {
+	w := &s.warm
+	w.mu.Lock()
+	w.kick = make(chan struct{}, 1)
+	w.claimed = map[string]*member{}
+	for _, c := range s.cfg.WarmPools() {
+		w.pools = append(w.pools, &warmPool{cfg: c})
+	}
+	n := len(w.pools)
+	w.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	s.wg.Add(1)
+	go s.fillWarm()
+}
+
+// closeWarm destroys every ready member; Close calls it.
+func (s *Service) closeWarm() {
+	w := &s.warm
+	w.mu.Lock()
+	w.closed = true
+	var all []*member
+	for _, p := range w.pools {
+		all = append(all, p.ready...)
+		p.ready = nil
+	}
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, m := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.dropMember(m, "daemon shutting down")
+		}()
+	}
+	wg.Wait()
+}
+
+func (w *warmPools) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wantNet is the pool egress that serves n: "none" or "internet".
+func wantNet(n *api.Network) string {
+	if hasEgress(n) {
+		return api.EgressInternet
+	}
+	return api.EgressNone
+}
+
+// claimWarm looks for a ready member that can serve rec (a create request
+// resolved into its record, not yet stored) and, if one matches, gives
+// rec the member's id and address. The returned func must run when the
+// create returns: it puts an unused member back, and ends the cold
+// create's count otherwise.
+func (s *Service) claimWarm(rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) (done func()) {
+	w := &s.warm
+	m := s.matchWarm(rec, tpl, drv)
+	if m == nil {
+		w.cold.Add(1)
+		return func() {
+			if w.cold.Add(-1) == 0 {
+				w.wake()
+			}
+		}
+	}
+	rec.ID = m.id
+	if hasEgress(rec.Spec.Network) && m.sub.Prefix.IsValid() {
+		rec.Spec.Network.Address = m.sub.String()
+	}
+	return func() {
+		w.mu.Lock()
+		if w.claimed[m.id] != m { // booted (or dropped): it is the sandbox's now
+			w.mu.Unlock()
+			return
+		}
+		delete(w.claimed, m.id)
+		if !w.closed {
+			m.pool.ready = append(m.pool.ready, m)
+			m.pool.served--
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		s.dropMember(m, "daemon shutting down")
+	}
+}
+
+// matchWarm takes the first ready, live member of a pool that matches.
+func (s *Service) matchWarm(rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) *member {
+	if rec.Snapshot != "" || len(rec.Lowers) != 1 || rec.Lowers[0] != tpl.Rootfs || len(rec.Env) > 0 {
+		return nil
+	}
+	resize := drv.Capabilities().Resize
+	w := &s.warm
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.claimed == nil {
+		return nil
+	}
+	for _, p := range w.pools {
+		c := p.cfg
+		if c.Template != tpl.Name || c.Isolation != rec.Isolation || c.DiskMB != rec.Resources.DiskMB ||
+			c.Egress != wantNet(rec.Spec.Network) {
+			continue
+		}
+		if !resize && (c.CPU != rec.Resources.CPU || c.MemoryMB != rec.Resources.MemoryMB || c.Pids != rec.Resources.Pids) {
+			continue
+		}
+		for len(p.ready) > 0 {
+			m := p.ready[0]
+			p.ready = p.ready[1:]
+			if m.tpl.Version != tpl.Version || m.drv != drv || exited(m) {
+				go s.dropMember(m, "stale or gone")
+				continue
+			}
+			w.claimed[m.id] = m
+			p.served++
+			w.wake()
+			return m
+		}
+		p.misses++
+		w.wake()
+	}
+	return nil
+}
+
+func exited(m *member) bool {
+	select {
+	case <-m.drv.Exited(m.h):
+		return true
+	default:
+		return false
+	}
+}
+
+// bootWarm is boot for a claimed member: it sets the request's limits and
+// egress rules on it and returns its handle. ok is false when rec.ID is
+// not a claimed member (boot then boots cold). If the member cannot be
+// fitted to the request it is destroyed and boot boots cold with the
+// same id.
+func (s *Service) bootWarm(ctx context.Context, rec *store.SandboxRecord) (h *driver.Handle, ok bool) {
+	w := &s.warm
+	w.mu.Lock()
+	m := w.claimed[rec.ID]
+	delete(w.claimed, rec.ID)
+	w.mu.Unlock()
+	if m == nil {
+		return nil, false
+	}
+	if err := s.fitMember(ctx, m, rec); err != nil {
+		s.log.Warn("warm pool sandbox could not take the request's settings; booting cold", "sandbox", m.id, "err", err)
+		s.dropMember(m, "unfit")
+		return nil, false
+	}
+	return m.h, true
+}
+
+// fitMember gives m rec's limits and egress policy.
+func (s *Service) fitMember(ctx context.Context, m *member, rec *store.SandboxRecord) error {
+	r := rec.Resources
+	if r.CPU != m.res.CPU || r.MemoryMB != m.res.MemoryMB || r.Pids != m.res.Pids {
+		rz, ok := m.drv.(driver.Resizer)
+		if !ok {
+			return fmt.Errorf("tier %s cannot change limits", m.drv.Name())
+		}
+		if err := rz.SetLimits(ctx, m.h, r.CPU, r.MemoryMB, r.Pids); err != nil {
+			return err
+		}
+	}
+	if n := rec.Spec.Network; hasEgress(n) {
+		if s.net == nil {
+			return s.checkNetAvailable(n)
+		}
+		pol, err := network.ParsePolicy(n.Egress, n.Allow, n.Deny)
+		if err != nil {
+			return err
+		}
+		if n.Egress != api.EgressInternet || len(n.Allow) > 0 || len(n.Deny) > 0 {
+			if err := s.net.SetPolicy(m.id, pol); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// dropMember destroys a member that will never be handed out.
+func (s *Service) dropMember(m *member, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.release(ctx, m.id, m.drv, m.h); err != nil {
+		s.log.Warn("removing a warm pool sandbox", "sandbox", m.id, "why", why, "err", err)
+	}
+}
+
+// fillWarm refills the pools, one sandbox at a time, until Close.
+func (s *Service) fillWarm() {
+	defer s.wg.Done()
+	w := &s.warm
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-w.kick:
+		case <-t.C:
+		}
+		for {
+			if w.cold.Load() > 0 {
+				break // a request is booting; the last one to finish wakes us
+			}
+			p := w.nextToFill()
+			if p == nil {
+				break
+			}
+			s.fillOne(p)
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+		}
+	}
+}
+
+// nextToFill is the emptiest pool below its size (by share filled) that
+// is not backing off after an error.
+func (w *warmPools) nextToFill() *warmPool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	var best *warmPool
+	now := time.Now()
+	for _, p := range w.pools {
+		if len(p.ready) >= p.cfg.Size || now.Before(p.retryAt) {
+			continue
+		}
+		if best == nil || len(p.ready)*best.cfg.Size < len(best.ready)*p.cfg.Size {
+			best = p
+		}
+	}
+	return best
+}
+
+// fillOne boots one member of p.
+func (s *Service) fillOne(p *warmPool) {
+	m, err := s.bootMember(p)
+	w := &s.warm
+	w.mu.Lock()
+	if err != nil {
+		p.failed++
+		p.lastErr = err.Error()
+		p.retryAt = time.Now().Add(5 * time.Second)
+		w.mu.Unlock()
+		s.log.Warn("warm pool: boot failed; retrying in 5s", "template", p.cfg.Template, "isolation", p.cfg.Isolation, "err", err)
+		return
+	}
+	if w.closed {
+		w.mu.Unlock()
+		s.dropMember(m, "daemon shutting down")
+		return
+	}
+	p.made++
+	p.lastErr = ""
+	p.ready = append(p.ready, m)
+	w.mu.Unlock()
+}
+
+// bootMember boots a sandbox for p: what Create would, with no record.
+func (s *Service) bootMember(p *warmPool) (*member, error) {
+	c := p.cfg
+	drv, ok := s.drivers[c.Isolation]
+	if !ok {
+		return nil, fmt.Errorf("isolation %q is not available on this host", c.Isolation)
+	}
+	tpl, err := s.pool.Template(c.Template)
+	if err != nil {
+		return nil, err
+	}
+	if c.Egress == api.EgressInternet && s.net == nil {
+		return nil, fmt.Errorf("egress internet is not available: this daemon's networking did not start")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rec := &store.SandboxRecord{
+		ID:              newID(),
+		State:           api.StateCreating,
+		Template:        tpl.Name,
+		TemplateVersion: tpl.Version,
+		Isolation:       c.Isolation,
+		Resources:       api.Resources{CPU: c.CPU, MemoryMB: c.MemoryMB, DiskMB: c.DiskMB, Pids: c.Pids},
+		Lowers:          []string{tpl.Rootfs},
+	}
+	h, err := s.boot(ctx, rec, tpl, drv, false)
+	if err != nil {
+		return nil, err
+	}
+	m := &member{id: rec.ID, pool: p, tpl: tpl, drv: drv, h: h, res: rec.Resources, made: time.Now()}
+	if c.Egress == api.EgressInternet {
+		pol, _ := network.ParsePolicy(api.EgressInternet, nil, nil)
+		if m.sub, err = s.net.Attach(m.id, h.Pid, pol, network.Subnet{}); err != nil {
+			s.dropMember(m, "network failed")
+			return nil, fmt.Errorf("connecting the network: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Pools reports the warm pools.
+func (s *Service) Pools() []api.PoolStatus {
+	w := &s.warm
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]api.PoolStatus, 0, len(w.pools))
+	for _, p := range w.pools {
+		c := p.cfg
+		out = append(out, api.PoolStatus{
+			Template:  c.Template,
+			Isolation: c.Isolation,
+			Size:      c.Size,
+			Ready:     len(p.ready),
+			Resources: api.Resources{CPU: c.CPU, MemoryMB: c.MemoryMB, DiskMB: c.DiskMB, Pids: c.Pids},
+			Egress:    c.Egress,
+			Served:    p.served,
+			Misses:    p.misses,
+			Booted:    p.made,
+			Failures:  p.failed,
+			LastError: p.lastErr,
+		})
+	}
+	return out
+}
