@@ -25,6 +25,16 @@ type Network struct {
 	// ("10.200.0.2/30") while it has egress internet or custom; the host
 	// end of its veth is the first address of that /30. Set by the daemon.
 	Address string `json:"address,omitempty"`
+	// MaxConnections limits the connections the sandbox has open at once
+	// through its egress (TCP and UDP flows); one more is refused. In a
+	// request 0 (or leaving it out) takes the daemon's default ([network]
+	// max_connections) and -1 asks for no limit; a sandbox shows the limit
+	// applied, -1 for none. Egress internet or custom only.
+	MaxConnections int `json:"max_connections,omitempty"`
+	// BandwidthMbit limits the sandbox's traffic in each direction, in
+	// megabits per second; 0 and -1 as for MaxConnections ([network]
+	// bandwidth_mbit).
+	BandwidthMbit int `json:"bandwidth_mbit,omitempty"`
 }
 
 // Egress policies.

@@ -94,7 +94,7 @@ func (d *Driver) Name() string { return Name }
 // Capabilities implements driver.Driver. Memory snapshots and live fork
 // are runsc checkpoint/restore (checkpoint_linux.go).
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Pause: true, MemorySnapshot: true, LiveFork: true}
+	return driver.Capabilities{Pause: true, NetNSAtCreate: true, MemorySnapshot: true, LiveFork: true}
 }
 
 // Host-side reserve above the sandbox's memory for gVisor itself (the
@@ -162,7 +162,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		procs = append(procs, filepath.Join(p, "cgroup.procs"))
 	}
 	args := append([]string{"-c", `for f in $CGPROCS; do echo $$ > "$f" || exit 111; done; unset CGPROCS; exec "$@"`, "sh", runscPath()},
-		globalFlags(root)...)
+		createFlags(root, spec)...)
 	if image == "" {
 		args = append(args, "create", "--bundle", bundle, spec.ID)
 	} else {
@@ -404,6 +404,9 @@ func leftoverMounts(keep map[string]bool) []string {
 			dir = filepath.Dir(f[4])
 		case strings.HasSuffix(f[4], "/runsc/null-netns"):
 			dir = filepath.Dir(filepath.Dir(f[4]))
+		case filepath.Base(f[4]) == "netns" && strings.Contains(line, " - nsfs "):
+			// The network namespace the service prepared (Spec.NetNS).
+			dir = filepath.Dir(f[4])
 		default:
 			continue
 		}

@@ -75,6 +75,7 @@ type (
 	}
 	ociNS struct {
 		Type string `json:"type"`
+		Path string `json:"path,omitempty"`
 	}
 )
 
@@ -133,7 +134,7 @@ func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, u
 			{Destination: sockDir, Type: "bind", Source: hostSock, Options: []string{"rbind", "rw"}},
 		},
 		Linux: ociLinux{Namespaces: []ociNS{
-			{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network"}, {Type: "user"},
+			{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network", Path: spec.NetNS}, {Type: "user"},
 		},
 			// Template files are stored shifted: host uid_base is the
 			// sandbox's root, as in the container tier.

@@ -27,6 +27,9 @@ see the new policy at once. With only --allow given, the policy is custom.
 			if f.preview != "" {
 				return usageErrorf("--preview is fixed at create")
 			}
+			if f.egress == "" && len(f.allow) == 0 && len(f.deny) == 0 && (f.maxConns != 0 || f.bandwidth != 0) {
+				return setLimitsOnly(c, g, args[0], &f) // limits.go
+			}
 			n := f.request()
 			if n == nil {
 				return usageErrorf("give --egress, --allow or --deny")
@@ -38,7 +41,7 @@ see the new policy at once. With only --allow given, the policy is custom.
 			if err != nil {
 				return err
 			}
-			sb, err := cl.SetEgress(c.Context(), args[0], n.Egress, n.Allow, n.Deny)
+			sb, err := cl.SetNetwork(c.Context(), args[0], *n)
 			if err != nil {
 				return err
 			}

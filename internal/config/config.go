@@ -111,7 +111,7 @@ func Default() Config {
 		ReapInterval:     time.Second,
 		MaxRequestBodyMB: 1,
 		Security:         Security{RateLimit: 50, RateBurst: 200},
-		Network:          Network{PreviewDomain: "localhost", Pool: "10.200.0.0/16"},
+		Network:          Network{PreviewDomain: "localhost", Pool: "10.200.0.0/16", MaxConnections: 1024},
 		Defaults: Sandbox{
 			TTL:      10 * time.Minute,
 			CPU:      1,

@@ -20,6 +20,13 @@ type Network struct {
 	// gets a /30 for its veth pair. Default 10.200.0.0/16; daemons sharing
 	// a host need disjoint pools.
 	Pool string `toml:"pool"`
+	// MaxConnections (max_connections) is the default limit on the
+	// connections a sandbox with egress has open at once (limits.go);
+	// 0: none. Default 1024.
+	MaxConnections int `toml:"max_connections"`
+	// BandwidthMbit (bandwidth_mbit) is the default limit on a sandbox's
+	// traffic in each direction, in Mbit/s; 0: none (the default).
+	BandwidthMbit int `toml:"bandwidth_mbit"`
 	// DNSUpstream (dns_upstream) are the resolvers ("ip" or "ip:port")
 	// to which each sandbox's DNS server forwards the queries its policy
 	// allows. Default: the nameservers of the host's /etc/resolv.conf.

@@ -108,6 +108,7 @@ func (c Config) Validate() error {
 		v.addf("limits.pids must be >= defaults.pids (%d), got %d", d.Pids, l.Pids)
 	}
 	c.validateSecurity(&v)
+	c.validateNetworkLimits(&v)
 	c.validatePools(&v)
 	return v.err()
 }

@@ -52,6 +52,10 @@ func (s *Service) attachNet(ctx context.Context, rec *store.SandboxRecord, h *dr
 	if err != nil {
 		return err
 	}
+	if err := s.net.SetLimits(rec.ID, netLimits(n)); err != nil {
+		_ = s.net.Detach(rec.ID)
+		return err
+	}
 	s.log.Debug("network attached", "sandbox", rec.ID, "address", got.String(), "took", time.Since(t0))
 	if drv := s.drivers[rec.Isolation]; drv != nil {
 		if err := writeResolvConf(ctx, drv, h, got); err != nil {
@@ -76,6 +80,7 @@ func (s *Service) attachNet(ctx context.Context, rec *store.SandboxRecord, h *dr
 
 // detachNet removes sandbox id's veth and rules and frees its address.
 func (s *Service) detachNet(id string) error {
+	defer s.releaseNetExtras(id) // prepared namespace, upload shaper (netlimits.go)
 	if s.net == nil {
 		return nil
 	}
@@ -90,10 +95,13 @@ func (s *Service) SetEgress(ctx context.Context, tenant, id string, req *api.Net
 		return nil, errdefs.Invalid("send the network settings: {\"egress\": ..., \"allow\": [...], \"deny\": [...]}")
 	}
 	if req.Preview != "" || req.PreviewToken != "" || req.PreviewDomain != "" || req.Address != "" {
-		return nil, errdefs.Invalid("only network.egress, network.allow and network.deny can change; leave the preview fields and address out")
+		return nil, errdefs.Invalid("only network.egress, network.allow, network.deny, network.max_connections and network.bandwidth_mbit can change; leave the preview fields and address out")
 	}
 	want, err := resolveNetwork(s.cfg, &api.Network{Egress: req.Egress, Allow: req.Allow, Deny: req.Deny})
 	if err != nil {
+		return nil, err
+	}
+	if err := resolveLimits(s.cfg, &api.Network{Egress: want.Egress, MaxConnections: req.MaxConnections, BandwidthMbit: req.BandwidthMbit}); err != nil {
 		return nil, err
 	}
 	if err := s.checkNetAvailable(want); err != nil {
@@ -124,6 +132,10 @@ func (s *Service) SetEgress(ctx context.Context, tenant, id string, req *api.Net
 	}
 	next := *old
 	next.Egress, next.Allow, next.Deny = want.Egress, want.Allow, want.Deny
+	nextLimits(&next, old, req, want)
+	if err := checkEgressChange(e, id, old, &next); err != nil {
+		return nil, err
+	}
 	switch {
 	case !hasEgress(&next):
 		next.Address = ""
@@ -144,6 +156,9 @@ func (s *Service) SetEgress(ctx context.Context, tenant, id string, req *api.Net
 		if err := s.attachNet(ctx, &tmp, e.handle()); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.setNetLimits(e, id, old, &next); err != nil {
+		return nil, err
 	}
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {

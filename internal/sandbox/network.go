@@ -45,6 +45,9 @@ func resolveNetwork(cfg *config.Config, req *api.Network) (*api.Network, error) 
 	default:
 		return nil, errdefs.Invalid("network.egress must be %q, %q or %q, got %q", api.EgressNone, api.EgressInternet, api.EgressCustom, n.Egress)
 	}
+	if err := resolveLimits(cfg, n); err != nil { // netlimits.go
+		return nil, err
+	}
 	if n.Preview == "" {
 		n.Preview = api.PreviewTokenMode
 	}

@@ -90,6 +90,8 @@ func (s *Service) Start(ctx context.Context) error {
 		if err := s.net.Start(netKnown(recs, keepLayer)); err != nil {
 			s.log.Error("networking did not start; egress other than none is refused", "err", err)
 			s.net = nil
+		} else {
+			s.restoreNetLimits(recs, keepLayer) // netlimits.go
 		}
 	}
 	// Leftovers that belong to no sandbox we keep.

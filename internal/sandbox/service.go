@@ -307,11 +307,15 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 		Pids:     rec.Resources.Pids,
 		RunDir:   dir,
 	}
+	if err := s.prepareNetNS(ctx, rec, drv, spec); err != nil { // netlimits.go
+		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
+	}
 	h, err := drv.Create(ctx, spec)
 	if err != nil {
+		s.unprepareNetNS(rec.ID, spec)
 		return nil, err
 	}
-	if err := s.attachNet(ctx, rec, h); err != nil {
+	if err := s.attachNetAfter(ctx, rec, h, spec); err != nil {
 		_ = drv.Destroy(context.WithoutCancel(ctx), h)
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
 	}

@@ -1,0 +1,265 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Limits are a sandbox's connection and bandwidth limits, enforced on the
+// host without the sandbox's cooperation:
+//
+//   - MaxConnections: `iifname "abx<id>" ct state new ct count over N
+//     reject` in the forward chain. The count is of the connections (TCP,
+//     UDP flows) the sandbox opened that conntrack still tracks (closed
+//     TCP ones drop out); the N+1st new one is rejected (connect fails
+//     with EHOSTUNREACH).
+//   - BandwidthMbit, each direction: download (host to sandbox) by a tbf
+//     qdisc at the root of the host-side veth; upload (sandbox to host) by
+//     redirecting the veth's ingress (u32 match-all, mirred) to an ifb
+//     device "abi<id>" with the same tbf. Both queue and pace rather than
+//     police, so TCP runs close to the rate.
+//
+// Zero means no limit.
+type Limits struct {
+	MaxConnections int
+	BandwidthMbit  int
+}
+
+// nftConnlimitInvert is NFT_CONNLIMIT_F_INV: the expression matches when
+// the count is over the limit.
+const nftConnlimitInvert = 1
+
+// connLimitRules is the chain rule that rejects a new connection beyond
+// l.MaxConnections, or nothing.
+func connLimitRules(l Limits) [][]expr.Any {
+	if l.MaxConnections <= 0 {
+		return nil
+	}
+	return [][]expr.Any{{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Connlimit{Count: uint32(l.MaxConnections), Flags: nftConnlimitInvert},
+		reject(),
+	}}
+}
+
+// Shaping parameters. A tbf's burst must hold the largest packet the veth
+// passes (GSO: 64 KiB) or such packets never pass; beyond that, 100 ms of
+// traffic. The queue holds a quarter second more.
+const (
+	minBurst    = 128 << 10
+	queueTime   = 4 // rate/queueTime bytes of queue
+	ingressPrio = 1
+	// IfbPrefix starts the name of a sandbox's upload shaper device.
+	IfbPrefix = "abi"
+)
+
+// bandwidth returns bytes per second and the burst for mbit.
+func bandwidth(mbit int) (rate uint64, burst uint32) {
+	rate = uint64(mbit) * 1_000_000 / 8
+	burst = uint32(max(rate/10, minBurst))
+	return rate, burst
+}
+
+func tbf(link netlink.Link, mbit int) *netlink.Tbf {
+	rate, burst := bandwidth(mbit)
+	return &netlink.Tbf{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
+		Rate:       rate,
+		Buffer:     netlink.Xmittime(rate, burst),
+		Limit:      burst + uint32(rate/queueTime),
+	}
+}
+
+// applyShaping sets (or, with no bandwidth limit, removes) the download
+// and upload shaping of sandbox id's host-side veth; alias tags the ifb
+// device like the veth (the daemon's table name).
+func applyShaping(id, alias string, l Limits) error {
+	name := HostVeth(id)
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("finding veth %s: %w", name, err)
+	}
+	ingress := &netlink.Ingress{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: link.Attrs().Index,
+		Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_INGRESS}}
+	if l.BandwidthMbit <= 0 {
+		var errs []error
+		for _, q := range []netlink.Qdisc{tbf(link, 1), ingress} {
+			if err := netlink.QdiscDel(q); err != nil && !missing(err) {
+				errs = append(errs, fmt.Errorf("removing the %s qdisc of %s: %w", q.Type(), name, err))
+			}
+		}
+		return errors.Join(append(errs, delIfb(id))...)
+	}
+	if err := netlink.QdiscReplace(tbf(link, l.BandwidthMbit)); err != nil {
+		return fmt.Errorf("shaping %s to %d Mbit/s: %w", name, l.BandwidthMbit, err)
+	}
+	ifb, err := netlink.LinkByName(ifbName(id))
+	if err != nil {
+		la := netlink.NewLinkAttrs()
+		la.Name, la.Alias = ifbName(id), alias
+		if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: la}); err != nil {
+			return fmt.Errorf("creating %s: %w", la.Name, err)
+		}
+		if ifb, err = netlink.LinkByName(la.Name); err != nil {
+			return fmt.Errorf("finding %s: %w", la.Name, err)
+		}
+		if err := netlink.LinkSetUp(ifb); err != nil {
+			return fmt.Errorf("bringing %s up: %w", la.Name, err)
+		}
+	}
+	if err := netlink.QdiscReplace(tbf(ifb, l.BandwidthMbit)); err != nil {
+		return fmt.Errorf("shaping %s to %d Mbit/s: %w", ifbName(id), l.BandwidthMbit, err)
+	}
+	if err := netlink.QdiscAdd(ingress); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("ingress qdisc of %s: %w", name, err)
+	}
+	redirect := &netlink.U32{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: link.Attrs().Index, Parent: ingress.Handle,
+			Priority: ingressPrio, Protocol: unix.ETH_P_ALL},
+		Sel:     &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Nkeys: 1, Keys: []netlink.TcU32Key{{}}},
+		Actions: []netlink.Action{netlink.NewMirredAction(ifb.Attrs().Index)},
+	}
+	if err := netlink.FilterReplace(redirect); err != nil {
+		return fmt.Errorf("redirecting the upload of %s to %s: %w", name, ifbName(id), err)
+	}
+	return nil
+}
+
+func ifbName(id string) string { return IfbPrefix + id }
+
+// delIfb removes sandbox id's ifb device, if any.
+func delIfb(id string) error {
+	l, err := netlink.LinkByName(ifbName(id))
+	if err != nil {
+		return nil
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("removing %s: %w", ifbName(id), err)
+	}
+	return nil
+}
+
+// missing reports whether a qdisc removal failed only because there was
+// nothing to remove.
+func missing(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) || errors.Is(err, os.ErrNotExist)
+}
+
+// Shaping describes the shaping of sandbox id: its veth's and its ifb
+// device's qdiscs, as "veth tbf rate=<bytes/s>", "veth ingress", "ifb tbf
+// rate=<bytes/s>". For tests and diagnostics.
+func Shaping(id string) ([]string, error) {
+	link, err := netlink.LinkByName(HostVeth(id))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	links := []netlink.Link{link}
+	if ifb, err := netlink.LinkByName(ifbName(id)); err == nil {
+		links = append(links, ifb)
+	}
+	for _, l := range links {
+		qs, err := netlink.QdiscList(l)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range qs {
+			switch q := q.(type) {
+			case *netlink.Tbf:
+				out = append(out, fmt.Sprintf("%s tbf rate=%d", l.Type(), q.Rate))
+			case *netlink.Ingress:
+				out = append(out, l.Type()+" ingress")
+			}
+		}
+	}
+	return out, nil
+}
+
+// ReleaseLimits removes what SetLimits made outside the veth and the
+// table (the ifb device); the service calls it when the sandbox's network
+// goes.
+func (m *Manager) ReleaseLimits(id string) error { return delIfb(id) }
+
+// CleanupLimits removes this daemon's ifb devices (tagged with its table
+// name) of sandboxes not in keep, as Start does with veths.
+func (m *Manager) CleanupLimits(keep map[string]bool) []string {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, l := range links {
+		a := l.Attrs()
+		if a.Alias != m.name || l.Type() != "ifb" || !strings.HasPrefix(a.Name, IfbPrefix) || keep[a.Name[len(IfbPrefix):]] {
+			continue
+		}
+		if err := netlink.LinkDel(l); err == nil {
+			removed = append(removed, a.Name)
+		}
+	}
+	return removed
+}
+
+// SetLimits applies l to sandbox id, replacing earlier limits: the
+// connection limit is a rule in the forward chain, ahead of the jump to
+// the sandbox's policy chain (so a policy change keeps the count), tagged
+// with id like the jump so that Detach removes it; the shaping is on the
+// host-side veth, and is skipped while the sandbox has none (a stopped
+// sandbox: Attach, then SetLimits again, give it one). A restarted
+// daemon's Start rebuilds the table without the rule: the service calls
+// SetLimits again for the sandboxes it keeps.
+func (m *Manager) SetLimits(id string, l Limits) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	fwd := m.fw.chain("forward")
+	rules, err := c.GetRules(m.fw.table, fwd)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: reading chain forward: %w", id, err)
+	}
+	for _, r := range rules {
+		if string(r.UserData) == id && hasConnlimit(r.Exprs) {
+			if err := c.DelRule(r); err != nil {
+				return fmt.Errorf("sandbox %s: removing its connection limit: %w", id, err)
+			}
+		}
+	}
+	for _, ex := range connLimitRules(l) {
+		c.InsertRule(&nftables.Rule{Table: m.fw.table, Chain: fwd, UserData: []byte(id),
+			Exprs: append(matchIf(expr.MetaKeyIIFNAME, HostVeth(id)), ex...)})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("sandbox %s: connection limit: %w", id, err)
+	}
+	if _, err := netlink.LinkByName(HostVeth(id)); err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+	}
+	return applyShaping(id, m.name, l)
+}
+
+func hasConnlimit(ex []expr.Any) bool {
+	for _, e := range ex {
+		if _, ok := e.(*expr.Connlimit); ok {
+			return true
+		}
+	}
+	return false
+}
