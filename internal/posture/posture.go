@@ -6,7 +6,9 @@
 // from the host, never from anything the sandbox reports about itself.
 //
 // The integration tests and GET /v1/sandboxes/{id}/security (`agentbox
-// inspect --security ID`) both use Check.
+// inspect --security ID`) both use Check, through CheckTier: a gvisor
+// sandbox's host processes are gVisor's own, judged by CheckGvisor
+// (gvisor.go).
 package posture
 
 import (

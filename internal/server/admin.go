@@ -300,5 +300,5 @@ func (s *Server) sandboxSecurity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Precondition("sandbox %s is %s: only a running or paused sandbox has processes to check", sb.ID, sb.State))
 		return
 	}
-	writeJSON(w, http.StatusOK, posture.Check(sb.ID, sb.Pid, s.posture))
+	writeJSON(w, http.StatusOK, posture.CheckTier(sb.Isolation, sb.ID, sb.Pid, s.posture))
 }
