@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http/httptest"
+	"slices"
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
@@ -68,4 +70,95 @@ func FuzzDecodeExec(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) { fuzzDecode[api.ExecRequest](t, body) })
+}
+
+// jsonBodies are the routes whose request body is one JSON object, with
+// the API type it decodes into. The server decodes its own routes' bodies
+// with Server.decode; the guest routes' bodies pass through to the guest,
+// which decodes them again (internal/guest's fuzz targets), but the API
+// promises the same types, and SDKs build them, so they are held here too.
+var jsonBodies = map[string]func(t *testing.T, body []byte){
+	"POST /v1/sandboxes":                             fuzzDecode[api.CreateSandboxRequest],
+	"PATCH /v1/sandboxes/{id}":                       fuzzDecode[api.UpdateSandboxRequest],
+	"POST /v1/sandboxes/{id}/snapshots":              fuzzDecode[api.CreateSnapshotRequest],
+	"POST /v1/sandboxes/{id}/fork":                   fuzzDecode[api.ForkRequest],
+	"POST /v1/sandboxes/{id}/reset":                  fuzzDecode[api.ResetRequest],
+	"POST /v1/sandboxes/{id}/egress":                 fuzzDecode[api.Network],
+	"POST /v1/sandboxes/{id}/exec":                   fuzzDecode[api.ExecRequest],
+	"POST /v1/sandboxes/{id}/files/mkdir":            fuzzDecode[api.MkdirRequest],
+	"POST /v1/sandboxes/{id}/files/rename":           fuzzDecode[api.RenameRequest],
+	"POST /v1/sandboxes/{id}/processes":              fuzzDecode[api.StartProcessRequest],
+	"POST /v1/sandboxes/{id}/processes/{ref}/signal": fuzzDecode[api.SignalRequest],
+	"POST /v1/sandboxes/{id}/pty":                    fuzzDecode[api.CreatePTYRequest],
+	"POST /v1/sandboxes/{id}/pty/{pid}/resize":       fuzzDecode[api.PTYSize],
+	"POST /v1/templates":                             fuzzDecode[api.ImportTemplateRequest],
+	"POST /v1/keys":                                  fuzzDecode[api.CreateKeyRequest],
+	"POST /v1/tenants":                               fuzzDecode[api.CreateTenantRequest],
+	"PATCH /v1/tenants/{name}":                       fuzzDecode[api.UpdateTenantRequest],
+}
+
+// notJSONBodies are the state-changing routes without a JSON object body,
+// and what they take instead.
+var notJSONBodies = map[string]string{
+	"POST /v1/sandboxes/{id}/pause":                 "no body",
+	"POST /v1/sandboxes/{id}/resume":                "no body",
+	"POST /v1/sandboxes/{id}/exec/stream":           "NDJSON: an ExecRequest line, then StdinFrame lines (guest FuzzExecStream)",
+	"PUT /v1/sandboxes/{id}/files":                  "the file's bytes",
+	"PUT /v1/sandboxes/{id}/files/archive":          "a tar stream (guest FuzzExtract)",
+	"POST /v1/sandboxes/{id}/processes/{ref}/wait":  "no body",
+	"POST /v1/sandboxes/{id}/processes/{ref}/stdin": "raw stdin bytes",
+	"POST /v1/templates/import":                     "an image archive (storage's image import)",
+	"POST /v1/templates/build":                      "a build spec and its context (FuzzParseBuildSpec)",
+}
+
+// Every route that takes a body is either fuzzed by FuzzDecodeRequest or
+// says what it takes instead: a new JSON route joins the fuzzing.
+func TestJSONBodyRoutesFuzzed(t *testing.T) {
+	for _, r := range api.Routes {
+		if r.Method != "POST" && r.Method != "PUT" && r.Method != "PATCH" {
+			continue
+		}
+		_, isJSON := jsonBodies[r.Pattern()]
+		_, other := notJSONBodies[r.Pattern()]
+		if isJSON == other {
+			t.Errorf("%s: list it in jsonBodies (with its request type) or in notJSONBodies (with what it takes) in decode_fuzz_test.go", r.Pattern())
+		}
+	}
+	for p := range jsonBodies {
+		if !slices.ContainsFunc(api.Routes, func(r api.Route) bool { return r.Pattern() == p }) {
+			t.Errorf("jsonBodies names %s, which is not in api.Routes", p)
+		}
+	}
+}
+
+// FuzzDecodeRequest: the JSON body of every route in jsonBodies, picked by
+// the first byte, through fuzzDecode's checks.
+func FuzzDecodeRequest(f *testing.F) {
+	routes := slices.Sorted(maps.Keys(jsonBodies))
+	seeds := map[string][]string{
+		"POST /v1/sandboxes/{id}/snapshots":              {`{"name":"before-upgrade"}`},
+		"POST /v1/sandboxes/{id}/fork":                   {`{"count":3}`, `{"count":-1}`},
+		"POST /v1/sandboxes/{id}/reset":                  {`{"snapshot":"snap_1"}`},
+		"POST /v1/sandboxes/{id}/egress":                 {`{"egress":"deny","allow":["10.0.0.0/8"]}`},
+		"POST /v1/sandboxes/{id}/files/rename":           {`{"from":"/a","to":"/b"}`},
+		"POST /v1/sandboxes/{id}/files/mkdir":            {`{"path":"/a/b","mode":"0755","user":"root"}`},
+		"POST /v1/sandboxes/{id}/processes":              {`{"cmd":["sleep","1"],"tag":"web","max_buffer_bytes":1024}`},
+		"POST /v1/sandboxes/{id}/processes/{ref}/signal": {`{"signal":"SIGINT"}`, `{"signal":9,"tree":true}`, `{"signal":[1]}`},
+		"POST /v1/sandboxes/{id}/pty":                    {`{"cols":80,"rows":24,"shell":"bash"}`},
+		"POST /v1/sandboxes/{id}/pty/{pid}/resize":       {`{"cols":1e3,"rows":-1}`},
+		"POST /v1/keys":                                  {`{"tenant":"acme","name":"ci","admin":false}`},
+		"POST /v1/tenants":                               {`{"name":"acme","quotas":{"sandboxes":10,"cpu":2.5}}`},
+		"PATCH /v1/tenants/{name}":                       {`{"quotas":{"memory_mb":null,"disk_mb":0}}`},
+		"PATCH /v1/sandboxes/{id}":                       {`{"ttl_seconds":60,"metadata":{"a":"b"}}`},
+		"POST /v1/templates":                             {`{"name":"t","rootfs":"/x","env":{"A":"1"}}`},
+	}
+	for i, r := range routes {
+		f.Add(byte(i), []byte(`{}`))
+		for _, s := range seeds[r] {
+			f.Add(byte(i), []byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, route byte, body []byte) {
+		jsonBodies[routes[int(route)%len(routes)]](t, body)
+	})
 }
