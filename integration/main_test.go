@@ -82,6 +82,9 @@ func run(m *testing.M) int {
 	cfg.CgroupParent = "agentbox-it-" + suffix
 	// A /24 of its own: test daemons on one host must not share addresses.
 	cfg.Network.Pool = testPool()
+	// Allowed names resolve through the test web's DNS server
+	// (egress_domain_test.go), made by the first test that needs it.
+	cfg.Network.DNSUpstream = config.Resolvers{testDNSUpstream()}
 	cfg.StorageSizeGB = 16
 	cfg.ReapInterval = 200 * time.Millisecond
 	cfg.DefaultTemplate = "busybox"
@@ -95,6 +98,7 @@ func run(m *testing.M) int {
 	defer func() {
 		env.stop()
 		cleanupHost(tmp)
+		cleanupTestWeb()
 	}()
 	if err := waitForDaemon(done); err != nil {
 		fmt.Fprintln(os.Stderr, "daemon:", err)

@@ -148,6 +148,33 @@ func TestReadClientHello(t *testing.T) {
 			t.Errorf("server name %q (%d bytes read), want %q", got, len(raw), name)
 		}
 	}
+	// Hello lengths of every residue, each also split over two records.
+	for i := 1; i <= 8; i++ {
+		name := strings.Repeat("a", i) + ".example.com"
+		a, b := net.Pipe()
+		hello := make(chan []byte, 1)
+		go func() {
+			buf := make([]byte, 64<<10)
+			n, _ := b.Read(buf)
+			hello <- buf[:n]
+			b.Close()
+		}()
+		_ = tls.Client(a, &tls.Config{ServerName: name, InsecureSkipVerify: true}).Handshake()
+		a.Close()
+		rec := <-hello
+		for _, split := range []bool{false, true} {
+			in := rec
+			if split { // the handshake body in two records
+				body := rec[5:]
+				h := func(n int) []byte { return []byte{0x16, 3, 1, byte(n >> 8), byte(n)} }
+				in = append(append(append(h(40), body[:40]...), h(len(body)-40)...), body[40:]...)
+			}
+			_, got, err := readClientHello(strings.NewReader(string(in)))
+			if err != nil || got != name {
+				t.Errorf("%s (split %v, %d bytes): %q, %v", name, split, len(in), got, err)
+			}
+		}
+	}
 	if _, _, err := readClientHello(strings.NewReader("GET / HTTP/1.1\r\n\r\n")); err == nil {
 		t.Error("plain HTTP parsed as a ClientHello")
 	}

@@ -110,6 +110,9 @@ func (g *guard) proxyConn(c *net.TCPConn) {
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	e.Name = name
+	if _, perr := netip.ParseAddr(name); perr == nil {
+		name = "" // an address literal names nothing: the address rules decide
+	}
 	reason, ok := g.decide(dst, name, err)
 	if !ok {
 		deny(reason)
@@ -244,7 +247,7 @@ func readClientHello(r io.Reader) ([]byte, string, error) {
 			if hs[0] != 1 {
 				return raw, "", errors.New("not a ClientHello")
 			}
-			if need := 4 + int(hs[1])<<16 | int(hs[2])<<8 | int(hs[3]); len(hs) >= need {
+			if need := 4 + (int(hs[1])<<16 | int(hs[2])<<8 | int(hs[3])); len(hs) >= need {
 				name, err := parseClientHello(hs[4:need])
 				return raw, name, err
 			}
