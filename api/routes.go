@@ -71,6 +71,7 @@ var Routes = []Route{
 	{"POST", "/v1/templates"},
 	{"POST", "/v1/templates/import"},
 	{"DELETE", "/v1/templates/{name}"},
+	{"POST", "/v1/templates/build"},
 
 	// Keys, tenants, audit log, posture check (api/security.go; admin only).
 	{"POST", "/v1/keys"},

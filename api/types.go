@@ -100,6 +100,15 @@ type Template struct {
 	// Tenant owns the template (only it and the admin see it); empty for
 	// a public template, made with an admin key.
 	Tenant string `json:"tenant,omitempty"`
+	// Built templates (see build.go): the template version this one
+	// stacks on (NAME@VERSION), its own layers (top first), the start
+	// command of every new sandbox and the readiness check create waits for.
+	From   string      `json:"from,omitempty"`
+	Layers []string    `json:"layers,omitempty"`
+	Start  string      `json:"start,omitempty"`
+	Ready  *ReadyCheck `json:"ready,omitempty"`
+	// Versions lists every version, oldest first (GET /v1/templates/{name}).
+	Versions []string `json:"versions,omitempty"`
 }
 
 // ImportTemplateRequest is the body of POST /v1/templates (admin only): the

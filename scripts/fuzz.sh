@@ -12,6 +12,7 @@ targets="
 ./internal/guest FuzzExecRequest
 ./internal/guest/files FuzzValidatePath
 ./internal/guest/files FuzzExtract
+./internal/build FuzzParseBuildSpec
 "
 echo "$targets" | while read -r pkg fn; do
 	[ -n "$pkg" ] || continue

@@ -19,7 +19,7 @@ func newTemplateCommand(g *globals) *cobra.Command {
 		Short: "List, import, inspect and remove templates",
 	}
 	c.AddCommand(newTemplateLsCommand(g), newTemplateImportCommand(g),
-		newTemplateInspectCommand(g), newTemplateRmCommand(g))
+		newTemplateInspectCommand(g), newTemplateRmCommand(g), newTemplateBuildCommand(g))
 	return c
 }
 

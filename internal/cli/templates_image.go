@@ -34,7 +34,7 @@ func uploadTemplate(c *cobra.Command, g *globals, file string, req api.ImportTem
 	}
 	start := time.Now()
 	fmt.Fprintf(c.ErrOrStderr(), "uploading and importing %s (%s)...\n", file, formatBytes(fi.Size()))
-	t, err := cl.UploadTemplate(c.Context(), req, f)
+	t, err := cl.UploadTemplate(c.Context(), req, newProgressReader(f, fi.Size(), c.ErrOrStderr(), "uploaded"))
 	if err != nil {
 		return err
 	}
@@ -72,6 +72,7 @@ func newTemplateInspectCommand(g *globals) *cobra.Command {
 			if len(t.Cmd) > 0 {
 				fmt.Fprintf(out, "cmd:      %s\n", strings.Join(t.Cmd, " "))
 			}
+			printBuildInfo(out, t) // templates_build.go
 			if len(t.Env) > 0 {
 				fmt.Fprintln(out, "env:")
 				for _, k := range slices.Sorted(maps.Keys(t.Env)) {

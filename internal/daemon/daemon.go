@@ -128,6 +128,11 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return fmt.Errorf("recovering sandboxes: %w", err)
 	}
 	defer svc.Close()
+	// Build layers no template, sandbox or snapshot uses (a failed
+	// build's cache, a removed template's) go at start.
+	if _, err := svc.GCLayers(ctx); err != nil {
+		log.Warn("removing unused build layers", "err", err)
+	}
 
 	authn := auth.New(st, cfg.AdminKeyPath(), log)
 	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes(),

@@ -175,7 +175,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		Env:             r.Env,
 		Metadata:        r.Metadata,
 		CreatedAt:       now,
-		Lowers:          []string{tpl.Rootfs},
+		Lowers:          tpl.LowerDirs(),
 	}
 	rec.Spec.Network = netw
 	if snap != nil {
@@ -228,6 +228,11 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	s.live[rec.ID] = e
 	s.mu.Unlock()
 	s.watch(e, 0)
+	// The template's start command and readiness check (start.go).
+	if err := s.startTemplate(ctx, e, tpl); err != nil {
+		_ = s.Destroy(context.WithoutCancel(ctx), "", rec.ID)
+		return nil, err
+	}
 	s.log.Debug("created", "sandbox", rec.ID, "tenant", tenant, "template", tpl.Name+"@"+tpl.Version)
 	return toAPI(out), nil
 }
@@ -277,7 +282,7 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 	}
 	layers := rec.Lowers
 	if len(layers) == 0 {
-		layers = []string{tpl.Rootfs}
+		layers = tpl.LowerDirs()
 	}
 	env := make([]string, 0, len(tpl.Env)+len(rec.Env))
 	merged := maps.Clone(tpl.Env)

@@ -107,6 +107,7 @@ func (s *Server) routes() {
 		// Image upload and removal (templates.go).
 		"POST /v1/templates/import":   s.uploadTemplate,
 		"DELETE /v1/templates/{name}": s.deleteTemplate,
+		"POST /v1/templates/build":    s.buildTemplate, // build.go
 
 		// State (state.go).
 		"POST /v1/sandboxes/{id}/pause":     s.pauseSandbox,
@@ -350,7 +351,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, t.API())
+	writeJSON(w, http.StatusOK, s.pool.Describe(t))
 }
 
 func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {

@@ -110,5 +110,9 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("removing template: %w", err))
 		return
 	}
+	// Build layers only it used go with it (build.go).
+	if _, err := s.svc.GCLayers(r.Context()); err != nil {
+		s.log.Warn("removing unused build layers", "err", err)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }

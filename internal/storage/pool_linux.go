@@ -51,6 +51,8 @@ type Pool struct {
 
 	// mu serializes template imports (version numbering).
 	mu sync.Mutex
+	// build pins the layers running builds use (build_linux.go).
+	build buildState
 }
 
 // Open makes the pool ready: it creates and formats storage.img on first
@@ -119,6 +121,7 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 		}
 	}
 	p.removeStaging()
+	p.removeTempFiles()
 	p.sweepStaleQgroups(ctx)
 	p.log.Debug("storage pool open", "root", p.root)
 	return p, nil

@@ -33,6 +33,8 @@ type Template struct {
 	// Empty for a public template (made with an admin key). Every version
 	// of a name has the same owner; see owner.go.
 	Tenant string `json:"tenant,omitempty"`
+	// BuildInfo: set on templates made by a build spec (build_linux.go).
+	BuildInfo
 }
 
 // API returns what the HTTP API shows of t.
@@ -48,6 +50,10 @@ func (t *Template) API() api.Template {
 		SizeBytes: t.SizeBytes,
 		CreatedAt: t.CreatedAt,
 		Tenant:    t.Tenant,
+		From:      t.From,
+		Layers:    t.Layers,
+		Start:     t.Start,
+		Ready:     t.Ready,
 	}
 }
 

@@ -252,6 +252,11 @@ func (p *Pool) RemoveTemplate(ctx context.Context, name, version string) error {
 	if err != nil {
 		return err
 	}
+	if deps, err := p.TemplateDependents(name, version); err != nil {
+		return err
+	} else if len(deps) > 0 {
+		return errdefs.Precondition("template %s version %s is the base of built template %s: remove those first", name, version, strings.Join(deps, ", "))
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	dir := filepath.Dir(t.Rootfs)
@@ -300,6 +305,9 @@ func (p *Pool) load(name, version string) (*Template, error) {
 	}
 	t.Name, t.Version = name, version
 	t.Rootfs = filepath.Join(dir, "rootfs")
+	if err := p.resolveLowers(&t, 0); err != nil {
+		return nil, err
+	}
 	return &t, nil
 }
 

@@ -1,0 +1,373 @@
+package build
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/storage"
+)
+
+// MaxLowers bounds the overlay lowers of a built template (its layers
+// plus its base's): the overlay's mount options must fit in a page, and
+// sandboxes made from it can still be snapshotted (see sandbox.maxLowers).
+const MaxLowers = 32
+
+// Builder runs builds.
+type Builder struct {
+	Pool  *storage.Pool
+	Boxes *sandbox.Service
+	Log   *slog.Logger
+}
+
+// Request is one build.
+type Request struct {
+	Name     string
+	Spec     *Spec
+	SpecName string   // shown in the template's source
+	Context  *Context // nil: no build context
+	// Emit receives the build's events as they happen (never "done" or
+	// "error": Build returns those).
+	Emit func(api.BuildEvent)
+}
+
+// StepError is a step that ran and failed.
+type StepError struct {
+	Step     int
+	Text     string
+	ExitCode int
+	Output   string // its last output
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("build step %d (%s) failed with exit code %d; its last output:\n%s", e.Step, e.Text, e.ExitCode, e.Output)
+}
+
+// Is makes a StepError an invalid-argument error (the spec is at fault).
+func (e *StepError) Is(target error) bool { return target == errdefs.ErrInvalidArgument }
+
+type state struct {
+	parent  string // cache key of the layer below (or of the base)
+	layers  []string
+	env     map[string]string
+	user    string
+	workdir string
+	start   string
+	ready   *api.ReadyCheck
+}
+
+// Build runs req's steps and publishes the template; on failure no
+// template version is made, and no build sandbox is left. Layers of the
+// steps that succeeded stay as cache until garbage-collected.
+func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, error) {
+	if err := storage.ValidTemplateName(req.Name); err != nil {
+		return nil, err
+	}
+	emit := req.Emit
+	if emit == nil {
+		emit = func(api.BuildEvent) {}
+	}
+	spec := req.Spec
+	if spec.FromImage() {
+		return nil, errdefs.Invalid("from %q: building from an image file is not supported yet; import it first (agentbox template import %s --name NAME) and use from: NAME", spec.From, spec.From)
+	}
+	var base *storage.Template
+	var err error
+	if name, ver, ok := strings.Cut(spec.From, "@"); ok {
+		base, err = b.Pool.TemplateVersion(name, ver)
+	} else {
+		base, err = b.Pool.Template(spec.From)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("from %s: %w", spec.From, err)
+	}
+	baseLowers := base.LowerDirs()
+	layered := 0
+	for i := range spec.Steps {
+		if spec.Steps[i].Layered() {
+			layered++
+		}
+	}
+	if len(baseLowers)+layered > MaxLowers {
+		return nil, errdefs.Invalid("the build would stack %d layers on %s's %d; at most %d in all: join run steps with &&", layered, spec.From, len(baseLowers), MaxLowers)
+	}
+	st := &state{
+		parent:  "template " + base.Name + "@" + base.Version + " " + base.CreatedAt.UTC().Format(time.RFC3339Nano),
+		env:     maps.Clone(base.Env),
+		user:    base.User,
+		workdir: base.Workdir,
+		start:   base.Start,
+		ready:   base.Ready,
+	}
+	if st.env == nil {
+		st.env = map[string]string{}
+	}
+	pin, unpin := b.Pool.PinBuildLayers()
+	defer unpin()
+	for i := range spec.Steps {
+		step := &spec.Steps[i]
+		t0 := time.Now()
+		if !step.Layered() {
+			emit(api.BuildEvent{Type: api.BuildEventStep, Step: i + 1, Steps: len(spec.Steps), Text: step.String()})
+			applyConfig(st, step)
+			emit(api.BuildEvent{Type: api.BuildEventStepDone, Step: i + 1, ExitCode: intp(0), DurationMs: ms(time.Since(t0))})
+			continue
+		}
+		id, plan, err := b.key(st, step, req.Context)
+		if err != nil {
+			return nil, fmt.Errorf("build step %d (%s): %w", i+1, step.String(), err)
+		}
+		pin(id)
+		if b.Pool.HasBuildLayer(id) {
+			emit(api.BuildEvent{Type: api.BuildEventStep, Step: i + 1, Steps: len(spec.Steps), Text: step.String(), Cached: true, Layer: id})
+			emit(api.BuildEvent{Type: api.BuildEventStepDone, Step: i + 1, ExitCode: intp(0), DurationMs: ms(time.Since(t0)), Layer: id, Cached: true})
+		} else {
+			emit(api.BuildEvent{Type: api.BuildEventStep, Step: i + 1, Steps: len(spec.Steps), Text: step.String(), Layer: id})
+			lowers := append(b.lowers(st), baseLowers...)
+			code, err := b.runStep(ctx, req, st, step, i+1, id, lowers, plan, emit)
+			if err != nil {
+				ev := api.BuildEvent{Type: api.BuildEventStepDone, Step: i + 1, DurationMs: ms(time.Since(t0))}
+				var se *StepError
+				if errors.As(err, &se) {
+					ev.ExitCode = intp(se.ExitCode)
+				}
+				emit(ev)
+				return nil, err
+			}
+			emit(api.BuildEvent{Type: api.BuildEventStepDone, Step: i + 1, ExitCode: intp(code), DurationMs: ms(time.Since(t0)), Layer: id})
+		}
+		st.parent = id
+		st.layers = append([]string{id}, st.layers...)
+	}
+	t := &storage.Template{
+		User:    st.user,
+		Workdir: st.workdir,
+		Env:     st.env,
+		Source:  "build " + req.SpecName,
+	}
+	t.From = base.Name + "@" + base.Version
+	t.Layers = st.layers
+	t.Start, t.Ready = st.start, st.ready
+	if len(t.Env) == 0 {
+		t.Env = nil
+	}
+	out, created, err := b.Pool.SaveBuiltTemplate(ctx, req.Name, t)
+	if err != nil {
+		return nil, err
+	}
+	if b.Log != nil {
+		b.Log.Info("built template", "template", out.Name, "version", out.Version, "new_version", created, "layers", len(out.Layers))
+	}
+	return out, nil
+}
+
+func (b *Builder) lowers(st *state) []string {
+	out := make([]string, 0, len(st.layers))
+	for _, id := range st.layers {
+		out = append(out, b.Pool.BuildLayerUpper(id))
+	}
+	return out
+}
+
+func applyConfig(st *state, step *Step) {
+	switch step.Kind {
+	case KindEnv:
+		for _, e := range step.Env {
+			st.env[e.Name] = e.Value
+		}
+	case KindWorkdir:
+		st.workdir = step.Workdir
+	case KindUser:
+		st.user = step.User
+	case KindStart:
+		st.start = step.Start
+	case KindReady:
+		st.ready = &api.ReadyCheck{Cmd: step.Ready.Cmd, Port: step.Ready.Port, TimeoutMs: step.Ready.Timeout.Milliseconds()}
+	}
+}
+
+// key is a layered step's cache key: the hash of its parent, the step,
+// the env, user and workdir it runs with, and (copy) the files it copies.
+func (b *Builder) key(st *state, step *Step, bc *Context) (string, *copyPlan, error) {
+	h := sha256.New()
+	var plan *copyPlan
+	copyHash := ""
+	if step.Kind == KindCopy {
+		var err error
+		if plan, err = bc.plan(step.Copy, step.Copy.ToDir); err != nil {
+			return "", nil, err
+		}
+		ch := sha256.New()
+		if err := bc.writeTar(plan, ch, true); err != nil {
+			return "", nil, err
+		}
+		copyHash = hex.EncodeToString(ch.Sum(nil))
+	}
+	k, _ := json.Marshal(struct {
+		Parent   string            `json:"parent"`
+		Kind     string            `json:"kind"`
+		Run      string            `json:"run,omitempty"`
+		As       string            `json:"as,omitempty"`
+		Copy     *Copy             `json:"copy,omitempty"`
+		Packages []string          `json:"packages,omitempty"`
+		Env      map[string]string `json:"env"`
+		User     string            `json:"user"`
+		Workdir  string            `json:"workdir"`
+		Files    string            `json:"files,omitempty"`
+	}{st.parent, step.Kind, step.Run, step.As, step.Copy, step.Packages, st.env, st.user, st.workdir, copyHash})
+	h.Write(k)
+	return hex.EncodeToString(h.Sum(nil))[:32], plan, nil
+}
+
+// runStep runs a layered step in a fresh build sandbox and commits its
+// writable layer as layer id.
+func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *Step, num int, id string, lowers []string, plan *copyPlan, emit func(api.BuildEvent)) (int, error) {
+	box, err := b.Boxes.NewBuildBox(ctx, lowers, st.env, st.user)
+	if err != nil {
+		return -1, err
+	}
+	defer func() {
+		if err := box.Close(); err != nil && b.Log != nil {
+			b.Log.Warn("removing build sandbox", "sandbox", box.ID(), "err", err)
+		}
+	}()
+	lines := &lineSplitter{emit: func(stream, line string) {
+		emit(api.BuildEvent{Type: api.BuildEventOutput, Step: num, Stream: stream, Text: line})
+	}}
+	run := func(pr api.StartProcessRequest) (int, error) {
+		if pr.TimeoutMs == 0 {
+			pr.TimeoutMs = DefaultTimeout.Milliseconds()
+		}
+		code, err := box.Run(ctx, pr, lines.write)
+		lines.flush()
+		return code, err
+	}
+	fail := func(code int) (int, error) {
+		return code, &StepError{Step: num, Text: step.String(), ExitCode: code, Output: lines.tail()}
+	}
+	if st.workdir != "" {
+		code, err := run(api.StartProcessRequest{Cmd: []string{"mkdir", "-p", st.workdir}, User: "root"})
+		if err != nil {
+			return -1, err
+		}
+		if code != 0 {
+			return fail(code)
+		}
+	}
+	var pr *api.StartProcessRequest
+	switch step.Kind {
+	case KindRun:
+		pr = &api.StartProcessRequest{Cmd: []string{"/bin/sh", "-c", step.Run}, User: step.As, Cwd: st.workdir}
+	case KindApt:
+		pr = &api.StartProcessRequest{Cmd: append([]string{"/bin/sh", "-c",
+			`set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update; apt-get install -y --no-install-recommends "$@"; rm -rf /var/lib/apt/lists/*`, "apt"},
+			step.Packages...), User: "root", Cwd: st.workdir}
+	case KindPip:
+		pr = &api.StartProcessRequest{Cmd: append([]string{"python3", "-m", "pip", "install", "--no-cache-dir"}, step.Packages...),
+			User: step.As, Cwd: st.workdir, Env: map[string]string{"PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}}
+	case KindNpm:
+		pr = &api.StartProcessRequest{Cmd: append([]string{"npm", "install", "-g"}, step.Packages...), User: step.As, Cwd: st.workdir}
+	case KindCopy:
+		owner := step.Copy.Chown
+		if owner == "" {
+			owner = "root"
+		}
+		pr2, pw := io.Pipe()
+		go func() { pw.CloseWithError(req.Context.writeTar(plan, pw, false)) }()
+		err := box.PutArchive(ctx, plan.dir, owner, pr2)
+		pr2.CloseWithError(io.ErrClosedPipe)
+		if err != nil {
+			lines.emit("stderr", err.Error())
+			lines.last.WriteString(err.Error())
+			return fail(1)
+		}
+	}
+	if pr != nil {
+		code, err := run(*pr)
+		if err != nil {
+			return -1, err
+		}
+		if code != 0 {
+			return fail(code)
+		}
+	}
+	if err := box.Stop(); err != nil {
+		return -1, fmt.Errorf("stopping the build sandbox: %w", err)
+	}
+	meta := storage.LayerMeta{ID: id, Parent: st.parent, Step: step.String(), CreatedAt: time.Now().UTC()}
+	if err := b.Pool.CommitBuildLayer(ctx, box.ID(), meta); err != nil {
+		return -1, err
+	}
+	return 0, nil
+}
+
+func intp(i int) *int { return &i }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// lineSplitter turns output chunks into lines, keeping the last 4 KiB.
+type lineSplitter struct {
+	emit    func(stream, line string)
+	partial map[string]*bytes.Buffer
+	last    bytes.Buffer
+}
+
+const maxLine = 8 << 10
+
+func (l *lineSplitter) write(stream string, data []byte) {
+	if l.partial == nil {
+		l.partial = map[string]*bytes.Buffer{}
+	}
+	l.last.Write(data)
+	if l.last.Len() > 8<<10 {
+		b := append([]byte(nil), l.last.Bytes()[l.last.Len()-4<<10:]...)
+		l.last.Reset()
+		l.last.Write(b)
+	}
+	buf := l.partial[stream]
+	if buf == nil {
+		buf = &bytes.Buffer{}
+		l.partial[stream] = buf
+	}
+	buf.Write(data)
+	for {
+		i := bytes.IndexByte(buf.Bytes(), '\n')
+		if i < 0 {
+			if buf.Len() >= maxLine {
+				l.emit(stream, buf.String())
+				buf.Reset()
+			}
+			return
+		}
+		l.emit(stream, strings.TrimSuffix(string(buf.Next(i + 1)[:i]), "\r"))
+	}
+}
+
+func (l *lineSplitter) flush() {
+	for stream, buf := range l.partial {
+		if buf.Len() > 0 {
+			l.emit(stream, buf.String())
+			buf.Reset()
+		}
+	}
+}
+
+func (l *lineSplitter) tail() string {
+	s := l.last.String()
+	if len(s) > 4<<10 {
+		s = "..." + s[len(s)-4<<10:]
+	}
+	return strings.TrimRight(s, "\n")
+}

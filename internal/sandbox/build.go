@@ -1,0 +1,231 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// BuildIsolation is the tier build steps run on.
+const BuildIsolation = "container"
+
+// BuildBox is a sandbox that runs template build steps (internal/build).
+// It has no store record and belongs to no tenant: nothing lists it, and a
+// daemon restart cleans up whatever a crash left of it (layers, run dirs
+// and driver leftovers with no record go at Start).
+type BuildBox struct {
+	s  *Service
+	e  *entry
+	id string
+}
+
+// NewBuildBox starts a sandbox of the container tier on lowers (top
+// first) with the given defaults, no network, and the daemon's largest
+// resource limits.
+func (s *Service) NewBuildBox(ctx context.Context, lowers []string, env map[string]string, user string) (*BuildBox, error) {
+	drv, ok := s.drivers[BuildIsolation]
+	if !ok {
+		return nil, errdefs.Precondition("template builds run on the %s tier, which this daemon does not run", BuildIsolation)
+	}
+	lim, def := s.cfg.Limits, s.cfg.Defaults
+	res := api.Resources{CPU: lim.CPU, MemoryMB: lim.MemoryMB, DiskMB: lim.DiskMB, Pids: lim.Pids}
+	if res.CPU <= 0 {
+		res.CPU = def.CPU
+	}
+	if res.MemoryMB <= 0 {
+		res.MemoryMB = def.MemoryMB
+	}
+	if res.DiskMB <= 0 {
+		res.DiskMB = def.DiskMB
+	}
+	if res.Pids <= 0 {
+		res.Pids = def.Pids
+	}
+	rec := &store.SandboxRecord{
+		ID:        newID(),
+		State:     api.StateCreating,
+		Isolation: BuildIsolation,
+		Resources: res,
+		CreatedAt: time.Now().UTC(),
+		Lowers:    lowers,
+	}
+	tpl := &storage.Template{Env: env, User: user}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	h, err := s.boot(cctx, rec, tpl, drv, false)
+	if err != nil {
+		return nil, fmt.Errorf("starting a build sandbox: %w", err)
+	}
+	return &BuildBox{s: s, e: s.newEntry(rec.ID, "", drv, h), id: rec.ID}, nil
+}
+
+// ID is the box's sandbox id (its writable layer's name in the pool).
+func (b *BuildBox) ID() string { return b.id }
+
+// Close destroys the box and its writable layer.
+func (b *BuildBox) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b.e.guest.CloseIdleConnections()
+	return b.s.release(ctx, b.id, b.e.drv, b.e.handle())
+}
+
+// Stop kills every process in the box (its init too) but keeps its
+// writable layer, so that the layer can be committed with nothing
+// writing to it. Close still has to be called.
+func (b *BuildBox) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b.e.guest.CloseIdleConnections()
+	return b.e.drv.Destroy(ctx, b.e.handle())
+}
+
+// Run starts req in the box and streams its output to out (stream is
+// "stdout" or "stderr") until it exits; it returns the exit code.
+func (b *BuildBox) Run(ctx context.Context, req api.StartProcessRequest, out func(stream string, data []byte)) (int, error) {
+	return runProcess(ctx, b.e.guest, req, out)
+}
+
+// PutArchive extracts the tar stream r under dir in the box, owned by user.
+func (b *BuildBox) PutArchive(ctx context.Context, dir, user string, r io.Reader) error {
+	q := url.Values{"path": {dir}}
+	if user != "" {
+		q.Set("user", user)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://guest/files/archive?"+q.Encode(), r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := b.e.guest.RoundTrip(req)
+	if err != nil {
+		return errdefs.Unavailable("build sandbox: guest agent: %v", err)
+	}
+	defer resp.Body.Close()
+	return guestError(resp)
+}
+
+func guestError(resp *http.Response) error {
+	if resp.StatusCode < 300 {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	var body api.ErrorBody
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err == nil && body.Error.Message != "" {
+		return errdefs.FromCode(body.Error.Code, body.Error.Message)
+	}
+	return errdefs.Unavailable("guest agent answered %s", resp.Status)
+}
+
+// startProcess starts a background process through the guest's
+// processes API.
+func startProcess(ctx context.Context, rt http.RoundTripper, req api.StartProcessRequest) (*api.Process, error) {
+	b, _ := json.Marshal(req)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://guest/processes", bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := rt.RoundTrip(hr)
+	if err != nil {
+		return nil, errdefs.Unavailable("guest agent: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return nil, guestError(resp)
+	}
+	var p api.Process
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		return nil, fmt.Errorf("reading the guest's answer: %w", err)
+	}
+	return &p, nil
+}
+
+// runProcess starts req and follows its output stream to the exit.
+func runProcess(ctx context.Context, rt http.RoundTripper, req api.StartProcessRequest, out func(stream string, data []byte)) (int, error) {
+	p, err := startProcess(ctx, rt, req)
+	if err != nil {
+		return -1, err
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/processes/"+strconv.Itoa(p.Pid)+"/stream", nil)
+	if err != nil {
+		return -1, err
+	}
+	resp, err := rt.RoundTrip(hr)
+	if err != nil {
+		return -1, errdefs.Unavailable("guest agent: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return -1, guestError(resp)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var ev api.ExecEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return -1, fmt.Errorf("reading the process's output stream: %w", err)
+		}
+		switch ev.Type {
+		case api.EventStdout, api.EventStderr:
+			if out != nil {
+				out(ev.Type, ev.Data)
+			}
+		case api.EventExit:
+			code := -1
+			if ev.ExitCode != nil {
+				code = *ev.ExitCode
+			}
+			return code, nil
+		case api.EventError:
+			if ev.Error != nil {
+				return -1, errdefs.FromCode(ev.Error.Code, ev.Error.Message)
+			}
+			return -1, fmt.Errorf("the process's stream failed")
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return -1, fmt.Errorf("reading the process's output stream: %w", err)
+	}
+	return -1, fmt.Errorf("the process's output stream ended before its exit")
+}
+
+// GCLayers removes the build layers that no template version, sandbox or
+// snapshot uses.
+func (s *Service) GCLayers(ctx context.Context) ([]string, error) {
+	inUse := map[string]bool{}
+	recs, err := s.st.ListSandboxes(ctx, store.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if r.State == api.StateDestroyed || r.State == api.StateFailed {
+			continue
+		}
+		for _, l := range r.Lowers {
+			inUse[l] = true
+		}
+	}
+	snaps, err := s.st.ListSnapshots(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, sn := range snaps {
+		for _, l := range sn.Lowers {
+			inUse[l] = true
+		}
+	}
+	return s.pool.GCLayers(ctx, inUse)
+}
