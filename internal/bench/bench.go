@@ -36,7 +36,7 @@ type Options struct {
 	// "density", "throughput/execs").
 	Only *regexp.Regexp
 	// Density is how many idle sandboxes the density line holds at once
-	// (default 50, quick 5).
+	// (default 200, quick 5).
 	Density int
 	// Concurrency is the number of clients in the throughput lines
 	// (default 16).
@@ -69,7 +69,7 @@ func (o *Options) setDefaults() {
 		}
 	}
 	if o.Density <= 0 {
-		o.Density = 50
+		o.Density = 200
 		if o.Quick {
 			o.Density = 5
 		}
@@ -145,6 +145,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	r.baselines(ctx)
 	if len(r.templates) > 0 {
 		r.lifecycle(ctx)
+		r.pool(ctx)
+		r.state(ctx)
 		r.execs(ctx)
 		r.files(ctx)
 		r.density(ctx)
@@ -154,6 +156,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return r.report, err
 	}
 	r.report.Budgets = judge(r.report)
+	r.report.Peers = Peers
 	r.report.Duration = time.Since(start).Seconds()
 	return r.report, nil
 }
@@ -249,6 +252,9 @@ func createReq(template string) api.CreateSandboxRequest {
 		Isolation:  "container",
 		TTLSeconds: 900,
 		Metadata:   map[string]string{benchMeta: "1"},
+		// A pool never serves a request with env: the cold lines stay
+		// cold on a daemon with a warm pool (poolReq has none).
+		Env: map[string]string{"AGENTBOX_BENCH": "1"},
 	}
 }
 

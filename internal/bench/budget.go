@@ -54,6 +54,19 @@ func judge(r *Report) []Budget {
 			lat(res.Name, "create-to-first-output p50", p50, 15, "ARCHITECTURE")
 		}
 	}
+	for _, res := range r.Results {
+		if res.Group == GroupLifecycle && strings.HasPrefix(res.Name, "create/") && strings.HasSuffix(res.Name, "(pool)") {
+			lat(res.Name, "create p50 from the warm pool", p50, 2, "issue")
+		}
+	}
+	lat("pause", "pause p50", p50, 5, "issue")
+	lat("resume", "resume p50", p50, 5, "issue")
+	lat("fork/1", "fork p50 (1 child)", p50, 50, "issue")
+	if res := r.Find("fork/10"); res != nil && res.N > 0 {
+		v := res.P50 / 10
+		out = append(out, Budget{What: "fork p50 per child (10 children)", Limit: "<= 50.00 ms", Value: v, Unit: "ms",
+			Pass: v <= 50, Source: "issue", Floors: floorsOf(v)})
+	}
 	if fe := r.Find("baseline/fork-exec"); fe != nil && fe.N > 0 {
 		lat("exec/true", "exec p50 within 1.5x fork+exec", p50, 1.5*fe.P50, "ARCHITECTURE")
 	}

@@ -87,12 +87,14 @@ type Machine struct {
 
 // Report is everything one run measured.
 type Report struct {
-	Machine  Machine  `json:"machine"`
-	Command  string   `json:"command,omitempty"`
-	Quick    bool     `json:"quick"`
-	Results  []Result `json:"results"`
-	Density  *Density `json:"density,omitempty"`
-	Budgets  []Budget `json:"budgets"`
+	Machine Machine  `json:"machine"`
+	Command string   `json:"command,omitempty"`
+	Quick   bool     `json:"quick"`
+	Results []Result `json:"results"`
+	Density *Density `json:"density,omitempty"`
+	Budgets []Budget `json:"budgets"`
+	// Peers are the published figures printed beside ours (peers.go).
+	Peers    []Peer   `json:"peers,omitempty"`
 	Notes    []string `json:"notes,omitempty"`
 	Duration float64  `json:"duration_s"`
 }
@@ -128,7 +130,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	if m.CPUModel != "" {
 		fmt.Fprintf(w, "cpu: %s\n", m.CPUModel)
 	}
-	for _, g := range []string{GroupBaseline, GroupLifecycle, GroupExec, GroupFiles, GroupThroughput} {
+	for _, g := range []string{GroupBaseline, GroupLifecycle, GroupState, GroupExec, GroupFiles, GroupThroughput} {
 		var rows []Result
 		for _, res := range r.Results {
 			if res.Group == g {
@@ -177,6 +179,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "(%d creates failed, %d cgroups unreadable)\n", d.CreateErrors, d.UnreadableCgroups)
 		}
 	}
+	r.writePeers(w)
 	if len(r.Budgets) > 0 {
 		fmt.Fprintf(w, "\n== budget\n")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

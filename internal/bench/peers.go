@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Peer is a published create figure of another sandbox system, printed
+// beside ours. These are the vendors' own published numbers on their own
+// hardware, not measured here: compare orders of magnitude, not ratios
+// to the last decimal.
+type Peer struct {
+	Name   string  `json:"name"`
+	P50    float64 `json:"p50_ms"`           // typical create, ms
+	P99    float64 `json:"p99_ms,omitempty"` // where published
+	Figure string  `json:"figure"`           // as published
+}
+
+// Peers are the published create times the issue names.
+var Peers = []Peer{
+	{Name: "E2B", P50: 150, Figure: "about 150 ms"},
+	{Name: "Daytona", P50: 90, Figure: "under 90 ms"},
+	{Name: "PandaStack", P50: 179, P99: 203, Figure: "179 ms p50, 203 ms p99"},
+	{Name: "hosted services", P50: 1000, P99: 3000, Figure: "1-3 s"},
+}
+
+// writePeers prints the peers' published creates next to this run's
+// cold and pool create p50 (first template).
+func (r *Report) writePeers(w io.Writer) {
+	var cold, pool *Result
+	for i := range r.Results {
+		res := &r.Results[i]
+		if res.N == 0 {
+			continue
+		}
+		if res.Group != GroupLifecycle || !strings.HasPrefix(res.Name, "create/") {
+			continue
+		}
+		if strings.HasSuffix(res.Name, "(pool)") {
+			if pool == nil {
+				pool = res
+			}
+		} else if cold == nil {
+			cold = res
+		}
+	}
+	if cold == nil && pool == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n== peers (their published create times, not measured here)\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	head := "system\tpublished\t"
+	if cold != nil {
+		head += fmt.Sprintf("vs our cold %s p50 %.2f ms\t", cold.Name, cold.P50)
+	}
+	if pool != nil {
+		head += fmt.Sprintf("vs our %s p50 %.2f ms\t", pool.Name, pool.P50)
+	}
+	fmt.Fprintln(tw, head)
+	for _, p := range Peers {
+		line := p.Name + "\t" + p.Figure + "\t"
+		if cold != nil {
+			line += fmt.Sprintf("%.1fx ours\t", p.P50/cold.P50)
+		}
+		if pool != nil {
+			line += fmt.Sprintf("%.0fx ours\t", p.P50/pool.P50)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+}
