@@ -180,16 +180,25 @@ func (s *Server) handleStartProcess(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, b.info())
 }
 
-// startBackground starts req detached and supervises it until it ends.
-func (s *Server) startBackground(req *api.StartProcessRequest) (*bgProc, error) {
+// checkStartProcess checks what can be checked of a start request
+// without touching the system (the exec fields: validate).
+func checkStartProcess(req *api.StartProcessRequest) error {
 	switch {
 	case req.MaxBufferBytes < 0 || req.MaxBufferBytes > api.MaxProcessBuffer:
-		return nil, errdefs.Invalid("max_buffer_bytes must be between 0 (default %d) and %d, got %d", api.DefaultProcessBuffer, api.MaxProcessBuffer, req.MaxBufferBytes)
+		return errdefs.Invalid("max_buffer_bytes must be between 0 (default %d) and %d, got %d", api.DefaultProcessBuffer, api.MaxProcessBuffer, req.MaxBufferBytes)
 	case len(req.Tag) > 128 || strings.ContainsAny(req.Tag, "/\x00"):
-		return nil, errdefs.Invalid("tag must be at most 128 characters without '/' or NUL, got %q", req.Tag)
+		return errdefs.Invalid("tag must be at most 128 characters without '/' or NUL, got %q", req.Tag)
 	}
 	if _, err := strconv.Atoi(req.Tag); err == nil {
-		return nil, errdefs.Invalid("tag %q is a number and would be read as a pid; use a name", req.Tag)
+		return errdefs.Invalid("tag %q is a number and would be read as a pid; use a name", req.Tag)
+	}
+	return nil
+}
+
+// startBackground starts req detached and supervises it until it ends.
+func (s *Server) startBackground(req *api.StartProcessRequest) (*bgProc, error) {
+	if err := checkStartProcess(req); err != nil {
+		return nil, err
 	}
 	ereq := &api.ExecRequest{Cmd: req.Cmd, Shell: req.Shell, Env: req.Env, Cwd: req.Cwd, User: req.User, TimeoutMs: req.TimeoutMs}
 	sp, err := s.prepare(ereq, true)
