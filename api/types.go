@@ -37,6 +37,10 @@ type CreateSandboxRequest struct {
 	// AutoResume makes exec and file requests resume a paused sandbox
 	// instead of failing.
 	AutoResume bool `json:"auto_resume,omitempty"`
+	// IdleTimeoutSeconds applies OnTimeout once the sandbox has had no API
+	// activity (exec, files, processes, PTY, preview traffic) for that
+	// many seconds; 0: no idle timeout. See docs/state.md.
+	IdleTimeoutSeconds int64 `json:"idle_timeout,omitempty"`
 	// Network is the egress policy and preview access (api/network.go).
 	Network *Network `json:"network,omitempty"`
 }
@@ -69,6 +73,8 @@ type Sandbox struct {
 	Snapshot   string `json:"snapshot,omitempty"`
 	OnTimeout  string `json:"on_timeout,omitempty"`
 	AutoResume bool   `json:"auto_resume,omitempty"`
+	// IdleTimeoutSeconds is the create request's idle_timeout (0: none).
+	IdleTimeoutSeconds int64 `json:"idle_timeout,omitempty"`
 	// Network is the sandbox's network settings, its preview token
 	// included (api/network.go).
 	Network *Network `json:"network,omitempty"`

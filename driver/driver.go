@@ -152,6 +152,27 @@ type Resizer interface {
 	SetLimits(ctx context.Context, h *Handle, cpu float64, memoryMB, pids int64) error
 }
 
+// Standby is implemented by drivers that can boot a sandbox's next init
+// ahead of time, next to the running one, and switch to it at once: what
+// makes a reset in place cost a few milliseconds instead of a stop and a
+// start. The standby shares the sandbox's cgroups (so its limits, and
+// Destroy, cover it) but has fresh namespaces and its own writable layer;
+// nothing reaches it before Promote.
+type Standby interface {
+	// Prepare starts a standby init for spec, whose ID is a running
+	// sandbox's and whose RunDir is a directory of its own; it returns
+	// once the standby answers.
+	Prepare(ctx context.Context, spec *Spec) (*Handle, error)
+	// Promote makes next the sandbox's init: it kills cur (every process
+	// of its namespaces) and from then on Exited, Pause, Destroy and the
+	// rest act on next. gone is closed once cur's init has exited, its
+	// mounts with it, so that its writable layer can be removed. An error
+	// (next died meanwhile) leaves cur running.
+	Promote(ctx context.Context, cur, next *Handle) (gone <-chan struct{}, err error)
+	// Discard kills a standby that will not be promoted and waits for it.
+	Discard(ctx context.Context, next *Handle) error
+}
+
 // Stats are a sandbox's resource usage, read on the host.
 type Stats struct {
 	MemoryBytes int64 `json:"memory_bytes"`

@@ -265,6 +265,23 @@ func TestStateReset(t *testing.T) {
 	if sb, _ := env.client.GetSandbox(ctx, id); sb.Snapshot != snap.ID {
 		t.Errorf("lineage after reset: snapshot %q, want %s", sb.Snapshot, snap.ID)
 	}
+	// From the second reset on, a standby init takes over: nothing of the
+	// old state may show (files, /tmp, processes, exec cgroups).
+	for i := 0; i < 3; i++ {
+		mustSh(t, id, "echo two > /root/g; echo t > /tmp/t; sleep 1000 & sleep 1001 &")
+		time.Sleep(300 * time.Millisecond) // the standby boots
+		before, _ := env.client.GetSandbox(ctx, id)
+		if _, err := env.client.ResetSandbox(ctx, id, snap.ID); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := env.client.GetSandbox(ctx, id)
+		if after.Pid == before.Pid || after.State != api.StateRunning {
+			t.Fatalf("reset %d: pid %d -> %d, state %s", i, before.Pid, after.Pid, after.State)
+		}
+		if got := mustSh(t, id, "ls /root /tmp; ps -o comm | grep -c '^sleep' || true; hostname"); got != "/root:\nf\n\n/tmp:\n0\nsbx-"+id {
+			t.Fatalf("after standby reset %d: %q", i, got)
+		}
+	}
 	var ds []time.Duration
 	for i := 0; i < 20; i++ {
 		mustSh(t, id, "echo x > /root/x")
@@ -297,35 +314,133 @@ func TestStateReset(t *testing.T) {
 		t.Fatalf("rm after its sandbox is gone: %v", err)
 	}
 	assertNoTrace(t, id)
+	time.Sleep(200 * time.Millisecond) // an old init's layer goes in the background
+	if m, _ := filepath.Glob(filepath.Join(env.cfg.DataDir, "storage", "sandboxes", id+".*")); len(m) > 0 {
+		t.Errorf("standby layers left after destroy: %v", m)
+	}
 }
 
-// TestStateForkCost forks sandboxes that wrote 100 MB, on busybox and on
-// base: the cost per child must not depend on the template.
-func TestStateForkCost(t *testing.T) {
+// pcts returns p50 and p99 of ds.
+func pcts(ds []time.Duration) (time.Duration, time.Duration) {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2], s[min(len(s)-1, len(s)*99/100)]
+}
+
+// TestStateMeasure measures the state operations through the Go SDK (so
+// every figure includes an HTTP round trip and a store write) on a
+// busybox and a base sandbox that each wrote 100 MB: pause, resume,
+// snapshot, fork of 1 and of 10 children (per child), reset to the
+// template and to a snapshot. It checks a forked child's data on each.
+// AGENTBOX_STATE_MEASURE=N sets the rounds (3 by default, which CI runs;
+// docs/state.md's figures are from N=50):
+//
+//	AGENTBOX_STATE_MEASURE=50 go test ./integration -run TestStateMeasure -v
+func TestStateMeasure(t *testing.T) {
 	needBase(t)
+	n := 3
+	if v := os.Getenv("AGENTBOX_STATE_MEASURE"); v != "" {
+		fmt.Sscan(v, &n)
+	}
 	ctx := context.Background()
+	report := func(tpl, what string, ds []time.Duration) {
+		a, b := pcts(ds)
+		t.Logf("%-8s %-34s p50 %7.2f ms  p99 %7.2f ms  (n=%d)", tpl, what, float64(a.Microseconds())/1000, float64(b.Microseconds())/1000, len(ds))
+	}
+	timed := func(f func() error) time.Duration {
+		t.Helper()
+		t0 := time.Now()
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(t0)
+	}
 	for _, tpl := range []string{"busybox", "base"} {
 		id := newSandbox(t, api.CreateSandboxRequest{Template: tpl, DiskMB: 1024})
 		mustSh(t, id, "dd if=/dev/urandom of=/root/blob bs=1M count=100 2>/dev/null && sync")
 		sum := mustSh(t, id, "md5sum /root/blob | cut -d' ' -f1")
-		var per []time.Duration
-		for round := 0; round < 3; round++ {
-			t0 := time.Now()
-			kids, err := env.client.ForkSandbox(ctx, id, 4)
-			if err != nil {
+		var pause, resume, snap, fork1, fork10 []time.Duration
+		for i := 0; i < n; i++ {
+			pause = append(pause, timed(func() error { _, err := env.client.PauseSandbox(ctx, id); return err }))
+			resume = append(resume, timed(func() error { _, err := env.client.ResumeSandbox(ctx, id); return err }))
+		}
+		for i := 0; i < n; i++ {
+			var sn *api.Snapshot
+			snap = append(snap, timed(func() (err error) { sn, err = env.client.CreateSnapshot(ctx, id, ""); return err }))
+			if err := env.client.DeleteSnapshot(ctx, sn.ID); err != nil {
 				t.Fatal(err)
 			}
-			per = append(per, time.Since(t0)/4)
-			for _, k := range kids {
-				if round == 0 && k.ID == kids[0].ID {
-					if got := mustSh(t, k.ID, "md5sum /root/blob | cut -d' ' -f1"); got != sum {
-						t.Fatalf("child's blob differs")
-					}
+		}
+		for i := 0; i < n; i++ {
+			var kids []api.Sandbox
+			fork1 = append(fork1, timed(func() (err error) { kids, err = env.client.ForkSandbox(ctx, id, 1); return err }))
+			if i == 0 {
+				if got := mustSh(t, kids[0].ID, "md5sum /root/blob | cut -d' ' -f1"); got != sum {
+					t.Fatalf("child's blob differs")
 				}
+			}
+			for _, k := range kids {
 				_ = env.client.DestroySandbox(ctx, k.ID)
 			}
 		}
-		t.Logf("fork of a %s sandbox that wrote 100 MB: p50 %v per child (4 children per call)", tpl, p50(per))
+		for i := 0; i < max(1, n/5); i++ {
+			var kids []api.Sandbox
+			fork10 = append(fork10, timed(func() (err error) { kids, err = env.client.ForkSandbox(ctx, id, 10); return err })/10)
+			for _, k := range kids {
+				_ = env.client.DestroySandbox(ctx, k.ID)
+			}
+		}
+		report(tpl, "pause", pause)
+		report(tpl, "resume", resume)
+		report(tpl, "snapshot (100 MB written)", snap)
+		report(tpl, "fork, 1 child", fork1)
+		report(tpl, "fork, 10 children (per child)", fork10)
+
+		// Resets, as an RL loop does them: an episode (a command and a
+		// 100 ms think) between two resets. The first reset of a sandbox
+		// takes the full path; the rest switch to the standby init.
+		base, err := env.client.CreateSnapshot(ctx, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The sandbox started from the template: "" resets to it (and
+		// after a reset --to, "" would mean that snapshot).
+		for _, to := range []string{"", base.ID} {
+			var first time.Duration
+			var ds []time.Duration
+			for i := 0; i <= n; i++ {
+				mustSh(t, id, "echo episode > /tmp/e; echo x > /root/x")
+				time.Sleep(100 * time.Millisecond)
+				d := timed(func() error { _, err := env.client.ResetSandbox(ctx, id, to); return err })
+				if i == 0 {
+					first = d
+					continue
+				}
+				ds = append(ds, d)
+			}
+			want := "blob"
+			what := "reset to a snapshot (100 MB)"
+			if to == "" {
+				want, what = "", "reset to the template"
+			}
+			if got := mustSh(t, id, "ls /root; ls /tmp"); got != want {
+				t.Fatalf("after %s: %q, want %q", what, got, want)
+			}
+			report(tpl, what, ds)
+			t.Logf("%-8s %-34s %7.2f ms", tpl, "  (first of them: full path)", float64(first.Microseconds())/1000)
+		}
+		var ds []time.Duration
+		for i := 0; i < n; i++ {
+			ds = append(ds, timed(func() error { _, err := env.client.ResetSandbox(ctx, id, ""); return err }))
+		}
+		report(tpl, "reset, back to back", ds)
+		if err := env.client.DestroySandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.client.DeleteSnapshot(ctx, base.ID); err != nil {
+			t.Fatal(err)
+		}
+		assertNoTrace(t, id)
 	}
 }
 
@@ -682,4 +797,96 @@ func TestStateCyclesLeaveNothing(t *testing.T) {
 	if snapsAfter, _ := os.ReadDir(snapDir); len(snapsAfter) != len(snapsBefore) {
 		t.Fatalf("after %d cycles: %d snapshot dirs, before %d", cycles, len(snapsAfter), len(snapsBefore))
 	}
+}
+
+// waitState polls sandbox id until it is in state want, for at most d.
+func waitState(t *testing.T, id, want string, d time.Duration) *api.Sandbox {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		sb, err := env.client.GetSandbox(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.State == want {
+			return sb
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s: state %s after %v, want %s (error %q)", id, sb.State, d, want, sb.Error)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestStateIdleTimeout: idle_timeout applies on_timeout after no API use;
+// a long exec is use the whole time; resume starts the clock again.
+func TestStateIdleTimeout(t *testing.T) {
+	ctx := context.Background()
+	if _, err := env.client.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: -1}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("idle_timeout -1: %v, want invalid argument", err)
+	}
+	pause := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: 1, OnTimeout: api.OnTimeoutPause})
+	destroy := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: 1})
+	busy := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: 1, OnTimeout: api.OnTimeoutPause})
+	if sb, _ := env.client.GetSandbox(ctx, pause); sb.IdleTimeoutSeconds != 1 {
+		t.Fatalf("idle_timeout shown as %d", sb.IdleTimeoutSeconds)
+	}
+	// 3 s of exec with no output: never idle meanwhile.
+	if got := mustSh(t, busy, "sleep 3; echo done"); got != "done" {
+		t.Fatalf("long exec: %q", got)
+	}
+	if sb, _ := env.client.GetSandbox(ctx, busy); sb.State != api.StateRunning {
+		t.Fatalf("during a 3 s exec a 1 s idle timeout hit: %s", sb.State)
+	}
+	waitState(t, pause, api.StatePaused, 10*time.Second)
+	waitState(t, destroy, api.StateDestroyed, 10*time.Second)
+	waitState(t, busy, api.StatePaused, 10*time.Second)
+	// Paused: the idle clock stops, the sandbox stays paused.
+	time.Sleep(1500 * time.Millisecond)
+	if sb, _ := env.client.GetSandbox(ctx, pause); sb.State != api.StatePaused {
+		t.Fatalf("paused sandbox after more idle time: %s", sb.State)
+	}
+	if _, err := env.client.ResumeSandbox(ctx, pause); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustSh(t, pause, "echo up"); got != "up" {
+		t.Fatalf("after resume: %q", got)
+	}
+	waitState(t, pause, api.StatePaused, 10*time.Second)
+	assertNoTrace(t, destroy)
+}
+
+// TestStateInitDiesPersistent: a persistent sandbox whose init dies while
+// the daemon runs becomes stopped with its files, and resumes cold; a
+// plain one is failed and removed.
+func TestStateInitDiesPersistent(t *testing.T) {
+	ctx := context.Background()
+	keep := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", OnTimeout: api.OnTimeoutPause})
+	plain := newSandbox(t, api.CreateSandboxRequest{Template: "busybox"})
+	for _, id := range []string{keep, plain} {
+		mustSh(t, id, "echo kept > /root/f; sleep 1000 &")
+		sb, _ := env.client.GetSandbox(ctx, id)
+		if err := syscall.Kill(sb.Pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb := waitState(t, keep, api.StateStopped, 10*time.Second)
+	if sb.Error == "" {
+		t.Errorf("stopped sandbox says nothing of why")
+	}
+	waitState(t, plain, api.StateFailed, 10*time.Second)
+	assertNoTrace(t, plain)
+	if _, err := env.client.Exec(ctx, keep, api.ExecRequest{Shell: "true"}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("exec on the stopped sandbox: %v", err)
+	}
+	if sb, err := env.client.ResumeSandbox(ctx, keep); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("resume: %+v %v", sb, err)
+	}
+	if got := mustSh(t, keep, "cat /root/f; ps | grep -c '[s]leep 1000' || true"); got != "kept\n0" {
+		t.Fatalf("after a cold resume: %q, want the file and no old process", got)
+	}
+	if err := env.client.DestroySandbox(ctx, keep); err != nil {
+		t.Fatal(err)
+	}
+	assertNoTrace(t, keep)
 }

@@ -115,10 +115,6 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 			}
 		}
 	}()
-	rootfs := filepath.Join(spec.RunDir, "rootfs")
-	if err := os.Mkdir(rootfs, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("creating rootfs mount point: %w", err)
-	}
 	v1 := d.cg.Version() == 1
 	// The agent lives in the sandbox's cgroup; the workload in a child
 	// with the requested limits. The parent adds a small reserve, so that
@@ -163,30 +159,62 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		}
 	}
 
+	var addProc func(int) error
+	if v1 {
+		addProc = cg.AddProc
+	}
+	h, exited, err := d.spawn(ctx, spec, ctrls, home.Paths(), work.Paths(), addProc)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.exited[spec.ID] = exited
+	d.mu.Unlock()
+	return h, nil
+}
+
+// spawn starts the guest agent as the init of a new sandbox for spec in
+// cgroups that exist (home holds the agent, work the workload; ctrls are
+// the v1 controllers, or "" on v2) and returns once it answers. addProc,
+// on v1, moves the new init into the sandbox's cgroup before it gets its
+// boot spec. On error nothing spawn made is left.
+func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, ctrls []string, homePaths, workPaths map[string]string, addProc func(int) error) (_ *driver.Handle, _ chan struct{}, err error) {
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	rootfs := filepath.Join(spec.RunDir, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, nil, fmt.Errorf("creating rootfs mount point: %w", err)
+	}
 	sock := socketPath(spec.RunDir)
 	_ = os.Remove(sock)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("guest socket: %w", err)
+		return nil, nil, fmt.Errorf("guest socket: %w", err)
 	}
 	ln.SetUnlinkOnClose(false)
 	lnFile, err := ln.File()
 	ln.Close()
 	if err != nil {
-		return nil, fmt.Errorf("guest socket fd: %w", err)
+		return nil, nil, fmt.Errorf("guest socket fd: %w", err)
 	}
 	defer lnFile.Close()
 	undo = append(undo, func() { _ = os.Remove(sock) })
 
 	bootR, bootW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer bootR.Close()
 	defer bootW.Close()
 	logFile, err := os.OpenFile(filepath.Join(spec.RunDir, "guest.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer logFile.Close()
 
@@ -200,7 +228,6 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	// The workload's and the agent's cgroup dirs, for per-exec child
 	// cgroups and the guest's thread moves (fds 5...).
 	var bootCgs []api.BootCgroup
-	workPaths, homePaths := work.Paths(), home.Paths()
 	for _, c := range ctrls {
 		if _, ok := workPaths[c]; !ok {
 			continue
@@ -209,7 +236,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		for i, p := range []string{workPaths[c], homePaths[c]} {
 			f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY, 0)
 			if err != nil {
-				return nil, fmt.Errorf("opening cgroup dir: %w", err)
+				return nil, nil, fmt.Errorf("opening cgroup dir: %w", err)
 			}
 			defer f.Close()
 			fds[i] = 3 + len(cmd.ExtraFiles)
@@ -231,14 +258,15 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		// capabilities in that namespace only.
 		Credential: &syscall.Credential{Uid: 0, Gid: 0},
 	}
-	if !v1 {
-		if fd, ferr := home.FD(); ferr == nil {
+	if addProc == nil {
+		if fd, ferr := unix.Open(homePaths[""], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); ferr == nil {
+			defer unix.Close(fd)
 			cmd.SysProcAttr.UseCgroupFD = true
 			cmd.SysProcAttr.CgroupFD = fd
 		}
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting guest agent: %w", err)
+		return nil, nil, fmt.Errorf("starting guest agent: %w", err)
 	}
 	pid := cmd.Process.Pid
 	exited := make(chan struct{})
@@ -250,9 +278,9 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		_ = unix.Kill(pid, unix.SIGKILL)
 		<-exited
 	})
-	if v1 {
-		if err := cg.AddProc(pid); err != nil {
-			return nil, fmt.Errorf("placing sandbox in its cgroup: %w", err)
+	if addProc != nil {
+		if err := addProc(pid); err != nil {
+			return nil, nil, fmt.Errorf("placing sandbox in its cgroup: %w", err)
 		}
 	}
 	boot := api.BootSpec{
@@ -270,19 +298,16 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		Seccomp:   d.opts.Seccomp,
 	}
 	if err := json.NewEncoder(bootW).Encode(&boot); err != nil {
-		return nil, fmt.Errorf("sending boot spec: %w", err)
+		return nil, nil, fmt.Errorf("sending boot spec: %w", err)
 	}
 	bootW.Close()
 
 	h := &driver.Handle{ID: spec.ID, Pid: pid, Socket: sock}
 	h.PidStart, _ = guestconn.PidStartTime(pid)
 	if err := d.waitReady(ctx, h, exited, spec.RunDir); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	d.mu.Lock()
-	d.exited[spec.ID] = exited
-	d.mu.Unlock()
-	return h, nil
+	return h, exited, nil
 }
 
 func shmSize(memMB int64) int64 {
@@ -404,6 +429,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	if err != nil {
 		return errdefs.NotFound("sandbox %s: pidfd: %v", h.ID, err)
 	}
+	d.killStrays(h)
 	d.mu.Lock()
 	d.exited[h.ID] = ch
 	d.mu.Unlock()

@@ -298,6 +298,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"create", "--memory", "lots"}, 2, `agentbox: --memory wants a size like 512M, 2G or 1GiB (plain numbers are MiB), got "lots"`},
 		{[]string{"create", "--env", "FOO"}, 2, `agentbox: --env wants KEY=VALUE, got "FOO"`},
 		{[]string{"create", "--ttl", "soon"}, 2, `agentbox: --ttl wants a duration like 30m, 2h or 1d, or "none" for no TTL, got "soon"`},
+		{[]string{"create", "--idle-timeout", "0s"}, 2, `agentbox: --idle-timeout wants a positive duration like 90s, 15m or 2h, got "0s"`},
 		{[]string{"create", "--bogus"}, 2, "agentbox: unknown flag: --bogus"},
 		{[]string{"frobnicate"}, 2, `agentbox: unknown command "frobnicate" for "agentbox"`},
 		{[]string{"exec", "sb-a"}, 2, "agentbox: exec wants a command after the sandbox id"},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -24,6 +25,7 @@ type createFlags struct {
 	snapshot   string
 	onTimeout  string
 	autoResume bool
+	idle       string
 	// Network (docs/network.md, network.go).
 	net netFlags
 }
@@ -41,6 +43,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.snapshot, "snapshot", "", "start from this snapshot (id or name) instead of a template")
 	fs.StringVar(&f.onTimeout, "on-timeout", "", "what the TTL does: destroy (default) or pause (keeps the sandbox and its files)")
 	fs.BoolVar(&f.autoResume, "auto-resume", false, "let exec and file requests resume the sandbox when it is paused")
+	fs.StringVar(&f.idle, "idle-timeout", "", "apply --on-timeout after this long without exec, file, PTY or preview use, e.g. 90s, 15m (default: none)")
 	f.net.register(fs)
 }
 
@@ -58,6 +61,13 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 		if req.TTLSeconds, err = parseTTLSeconds("ttl", f.ttl); err != nil {
 			return req, err
 		}
+	}
+	if f.idle != "" {
+		d, err := parseDuration("idle-timeout", f.idle)
+		if err != nil || d <= 0 {
+			return req, usageErrorf("--idle-timeout wants a positive duration like 90s, 15m or 2h, got %q", f.idle)
+		}
+		req.IdleTimeoutSeconds = int64((d + time.Second - 1) / time.Second)
 	}
 	if f.cpu < 0 {
 		return req, usageErrorf("--cpu must be a positive number of cores, got %v", f.cpu)

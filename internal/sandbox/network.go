@@ -130,7 +130,7 @@ func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 		return nil, errdefs.Unavailable("sandbox %s: guest agent answered %s to a port dial", id, resp.Status)
 	}
 	c.SetDeadline(time.Time{})
-	return &bufferedConn{Conn: c, r: br}, nil
+	return &activeConn{Conn: &bufferedConn{Conn: c, r: br}, a: &e.act}, nil
 }
 
 // bufferedConn reads first what the response reader had buffered.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -101,6 +102,7 @@ func (s *Service) Resume(ctx context.Context, tenant, id string) (*api.Sandbox, 
 		return nil, fmt.Errorf("resuming sandbox %s: %w", id, err)
 	}
 	e.paused.Store(false)
+	e.act.touch() // the idle clock starts again
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(context.WithoutCancel(ctx), id, func(r *store.SandboxRecord) error {
 		r.State = api.StateRunning
@@ -178,4 +180,43 @@ func (s *Service) coldStart(ctx context.Context, rec *store.SandboxRecord) (*api
 	s.watch(e, 0)
 	s.log.Info("cold-started stopped sandbox", "sandbox", rec.ID)
 	return toAPI(out), nil
+}
+
+// keepStopped handles the unexpected exit of a persistent sandbox's init
+// (generation gen): instead of a failed sandbox with its files removed,
+// it becomes stopped with its writable layer, network address and
+// settings kept, and Resume starts it cold. It reports false, doing
+// nothing, for a sandbox that is not persistent.
+func (s *Service) keepStopped(e *entry, gen uint64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, err := s.st.GetSandbox(ctx, e.id)
+	if err != nil || !persistent(rec) {
+		return false
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	if e.destroying || e.gen != gen {
+		return true
+	}
+	e.destroying = true
+	s.dropStandby(ctx, e)
+	h := e.handle()
+	derr := e.drv.Destroy(ctx, h)
+	e.guest.CloseIdleConnections()
+	_ = os.RemoveAll(s.runDir(e.id))
+	s.mu.Lock()
+	delete(s.live, e.id)
+	s.mu.Unlock()
+	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
+		r.State = api.StateStopped
+		r.Handle = nil
+		r.Error = "its init exited unexpectedly; files kept: `agentbox resume " + e.id + "` starts it again"
+		if derr != nil {
+			r.Error += "; cleanup: " + derr.Error()
+		}
+		return nil
+	})
+	s.log.Warn("sandbox init exited unexpectedly; kept stopped with its files (on_timeout: pause)", "sandbox", e.id, "err", derr)
+	return true
 }

@@ -149,6 +149,7 @@ func (s *Service) adopt(ctx context.Context, rec *store.SandboxRecord, drv drive
 	}
 	e := s.newEntry(rec.ID, rec.Tenant, drv, rec.Handle)
 	e.autoResume = rec.Spec.AutoResume
+	e.idle = idleTimeout(&rec.Spec)
 	if rec.State == api.StatePaused {
 		e.paused.Store(true)
 		if canPause {
@@ -204,6 +205,7 @@ func (s *Service) reaper() {
 		case <-t.C:
 		}
 		s.reapOnce()
+		s.reapIdle()
 	}
 }
 

@@ -50,6 +50,7 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.S
 		return nil, fmt.Errorf("resetting sandbox %s: %w", id, err)
 	}
 
+	waitStandby(ctx, e) // standby.go
 	e.op.Lock()
 	defer e.op.Unlock()
 	if e.destroying {
@@ -77,6 +78,15 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.S
 	// The old init's exit is expected: its watcher must not tear down.
 	e.gen++
 	gen := e.gen
+	if out, err := s.resetFast(ctx, e, rec, tpl, gen); err != nil {
+		return nil, s.failLocked(e, err)
+	} else if out != nil {
+		if oldSnap != "" && oldSnap != out.Snapshot {
+			s.collect(ctx, oldSnap)
+		}
+		return toAPI(out), nil
+	}
+	s.dropStandby(ctx, e)
 	t0 := time.Now()
 	if err := e.drv.Destroy(ctx, e.handle()); err != nil {
 		s.log.Warn("reset: stopping the old init", "sandbox", id, "err", err)
@@ -93,6 +103,7 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.S
 	}
 	e.hp.Store(h)
 	e.paused.Store(false)
+	e.act.touch()
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
 		r.State = api.StateRunning
@@ -105,6 +116,7 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.S
 	}
 	s.watch(e, gen)
 	s.log.Debug("reset", "sandbox", id, "stop", t1.Sub(t0), "remove_layer", t2.Sub(t1), "boot", time.Since(t2))
+	s.prepareStandby(e, rec, tpl, gen)
 	if oldSnap != "" && oldSnap != out.Snapshot {
 		s.collect(ctx, oldSnap)
 	}
@@ -117,6 +129,7 @@ func (s *Service) failLocked(e *entry, cause error) error {
 	e.destroying = true
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	s.dropStandby(ctx, e)
 	_ = s.release(ctx, e.id, e.drv, e.handle())
 	s.mu.Lock()
 	delete(s.live, e.id)

@@ -81,6 +81,9 @@ type entry struct {
 	// requests thaw it instead of failing.
 	paused     atomic.Bool
 	autoResume bool
+	// idle is the sandbox's idle timeout (0: none); act its clock (idle.go).
+	idle time.Duration
+	act  activity
 
 	// op serializes lifecycle operations (destroy, pause, snapshot, reset).
 	op         sync.Mutex
@@ -88,6 +91,11 @@ type entry struct {
 	// gen counts the inits this entry has had (reset starts a new one), so
 	// that the watcher of a replaced init ignores its exit.
 	gen uint64
+	// next is the standby init a reset switches to (standby.go); nil
+	// while there is none. preparing is closed when the last standby
+	// started has booted (or failed to).
+	next      *standby
+	preparing atomic.Pointer[chan struct{}]
 }
 
 func (e *entry) handle() *driver.Handle { return e.hp.Load() }
@@ -247,6 +255,7 @@ func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *stor
 	}
 	e := s.newEntry(rec.ID, rec.Tenant, drv, h)
 	e.autoResume = rec.Spec.AutoResume
+	e.idle = idleTimeout(&rec.Spec)
 	return e, nil
 }
 
@@ -280,6 +289,25 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 			}
 		}()
 	}
+	spec := s.driverSpec(rec, tpl, upper, work, dir)
+	if err := s.prepareNetNS(ctx, rec, drv, spec); err != nil { // netlimits.go
+		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
+	}
+	h, err := drv.Create(ctx, spec)
+	if err != nil {
+		s.unprepareNetNS(rec.ID, spec)
+		return nil, err
+	}
+	if err := s.attachNetAfter(ctx, rec, h, spec); err != nil {
+		_ = drv.Destroy(context.WithoutCancel(ctx), h)
+		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
+	}
+	return h, nil
+}
+
+// driverSpec is what the driver gets to start rec's init on its lowers
+// with the writable layer upper/work and run dir dir.
+func (s *Service) driverSpec(rec *store.SandboxRecord, tpl *storage.Template, upper, work, dir string) *driver.Spec {
 	layers := rec.Lowers
 	if len(layers) == 0 {
 		layers = tpl.LowerDirs()
@@ -298,7 +326,7 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 	for _, k := range keys {
 		env = append(env, k+"="+merged[k])
 	}
-	spec := &driver.Spec{
+	return &driver.Spec{
 		ID:       rec.ID,
 		Hostname: "sbx-" + rec.ID,
 		Layers:   layers,
@@ -312,19 +340,6 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 		Pids:     rec.Resources.Pids,
 		RunDir:   dir,
 	}
-	if err := s.prepareNetNS(ctx, rec, drv, spec); err != nil { // netlimits.go
-		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
-	}
-	h, err := drv.Create(ctx, spec)
-	if err != nil {
-		s.unprepareNetNS(rec.ID, spec)
-		return nil, err
-	}
-	if err := s.attachNetAfter(ctx, rec, h, spec); err != nil {
-		_ = drv.Destroy(context.WithoutCancel(ctx), h)
-		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
-	}
-	return h, nil
 }
 
 func mergeEnv(base, over map[string]string) map[string]string {
@@ -339,6 +354,7 @@ func mergeEnv(base, over map[string]string) map[string]string {
 func (s *Service) newEntry(id, tenant string, drv driver.Driver, h *driver.Handle) *entry {
 	e := &entry{id: id, tenant: tenant, drv: drv}
 	e.hp.Store(h)
+	e.act.touch()
 	e.guest = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return drv.DialGuest(ctx, e.handle())
@@ -365,7 +381,7 @@ func (s *Service) watch(e *entry, gen uint64) {
 		e.op.Lock()
 		stale := e.destroying || e.gen != gen
 		e.op.Unlock()
-		if stale {
+		if stale || s.keepStopped(e, gen) {
 			return
 		}
 		s.log.Warn("sandbox init exited unexpectedly; cleaning up", "sandbox", e.id)
@@ -384,6 +400,7 @@ func (s *Service) teardown(e *entry, reason string) error {
 	e.destroying = true
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	s.dropStandby(ctx, e)
 	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
 		r.State = api.StateDestroying
 		return nil
@@ -424,6 +441,9 @@ func (s *Service) release(ctx context.Context, id string, drv driver.Driver, h *
 	}
 	if err := s.pool.RemoveLayer(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("removing layer: %w", err))
+	}
+	if err := s.removeStandbyLayers(ctx, id); err != nil { // standby.go
+		errs = append(errs, fmt.Errorf("removing standby layers: %w", err))
 	}
 	if err := os.RemoveAll(s.runDir(id)); err != nil {
 		errs = append(errs, fmt.Errorf("removing run dir: %w", err))
@@ -555,7 +575,7 @@ func (s *Service) Guest(ctx context.Context, tenant, id string) (http.RoundTripp
 			return nil, fmt.Errorf("resuming sandbox %s (auto_resume): %w", id, err)
 		}
 	}
-	return e.guest, nil
+	return activeTransport{e}, nil
 }
 
 // DriverNames lists the isolation tiers this daemon runs.
@@ -594,6 +614,7 @@ func toAPI(r *store.SandboxRecord) *api.Sandbox {
 		AutoResume:      r.Spec.AutoResume,
 		Network:         r.Spec.Network,
 	}
+	sb.IdleTimeoutSeconds = r.Spec.IdleTimeoutSeconds
 	if r.Handle != nil {
 		sb.Pid = r.Handle.Pid
 	}

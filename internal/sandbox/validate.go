@@ -107,6 +107,9 @@ func resolve(cfg *config.Config, req *api.CreateSandboxRequest) (*resolved, erro
 	default:
 		return nil, errdefs.Invalid("on_timeout must be %q or %q, got %q", api.OnTimeoutDestroy, api.OnTimeoutPause, req.OnTimeout)
 	}
+	if req.IdleTimeoutSeconds < 0 || req.IdleTimeoutSeconds > maxIdleTimeout {
+		return nil, errdefs.Invalid("idle_timeout must be between 1 and %d seconds, or 0 for none, got %d", int64(maxIdleTimeout), req.IdleTimeoutSeconds)
+	}
 	return r, nil
 }
 

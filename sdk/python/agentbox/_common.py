@@ -174,13 +174,14 @@ def create_body(template: Optional[str], ttl_seconds: Optional[int], isolation: 
                 cpu: Optional[float], memory_mb: Optional[int], disk_mb: Optional[int],
                 env: Optional[Dict[str, str]], metadata: Optional[Dict[str, str]],
                 network: Any, snapshot: Optional[str], pids: Optional[int],
-                on_timeout: Optional[str] = None, auto_resume: Optional[bool] = None) -> Dict[str, Any]:
+                on_timeout: Optional[str] = None, auto_resume: Optional[bool] = None,
+                idle_timeout: Optional[int] = None) -> Dict[str, Any]:
     # A snapshot replaces the template; the daemon refuses both at once.
     body: Dict[str, Any] = {} if snapshot and not template else {"template": template or DEFAULT_TEMPLATE}
     for k, v in (("ttl_seconds", ttl_seconds), ("isolation", isolation), ("cpu", cpu),
                  ("memory_mb", memory_mb), ("disk_mb", disk_mb), ("pids", pids),
                  ("network", network), ("snapshot", snapshot), ("on_timeout", on_timeout),
-                 ("auto_resume", auto_resume)):
+                 ("auto_resume", auto_resume), ("idle_timeout", idle_timeout)):
         if v is not None:
             body[k] = v
     if env:

@@ -260,12 +260,13 @@ class AsyncSandbox:
                pids: Optional[int] = None, env: Optional[Dict[str, str]] = None,
                metadata: Optional[Dict[str, str]] = None, network: Any = None,
                snapshot: Optional[str] = None, on_timeout: Optional[str] = None,
-               auto_resume: Optional[bool] = None, api_key: Optional[str] = None,
+               auto_resume: Optional[bool] = None, idle_timeout: Optional[int] = None,
+               api_key: Optional[str] = None,
                base_url: Optional[str] = None, request_timeout: Optional[float] = None) -> _Creating:
         """Create a sandbox (arguments as ``Sandbox.create``). Await the
         result, or use it directly in ``async with``."""
         body = create_body(template, ttl_seconds, isolation, cpu, memory_mb, disk_mb, env, metadata,
-                           network, snapshot, pids, on_timeout, auto_resume)
+                           network, snapshot, pids, on_timeout, auto_resume, idle_timeout)
 
         async def make() -> AsyncSandbox:
             http = AsyncHTTP.open(api_key, base_url, request_timeout)

@@ -253,7 +253,8 @@ class Sandbox:
                pids: Optional[int] = None, env: Optional[Dict[str, str]] = None,
                metadata: Optional[Dict[str, str]] = None, network: Any = None,
                snapshot: Optional[str] = None, on_timeout: Optional[str] = None,
-               auto_resume: Optional[bool] = None, api_key: Optional[str] = None,
+               auto_resume: Optional[bool] = None, idle_timeout: Optional[int] = None,
+               api_key: Optional[str] = None,
                base_url: Optional[str] = None, request_timeout: Optional[float] = None) -> "Sandbox":
         """Create a sandbox from ``template`` (default "base") and return once
         it can run commands. ``ttl_seconds``: destroyed that long after
@@ -262,12 +263,14 @@ class Sandbox:
         ``metadata`` free-form labels to find it by with ``Sandbox.list``.
         ``snapshot`` (id or name) starts from a snapshot instead of a
         template; ``on_timeout`` ("destroy" or "pause") is what the TTL
-        does; ``auto_resume`` lets commands resume a paused sandbox.
+        does; ``auto_resume`` lets commands resume a paused sandbox;
+        ``idle_timeout`` (seconds) applies ``on_timeout`` once the sandbox
+        has had no command, file, PTY or preview use for that long.
         ``network`` is sent as given, for daemons that support it."""
         http = SyncHTTP.open(api_key, base_url, request_timeout)
         try:
             body = create_body(template, ttl_seconds, isolation, cpu, memory_mb, disk_mb, env, metadata,
-                               network, snapshot, pids, on_timeout, auto_resume)
+                               network, snapshot, pids, on_timeout, auto_resume, idle_timeout)
             info = SandboxInfo.from_dict(http.json("POST", "/v1/sandboxes", json_body=body))
         except BaseException:
             http.close()
