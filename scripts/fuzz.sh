@@ -1,21 +1,41 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Runs every fuzz target for FUZZTIME (default 10m) each, one after the
-# other, and prints each target's figures. `make fuzz` runs this; CI runs
-# only the committed seed corpora (testdata/fuzz), as plain unit tests.
-set -eu
+# other, and prints each target's last status line; fails on the first
+# finding (the failing input is then in the package's testdata/fuzz/NAME/,
+# where it stays as a regression seed once fixed). `make fuzz` runs this;
+# CI runs the committed seed corpora as plain unit tests (go test) and then
+# this with a short FUZZTIME. On a shared machine run it with
+# `nice -n 19`; FUZZPARALLEL (default 1) is the number of fuzz workers.
+set -euo pipefail
 FUZZTIME=${FUZZTIME:-10m}
+FUZZPARALLEL=${FUZZPARALLEL:-1}
 cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin
 targets="
+./internal/server FuzzDecodeRequest
 ./internal/server FuzzDecodeCreateSandbox
 ./internal/server FuzzDecodeExec
 ./internal/guest FuzzExecStream
 ./internal/guest FuzzExecRequest
+./internal/guest FuzzGuestProcessRequest
 ./internal/guest/files FuzzValidatePath
 ./internal/guest/files FuzzExtract
-./internal/build FuzzParseBuildSpec
+./internal/guest/files FuzzGuestFiles
 "
-echo "$targets" | while read -r pkg fn; do
+failed=0
+while read -r pkg fn; do
 	[ -n "$pkg" ] || continue
 	echo "== $pkg $fn for $FUZZTIME"
-	go test -run '^$' -fuzz "^$fn\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1 | tail -n 4
-done
+	start=$(date +%s)
+	log=$(mktemp)
+	if go test -run '^$' -fuzz "^$fn\$" -fuzztime "$FUZZTIME" -parallel "$FUZZPARALLEL" "$pkg" >"$log" 2>&1; then
+		grep 'elapsed:' "$log" | tail -n 1
+		echo "   ok in $(($(date +%s) - start))s (with the build)"
+	else
+		tail -n 40 "$log"
+		echo "   FAILED: $fn (the input is in $pkg/testdata/fuzz/$fn/)"
+		failed=1
+	fi
+	rm -f "$log"
+done <<<"$targets"
+exit $failed

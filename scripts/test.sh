@@ -18,3 +18,6 @@ echo "==> go vet"
 go vet ./...
 echo "==> go test"
 go test -count=1 -timeout 40m ./... 2>&1 | tee /tmp/agentbox-test.log
+# A short fuzz run of every target (the long runs: make fuzz, docs/SECURITY.md).
+echo "==> fuzz (${CI_FUZZTIME:-5s} per target)"
+FUZZTIME=${CI_FUZZTIME:-5s} scripts/fuzz.sh
