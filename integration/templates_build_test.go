@@ -2,6 +2,7 @@ package integration
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"bytes"
 	"context"
 	"errors"
@@ -484,5 +485,40 @@ func TestTemplateLayerGC(t *testing.T) {
 		if _, err := os.Stat(poolDir("layers", l)); !os.IsNotExist(err) {
 			t.Errorf("layer %s is still there after every template using it went: %v", l, err)
 		}
+	}
+}
+
+// TestTemplateBuildPip: a pip step installs a wheel from the build context
+// with --no-index (build sandboxes have no network).
+func TestTemplateBuildPip(t *testing.T) {
+	needBase(t)
+	dir := t.TempDir()
+	var whl bytes.Buffer
+	zw := zip.NewWriter(&whl)
+	for _, f := range []struct{ name, body string }{
+		{"abtest/__init__.py", "VALUE = 'from-wheel'\n"},
+		{"abtest-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: abtest\nVersion: 1.0\n"},
+		{"abtest-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: agentbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+		{"abtest-1.0.dist-info/RECORD", "abtest/__init__.py,,\nabtest-1.0.dist-info/METADATA,,\nabtest-1.0.dist-info/WHEEL,,\nabtest-1.0.dist-info/RECORD,,\n"},
+	} {
+		w, err := zw.Create(f.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = w.Write([]byte(f.body))
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{"wheels/abtest-1.0-py3-none-any.whl": whl.String()})
+	name := "itest-pip-" + randHex(3)
+	removeTemplate(t, name)
+	spec := "from: base\nsteps:\n  - copy: wheels /tmp/wheels\n  - pip: [--no-index, /tmp/wheels/abtest-1.0-py3-none-any.whl]\n"
+	if _, evs, err := buildEvents(t, name, spec, tarDir(t, dir)); err != nil {
+		t.Fatalf("build: %v\n%+v", err, evs)
+	}
+	id := newSandbox(t, api.CreateSandboxRequest{Template: name})
+	if got := mustSh(t, id, `python3 -c 'import abtest; print(abtest.VALUE)'`); got != "from-wheel" {
+		t.Errorf("import abtest: %q", got)
 	}
 }
