@@ -150,6 +150,7 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		"ListPoolsResponse":     ListPoolsResponse{},
 		"Snapshot":              Snapshot{},
 		"CreateSnapshotRequest": CreateSnapshotRequest{},
+		"PauseRequest":          PauseRequest{},
 		"ListSnapshotsResponse": ListSnapshotsResponse{},
 		"ForkRequest":           ForkRequest{},
 		"ForkResponse":          ForkResponse{},

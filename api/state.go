@@ -22,11 +22,25 @@ type Snapshot struct {
 	// Internal snapshots are made by fork and removed with their last
 	// dependent.
 	Internal bool `json:"internal,omitempty"`
+	// Memory: the snapshot holds the source's processes and memory too
+	// (gvisor tier); a sandbox created from it goes on running them.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // CreateSnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
 type CreateSnapshotRequest struct {
 	Name string `json:"name,omitempty"`
+	// Memory also captures the sandbox's processes and memory (a runsc
+	// checkpoint); only tiers with memory snapshots (gvisor) can.
+	Memory bool `json:"memory,omitempty"`
+}
+
+// PauseRequest is the optional body of POST /v1/sandboxes/{id}/pause.
+type PauseRequest struct {
+	// ToDisk checkpoints the sandbox's processes and memory to disk and
+	// stops it: no host memory is used, and it survives daemon restarts
+	// and host reboots; resume restores it where it was. gvisor tier only.
+	ToDisk bool `json:"to_disk,omitempty"`
 }
 
 // ListSnapshotsResponse is the body of GET /v1/snapshots.
@@ -37,6 +51,10 @@ type ListSnapshotsResponse struct {
 // ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
 type ForkRequest struct {
 	Count int `json:"count,omitempty"` // default 1
+	// Memory: each child goes on running the parent's processes, their
+	// memory included (gvisor tier); without, children start fresh on
+	// the parent's files.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // ForkResponse is the body of a fork's answer: the children, in order.

@@ -21,7 +21,12 @@ package gvisor
 //   - runsc restore replaces create+start; it returns before the hook has
 //     run, so Restore waits for the agent as Create does.
 //   - A checkpoint of a paused sandbox (runsc pause) leaves it paused;
-//     runsc resume then runs the hook (mode resume).
+//     runsc resume then runs the hook (mode resume). But runsc runs the
+//     hook before the save too (mode save), and in a paused kernel that
+//     never finishes: the checkpoint hangs. So before a checkpoint of a
+//     frozen sandbox whose kernel has no hook yet, Checkpoint configures
+//     it with a throwaway checkpoint of the running sandbox (one more
+//     save, once per sandbox).
 
 import (
 	"context"
@@ -33,6 +38,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -40,6 +46,10 @@ import (
 )
 
 var _ driver.Checkpointer = (*Driver)(nil)
+
+// hooked: sandboxes whose gVisor kernel has the hook configured (by a
+// checkpoint of this daemon, or restored from one), by id.
+var hooked sync.Map
 
 // hookArgv is the agent's save/restore hook, as runsc wants it (split by
 // spaces).
@@ -50,7 +60,11 @@ func (d *Driver) Restore(ctx context.Context, spec *driver.Spec, dir string) (*d
 	if _, err := os.Stat(dir + "/checkpoint.img"); err != nil {
 		return nil, fmt.Errorf("gvisor: no checkpoint in %s: %w", dir, err)
 	}
-	return d.create(ctx, spec, dir)
+	h, err := d.create(ctx, spec, dir)
+	if err == nil {
+		hooked.Store(spec.ID, true) // saved with the kernel
+	}
+	return h, err
 }
 
 // Checkpoint implements driver.Checkpointer.
@@ -74,6 +88,11 @@ func (d *Driver) Checkpoint(ctx context.Context, h *driver.Handle, dir string, o
 			d.log.Warn("gvisor: reopening the guest channel after a failed checkpoint", "sandbox", h.ID, "err", rerr)
 		}
 	}()
+	if _, ok := hooked.Load(h.ID); !ok && opts.Frozen != nil {
+		if err := configureHook(ctx, h, dir); err != nil {
+			return err
+		}
+	}
 	if opts.Frozen != nil {
 		if _, err := runsc(ctx, root, "pause", h.ID); err != nil {
 			return fmt.Errorf("gvisor: %w", err)
@@ -87,7 +106,14 @@ func (d *Driver) Checkpoint(ctx context.Context, h *driver.Handle, dir string, o
 	if opts.LeaveRunning {
 		args = append(args, "--leave-running")
 	}
-	_, err = runsc(ctx, root, append(args, "--save-restore-exec-argv", hookArgv, h.ID)...)
+	if _, ok := hooked.Load(h.ID); ok {
+		_, err = runsc(ctx, root, append(args, h.ID)...)
+	} else {
+		_, err = runsc(ctx, root, append(args, "--save-restore-exec-argv", hookArgv, h.ID)...)
+		if err == nil || strings.Contains(err.Error(), "already set") {
+			hooked.Store(h.ID, true)
+		}
+	}
 	if err != nil && strings.Contains(err.Error(), "already set") {
 		// The failed try left an empty state file behind.
 		if ents, rerr := os.ReadDir(dir); rerr == nil {
@@ -116,6 +142,31 @@ func (d *Driver) Checkpoint(ctx context.Context, h *driver.Handle, dir string, o
 		return fmt.Errorf("gvisor: after the checkpoint: %w", err)
 	}
 	return nil
+}
+
+// configureHook sets the save/restore hook in h's kernel with a throwaway
+// checkpoint of the running sandbox (left running), its channel closed
+// already; the hook's resume opens the channel again, so it is closed
+// once more after.
+func configureHook(ctx context.Context, h *driver.Handle, dir string) error {
+	tmp := dir + ".hook"
+	_ = os.RemoveAll(tmp)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	_, err := runsc(ctx, priv(h).Root, "checkpoint", "--image-path", tmp, "--leave-running", "--save-restore-exec-argv", hookArgv, h.ID)
+	if err != nil && !strings.Contains(err.Error(), "already set") {
+		return fmt.Errorf("gvisor: configuring the checkpoint hook: %w", err)
+	}
+	hooked.Store(h.ID, true)
+	if err != nil {
+		return nil // it was; the channel is still closed
+	}
+	if err := waitReady(ctx, h, nil); err != nil {
+		return fmt.Errorf("gvisor: after configuring the checkpoint hook: %w", err)
+	}
+	return closeChannel(ctx, h)
 }
 
 // closeChannel asks the agent to close its channel (it answers first).

@@ -283,6 +283,7 @@ func priv(h *driver.Handle) private {
 // Destroy implements driver.Driver: kill and delete the runsc sandbox,
 // unmount its root, remove its cgroups (killing any straggler).
 func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
+	hooked.Delete(h.ID) // checkpoint_linux.go
 	p := priv(h)
 	var errs []error
 	if p.Root != "" {

@@ -7,9 +7,12 @@ import (
 )
 
 func newForkCommand(g *globals) *cobra.Command {
-	var count int
+	var (
+		count  int
+		memory bool
+	)
 	c := &cobra.Command{
-		Use:   "fork ID [--count N]",
+		Use:   "fork ID [--count N] [--memory]",
 		Short: "Create N sandboxes from a sandbox's current files; prints one child id per line",
 		Example: `  for child in $(agentbox fork "$id" --count 4); do
     agentbox exec "$child" -- ./try-a-strategy.sh &
@@ -23,7 +26,11 @@ func newForkCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			kids, err := cl.ForkSandbox(c.Context(), args[0], count)
+			fork := cl.ForkSandbox
+			if memory {
+				fork = cl.ForkSandboxWithMemory
+			}
+			kids, err := fork(c.Context(), args[0], count)
 			if err != nil {
 				return err
 			}
@@ -34,6 +41,7 @@ func newForkCommand(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().IntVar(&count, "count", 1, "how many children")
+	c.Flags().BoolVar(&memory, "memory", false, "children go on running the parent's processes, memory included (gvisor tier)")
 	return c
 }
 

@@ -7,8 +7,9 @@ import (
 )
 
 func newPauseCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "pause ID",
+	var toDisk bool
+	c := &cobra.Command{
+		Use:   "pause ID [--to-disk]",
 		Short: "Freeze every process of a sandbox (memory kept, no CPU)",
 		Args:  exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -16,7 +17,11 @@ func newPauseCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, err := cl.PauseSandbox(c.Context(), args[0])
+			pause := cl.PauseSandbox
+			if toDisk {
+				pause = cl.PauseSandboxToDisk
+			}
+			sb, err := pause(c.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -24,6 +29,8 @@ func newPauseCommand(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&toDisk, "to-disk", false, "checkpoint processes and memory to disk and free the host memory (gvisor tier); resume restores them")
+	return c
 }
 
 func newResumeCommand(g *globals) *cobra.Command {

@@ -12,7 +12,10 @@ import (
 )
 
 func newSnapshotCommand(g *globals) *cobra.Command {
-	var name string
+	var (
+		name   string
+		memory bool
+	)
 	c := &cobra.Command{
 		Use:   "snapshot ID [--name N] | snapshot ls|inspect|rm",
 		Short: "Capture a sandbox's files as a snapshot (prints its name or id); manage snapshots",
@@ -26,7 +29,11 @@ func newSnapshotCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			snap, err := cl.CreateSnapshot(c.Context(), args[0], name)
+			create := cl.CreateSnapshot
+			if memory {
+				create = cl.CreateMemorySnapshot
+			}
+			snap, err := create(c.Context(), args[0], name)
 			if err != nil {
 				return err
 			}
@@ -39,6 +46,7 @@ func newSnapshotCommand(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&name, "name", "", "name the snapshot (unique among yours)")
+	c.Flags().BoolVar(&memory, "memory", false, "capture processes and memory too (gvisor tier): a sandbox created from it goes on running them")
 	c.AddCommand(newSnapshotLsCommand(g), newSnapshotInspectCommand(g), newSnapshotRmCommand(g))
 	return c
 }

@@ -29,6 +29,12 @@ const forkParallelism = 4
 // error every child is removed, and after a crash recovery removes
 // children still creating.
 func (s *Service) Fork(ctx context.Context, tenant, id string, count int) ([]api.Sandbox, error) {
+	return s.fork(ctx, tenant, id, count, false)
+}
+
+// fork is Fork; with memory each child is restored from a checkpoint of
+// the parent taken with the snapshot (memsnap.go).
+func (s *Service) fork(ctx context.Context, tenant, id string, count int, memory bool) ([]api.Sandbox, error) {
 	if count == 0 {
 		count = 1
 	}
@@ -51,7 +57,7 @@ func (s *Service) Fork(ctx context.Context, tenant, id string, count int) ([]api
 	}
 	defer release()
 	drv := e.drv
-	snap, err := s.snapshot(ctx, e, "", true)
+	snap, err := s.snapshotWith(ctx, e, "", true, memory)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +134,14 @@ func (s *Service) Fork(ctx context.Context, tenant, id string, count int) ([]api
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			entries[i], errs[i] = s.start(ctx, r, tpl, drv, false)
+			bootDrv := drv
+			if memory {
+				bootDrv = restoring{drv, s.snapshotMemoryDir(snap.ID)}
+			}
+			entries[i], errs[i] = s.start(ctx, r, tpl, bootDrv, false)
+			if entries[i] != nil {
+				entries[i].drv = drv
+			}
 		}()
 	}
 	wg.Wait()

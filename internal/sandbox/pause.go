@@ -86,6 +86,9 @@ func (s *Service) Resume(ctx context.Context, tenant, id string) (*api.Sandbox, 
 	if err != nil {
 		return nil, err
 	}
+	if e.onDisk.Load() {
+		return s.resumeFromDisk(ctx, e) // memsnap.go
+	}
 	p, err := pauser(e)
 	if err != nil {
 		return nil, err

@@ -42,6 +42,10 @@ func (s *Service) Start(ctx context.Context) error {
 			keepLayer[rec.ID] = true
 			continue
 		}
+		if s.adoptOnDisk(rec, drv) { // paused to disk (memsnap.go)
+			keepLayer[rec.ID] = true
+			continue
+		}
 		if (rec.State == api.StateRunning || rec.State == api.StatePaused) && drv != nil && rec.Handle != nil {
 			if e, err := s.adopt(ctx, rec, drv); err == nil {
 				s.mu.Lock()
@@ -124,6 +128,7 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 	}
 	s.sweepSnapshots(ctx)
+	s.sweepCheckpoints(ctx)
 	s.wg.Add(1)
 	go s.reaper()
 	s.startWarm() // warmpool.go
@@ -230,7 +235,7 @@ func (s *Service) reapOnce() {
 					return
 				}
 				s.log.Info("TTL expired; pausing (on_timeout: pause)", "sandbox", id)
-				if _, err := s.Pause(ctx, "", id); err != nil {
+				if _, err := s.pauseOnTimeout(ctx, id); err != nil {
 					s.log.Warn("reaper: pause failed", "sandbox", id, "err", err)
 				}
 				return

@@ -81,6 +81,9 @@ type entry struct {
 	// requests thaw it instead of failing.
 	paused     atomic.Bool
 	autoResume bool
+	// onDisk: paused to disk (memsnap.go): no init runs, the handle is
+	// stale, resume restores the checkpoint.
+	onDisk atomic.Bool
 	// idle is the sandbox's idle timeout (0: none); act its clock (idle.go).
 	idle time.Duration
 	act  activity
@@ -167,6 +170,11 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		if tpl, err = s.pool.TemplateVersion(snap.Template, snap.TemplateVersion); err != nil {
 			return nil, fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
 		}
+		// A snapshot with memory restores on its own tier unless the
+		// request names another (then it gets the files only).
+		if req.Isolation == "" && snap.Isolation != "" && s.memoryOf(snap.ID, s.drivers[snap.Isolation]) != "" {
+			drv, r.Isolation = s.drivers[snap.Isolation], snap.Isolation
+		}
 	} else if tpl, err = s.pool.TemplateFor(ctx, r.Template); err != nil { // another tenant's: not found
 		return nil, err
 	}
@@ -211,7 +219,16 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	if err != nil {
 		return nil, err
 	}
-	e, err := s.start(cctx, rec, tpl, drv, false)
+	bootDrv, restored := drv, false
+	if snap != nil && snap.Isolation == r.Isolation {
+		if dir := s.memoryOf(snap.ID, drv); dir != "" {
+			bootDrv, restored = restoring{drv, dir}, true // memsnap.go
+		}
+	}
+	e, err := s.start(cctx, rec, tpl, bootDrv, false)
+	if err == nil {
+		e.drv = drv
+	}
 	if err != nil {
 		s.log.Warn("create failed", "sandbox", rec.ID, "err", err)
 		_ = s.st.UpdateSandbox(cctx, rec.ID, func(r *store.SandboxRecord) error {
@@ -236,7 +253,11 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	s.live[rec.ID] = e
 	s.mu.Unlock()
 	s.watch(e, 0)
-	// The template's start command and readiness check (start.go).
+	// The template's start command and readiness check (start.go); a
+	// sandbox restored with memory runs them already.
+	if restored {
+		return toAPI(out), nil
+	}
 	if err := s.startTemplate(ctx, e, tpl); err != nil {
 		_ = s.Destroy(context.WithoutCancel(ctx), "", rec.ID)
 		return nil, err
@@ -441,6 +462,9 @@ func (s *Service) release(ctx context.Context, id string, drv driver.Driver, h *
 	}
 	if err := s.pool.RemoveLayer(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("removing layer: %w", err))
+	}
+	if err := os.RemoveAll(s.diskCheckpointDir(id)); err != nil {
+		errs = append(errs, fmt.Errorf("removing checkpoint: %w", err))
 	}
 	if err := s.removeStandbyLayers(ctx, id); err != nil { // standby.go
 		errs = append(errs, fmt.Errorf("removing standby layers: %w", err))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"time"
 
@@ -54,25 +55,37 @@ func (s *Service) Snapshot(ctx context.Context, tenant, id, name string) (*api.S
 	if err != nil {
 		return nil, err
 	}
-	out := snapshotAPI(rec)
+	out := s.snapshotOut(rec)
 	return &out, nil
 }
 
 // snapshot takes a snapshot of e; on error nothing of it is left.
 func (s *Service) snapshot(ctx context.Context, e *entry, name string, internal bool) (*store.SnapshotRecord, error) {
+	return s.snapshotWith(ctx, e, name, internal, false)
+}
+
+// snapshotWith is snapshot, with e's processes and memory too when memory
+// is set (memsnap.go).
+func (s *Service) snapshotWith(ctx context.Context, e *entry, name string, internal, memory bool) (*store.SnapshotRecord, error) {
 	p, err := pauser(e)
 	if err != nil {
 		return nil, errdefs.Precondition("isolation %s cannot freeze a sandbox for a consistent snapshot", e.drv.Name())
 	}
+	if memory {
+		if _, err := checkpointer(e.drv, "snapshot with memory"); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
 	e.op.Lock()
-	rec, err := s.captureLocked(ctx, e, p, name, internal)
+	rec, err := s.captureLocked(ctx, e, p, name, internal, memory)
 	e.op.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	if err := s.st.FinishSnapshot(ctx, rec.ID, rec.SizeBytes); err != nil {
+		_ = os.RemoveAll(s.snapshotMemoryDir(rec.ID))
 		_ = s.pool.RemoveSnapshot(ctx, rec.ID)
 		_ = s.st.DeleteSnapshot(ctx, rec.ID)
 		return nil, err
@@ -88,7 +101,7 @@ func (s *Service) snapshot(ctx context.Context, e *entry, name string, internal 
 // lowers it stacks on: read before the lock, a snapshot could record one
 // lineage's lowers with another's layer, and depend on a parent snapshot
 // that is no longer protected from removal. On error nothing is left.
-func (s *Service) captureLocked(ctx context.Context, e *entry, p driver.Pauser, name string, internal bool) (_ *store.SnapshotRecord, err error) {
+func (s *Service) captureLocked(ctx context.Context, e *entry, p driver.Pauser, name string, internal, memory bool) (_ *store.SnapshotRecord, err error) {
 	if e.destroying {
 		return nil, errdefs.Precondition("sandbox %s is being destroyed", e.id)
 	}
@@ -127,6 +140,20 @@ func (s *Service) captureLocked(ctx context.Context, e *entry, p driver.Pauser, 
 			_ = s.st.DeleteSnapshot(ctx, snapID)
 		}
 	}()
+	if memory {
+		// Frozen for the checkpoint, the layer is captured at the
+		// instant the memory is saved.
+		var size int64
+		err := s.captureMemory(ctx, e, snapID, func() (err error) {
+			size, err = s.pool.SnapshotLayer(ctx, e.id, snapID)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		rec.SizeBytes = size
+		return rec, nil
+	}
 	wasPaused := e.paused.Load()
 	if !wasPaused {
 		if err := p.Pause(ctx, e.handle()); err != nil {
@@ -155,7 +182,7 @@ func (s *Service) GetSnapshot(ctx context.Context, tenant, ref string) (*api.Sna
 	if rec.State != store.SnapshotReady {
 		return nil, errdefs.NotFound("snapshot %q is still being taken", ref)
 	}
-	out := snapshotAPI(rec)
+	out := s.snapshotOut(rec)
 	return &out, nil
 }
 
@@ -167,7 +194,7 @@ func (s *Service) ListSnapshots(ctx context.Context, tenant string) ([]api.Snaps
 	}
 	out := make([]api.Snapshot, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, snapshotAPI(r))
+		out = append(out, s.snapshotOut(r))
 	}
 	return out, nil
 }
@@ -195,6 +222,7 @@ func (s *Service) removeSnapshot(ctx context.Context, rec *store.SnapshotRecord)
 	if err := s.pool.RemoveSnapshot(ctx, rec.ID); err != nil {
 		s.log.Warn("removing snapshot's layer; recovery will retry", "snapshot", rec.ID, "err", err)
 	}
+	_ = os.RemoveAll(s.snapshotMemoryDir(rec.ID))
 	if rec.Parent != "" {
 		s.collect(ctx, rec.Parent)
 	}

@@ -24,7 +24,16 @@ func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) e
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.svc.Pause(r.Context(), tenant(r), r.PathValue("id"))
+	var req api.PauseRequest
+	if err := s.decodeOptional(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	pause := s.svc.Pause
+	if req.ToDisk {
+		pause = s.svc.PauseToDisk
+	}
+	sb, err := pause(r.Context(), tenant(r), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -47,7 +56,11 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	snap, err := s.svc.Snapshot(r.Context(), tenant(r), r.PathValue("id"), req.Name)
+	snapshot := s.svc.Snapshot
+	if req.Memory {
+		snapshot = s.svc.SnapshotWithMemory
+	}
+	snap, err := snapshot(r.Context(), tenant(r), r.PathValue("id"), req.Name)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -87,7 +100,11 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	list, err := s.svc.Fork(r.Context(), tenant(r), r.PathValue("id"), req.Count)
+	fork := s.svc.Fork
+	if req.Memory {
+		fork = s.svc.ForkWithMemory
+	}
+	list, err := fork(r.Context(), tenant(r), r.PathValue("id"), req.Count)
 	if err != nil {
 		writeError(w, err)
 		return
