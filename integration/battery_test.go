@@ -122,6 +122,7 @@ func TestBattery(t *testing.T) {
 		{"10_host_and_api", itemHostAndAPI},
 		{"11_metadata", itemMetadata},
 		{"12_siblings", itemSiblings},
+		{"13_dns_exfiltration", itemDNSExfil},
 		{"14_host_unix_sockets", itemUnixSockets},
 		{"15_mount", itemMount},
 		{"16_namespaces", itemNamespaces},

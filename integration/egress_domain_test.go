@@ -285,6 +285,9 @@ func probeEgress(t *testing.T, id string, probes ...string) map[string]string {
 	if res.ExitCode != 0 {
 		t.Fatalf("egress_probe.py exited %d: %s", res.ExitCode, res.Stderr)
 	}
+	if testing.Verbose() {
+		t.Logf("probe timings:\n%s", res.Stderr)
+	}
 	out := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
 		k, v, _ := strings.Cut(l, " ")
@@ -367,6 +370,20 @@ func TestEgressDomains(t *testing.T) {
 				t.Errorf("the upstream was asked for denied name %s:\n%s", n, queries)
 			}
 		}
+	})
+
+	t.Run("latency", func(t *testing.T) {
+		// docs/network.md quotes these: a resolution through the
+		// sandbox's resolver (to the test upstream), and an HTTP GET on
+		// a new connection through the Host proxy (port 80) and straight
+		// through the firewall (8080, the pinned address).
+		got := expectProbes(t, id, []probeWant{
+			{"timeresolve:" + nameAllowed + ":50", "ok:"},
+			{"timeget:" + nameAllowed + "@" + w.web1 + ":80:50", "ok:"},
+			{"timeget:" + nameAllowed + "@" + w.web1 + ":8080:50", "ok:"},
+		})
+		t.Logf("resolve %s; GET via the proxy %s; GET direct %s", got["timeresolve:"+nameAllowed+":50"],
+			got["timeget:"+nameAllowed+"@"+w.web1+":80:50"], got["timeget:"+nameAllowed+"@"+w.web1+":8080:50"])
 	})
 
 	t.Run("log", func(t *testing.T) {

@@ -10,7 +10,9 @@
 #   doh:IP:BODY            HTTPS POST of BODY to https://IP/dns-query (no SNI)
 #   query:NAME:TYPE        a raw query to the resolver of /etc/resolv.conf
 #   tcp:IP:PORT            a TCP connection
-import os, random, socket, ssl, struct, sys
+#   timeresolve:NAME:N     the median of N resolutions, in ms
+#   timeget:NAME@IP:PORT:N the median of N HTTP GETs (new connection each)
+import os, random, socket, ssl, struct, sys, time
 
 T = 4
 
@@ -171,8 +173,44 @@ def probe(p):
             return "ok:connected"
         except Exception as e:
             return err(e)
+    if kind == "timeresolve":
+        name, _, n = rest.rpartition(":")
+        return timed(int(n), lambda: socket.getaddrinfo(name, 80, socket.AF_INET, socket.SOCK_STREAM))
+    if kind == "timeget":
+        spec, _, n = rest.rpartition(":")
+        spec, _, port = spec.rpartition(":")
+        name, _, ip = spec.partition("@")
+
+        def get():
+            c = socket.create_connection((ip, int(port)), timeout=T)
+            c.sendall(("GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % name).encode())
+            r = b""
+            while True:
+                b = c.recv(4096)
+                if not b:
+                    break
+                r += b
+            c.close()
+            if b" 200 " not in r.split(b"\r\n", 1)[0]:
+                raise OSError(0, "not 200")
+        return timed(int(n), get)
     return "err:unknown_probe"
 
 
+def timed(n, f):
+    ds = []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            f()
+            ds.append((time.perf_counter() - t0) * 1000)
+    except Exception as e:
+        return err(e)
+    ds.sort()
+    return "ok:p50=%.2fms" % ds[len(ds) // 2]
+
+
 for p in sys.argv[1:]:
+    t0 = time.perf_counter()
     print(p, probe(p), flush=True)
+    print("%s %.0fms" % (p, (time.perf_counter() - t0) * 1000), file=sys.stderr)
