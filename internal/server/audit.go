@@ -52,16 +52,35 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// stateChanging says whether a request is recorded in the audit log.
-func stateChanging(method string) bool {
-	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
+// stateChanging says whether a request is recorded in the audit log:
+// every method but GET, HEAD and OPTIONS, and a GET that asks for a
+// WebSocket (a terminal session types into the sandbox). The entry of a
+// WebSocket session is written when the session ends, with status 101.
+func stateChanging(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return isWebSocket(r)
+	}
+	return true
+}
+
+// isWebSocket reports whether r asks to upgrade to a WebSocket.
+func isWebSocket(r *http.Request) bool {
+	for _, v := range r.Header.Values("Upgrade") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "websocket") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // audit records one state-changing call. It runs after the handler, so the
 // entry is in the log once the caller has the answer; a failure to write
 // it is logged, never shown to the caller.
 func (s *Server) audit(r *http.Request, keyID, tenant string, status int) {
-	if s.st == nil || !stateChanging(r.Method) {
+	if s.st == nil || !stateChanging(r) {
 		return
 	}
 	if status == 0 {
