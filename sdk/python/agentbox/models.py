@@ -158,11 +158,13 @@ class Template:
     env: Dict[str, str] = field(default_factory=dict)
     size_bytes: int = 0
     created_at: Optional[datetime] = None
+    #: The tenant that owns the template; "" for a public one.
+    tenant: str = ""
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Template":
         return cls(name=d["name"], version=d.get("version", ""), user=d.get("user", ""),
-                   workdir=d.get("workdir", ""), env=d.get("env") or {},
+                   workdir=d.get("workdir", ""), env=d.get("env") or {}, tenant=d.get("tenant", ""),
                    size_bytes=int(d.get("size_bytes", 0)), created_at=parse_time(d.get("created_at")))
 
 
