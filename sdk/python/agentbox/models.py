@@ -160,12 +160,21 @@ class Template:
     created_at: Optional[datetime] = None
     #: The tenant that owns the template; "" for a public one.
     tenant: str = ""
+    #: Built templates: the base (NAME@VERSION), own layers (top first),
+    #: start command and readiness check; versions: every version's number.
+    from_template: str = ""
+    layers: List[str] = field(default_factory=list)
+    start: str = ""
+    ready: Optional[Dict[str, Any]] = None
+    versions: List[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Template":
         return cls(name=d["name"], version=d.get("version", ""), user=d.get("user", ""),
                    workdir=d.get("workdir", ""), env=d.get("env") or {}, tenant=d.get("tenant", ""),
-                   size_bytes=int(d.get("size_bytes", 0)), created_at=parse_time(d.get("created_at")))
+                   size_bytes=int(d.get("size_bytes", 0)), created_at=parse_time(d.get("created_at")),
+                   from_template=d.get("from", ""), layers=list(d.get("layers") or []),
+                   start=d.get("start", ""), ready=d.get("ready"), versions=list(d.get("versions") or []))
 
 
 @dataclass

@@ -8,7 +8,7 @@ import os
 import tempfile
 from typing import IO, Any, Dict, List, Optional, Union
 
-from . import _archive
+from . import _archive, _build
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, list_params,
                       sandbox_path, signal_name, to_bytes, preview_url)
 from ._http import AsyncHTTP, SyncHTTP
@@ -54,6 +54,24 @@ class Client:
         if not name:
             raise InvalidArgumentError("a template name is required")
         return Template.from_dict(self._http.json("GET", "/v1/templates/" + name))
+
+    def build_template(self, name: str, spec: Union[str, bytes], *, context_dir: Optional[str] = None,
+                       on_event: Optional[Any] = None) -> Template:
+        """Build a new version of template ``name`` from a YAML build spec
+        (admin; docs/templates.md). ``context_dir`` is the directory copy
+        steps read from; ``on_event`` gets each progress event as a dict
+        (``type`` step, output, step_done). Returns the template; a failing
+        step raises InvalidArgumentError naming the step, its exit code and
+        its last output, and leaves no template version."""
+        data, ctx = _build.prepare(name, spec, context_dir)
+        ctype, body = _build.multipart(data, ctx)
+        try:
+            with self._http.stream("POST", "/v1/templates/build", params={"name": name},
+                                   content=body, content_type=ctype) as resp:
+                return Template.from_dict(_build.follow(resp.iter_lines(), on_event))
+        finally:
+            if ctx is not None:
+                ctx.close()
 
     def close(self) -> None:
         self._http.close()
