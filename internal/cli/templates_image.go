@@ -68,6 +68,11 @@ func newTemplateInspectCommand(g *globals) *cobra.Command {
 			if t.Source != "" {
 				fmt.Fprintf(out, "source:   %s\n", t.Source)
 			}
+			if t.Tenant != "" {
+				fmt.Fprintf(out, "tenant:   %s (only it and the admin see this template)\n", t.Tenant)
+			} else {
+				fmt.Fprintln(out, "tenant:   - (public)")
+			}
 			fmt.Fprintf(out, "user:     %s\nworkdir:  %s\n", orDash(t.User), orDash(t.Workdir))
 			if len(t.Cmd) > 0 {
 				fmt.Fprintf(out, "cmd:      %s\n", strings.Join(t.Cmd, " "))
@@ -89,7 +94,7 @@ func newTemplateInspectCommand(g *globals) *cobra.Command {
 func newTemplateRmCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm NAME",
-		Short: "Remove every version of a template; refused while sandboxes or snapshots use it (admin)",
+		Short: "Remove every version of a template; refused while sandboxes or snapshots use it (a tenant removes its own, an admin any)",
 		Args:  exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			cl, err := g.client()
