@@ -890,3 +890,26 @@ func TestStateInitDiesPersistent(t *testing.T) {
 	}
 	assertNoTrace(t, keep)
 }
+
+// TestStateResetEgress: a sandbox with egress keeps its address and one
+// working veth across full and standby resets, and its preview token.
+func TestStateResetEgress(t *testing.T) {
+	ctx := context.Background()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Network: &api.Network{Egress: api.EgressCustom, Allow: []string{"192.0.2.1"}}})
+	sb0, _ := env.client.GetSandbox(ctx, id)
+	addr := strings.Split(sb0.Network.Address, "/")[0]
+	for i := 0; i < 3; i++ {
+		mustSh(t, id, "sleep 1000 &")
+		time.Sleep(300 * time.Millisecond) // the standby boots (from the second reset)
+		if _, err := env.client.ResetSandbox(ctx, id, ""); err != nil {
+			t.Fatalf("reset %d: %v", i, err)
+		}
+		sb, _ := env.client.GetSandbox(ctx, id)
+		if sb.Network.Address != sb0.Network.Address || sb.Network.PreviewToken != sb0.Network.PreviewToken {
+			t.Fatalf("reset %d: network %+v, was %+v", i, sb.Network, sb0.Network)
+		}
+		if got := mustSh(t, id, "ip -4 addr show eth0 | grep -c 'inet "+addr+"/'; ps -o comm | grep -c '^sleep' || true"); got != "1\n0" {
+			t.Fatalf("reset %d: eth0 and sleepers: %q", i, got)
+		}
+	}
+}
