@@ -268,3 +268,35 @@ func TestMemoryModesOnContainer(t *testing.T) {
 		t.Errorf("the sandbox after refused memory modes: %+v, %v", sb, err)
 	}
 }
+
+// TestGvisorOnTimeoutPausesToDisk: on the gvisor tier a TTL with
+// on_timeout pause pauses to disk (no runsc process left), and an exec
+// with auto_resume restores the sandbox with its processes.
+func TestGvisorOnTimeoutPausesToDisk(t *testing.T) {
+	needGvisor(t)
+	ctx := context.Background()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Isolation: "gvisor", TTLSeconds: 2, OnTimeout: api.OnTimeoutPause, AutoResume: true})
+	mustSh(t, id, "sleep 600 >/dev/null 2>&1 &")
+	dir := filepath.Join(env.cfg.DataDir, "checkpoints", id)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sb, err := env.client.GetSandbox(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "complete")); err == nil && sb.State == api.StatePaused {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the TTL did not pause the sandbox to disk: %+v", sb)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "runsc.*"+id).Output(); len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("runsc processes run while paused to disk: %s", out)
+	}
+	// auto_resume: the exec restores it, the sleeper is still there.
+	if out := mustSh(t, id, "ps -o args | grep -c '^sleep 600'"); out != "1" {
+		t.Errorf("after the auto-resume: %q sleepers, want 1", out)
+	}
+}

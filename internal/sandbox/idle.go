@@ -158,7 +158,7 @@ func (s *Service) reapIdle() {
 		}
 		if rec.Spec.OnTimeout == api.OnTimeoutPause {
 			s.log.Info("idle timeout; pausing (on_timeout: pause)", "sandbox", e.id, "idle_timeout", e.idle)
-			if _, err := s.Pause(ctx, "", e.id); err != nil {
+			if _, err := s.pauseOnTimeout(ctx, e.id); err != nil { // to disk on gvisor (memsnap.go)
 				// Do not retry every tick: the clock starts again.
 				e.act.touch()
 				s.log.Warn("idle reaper: pause failed", "sandbox", e.id, "err", err)
