@@ -137,6 +137,10 @@ func lastLine(s string) string {
 }
 
 func itemMemoryBomb(t *testing.T, b *battery) {
+	if b.tier == "gvisor" {
+		itemMemoryBombGvisor(t, b)
+		return
+	}
 	const limitMB = 64
 	id := b.hostileSandbox(t, api.CreateSandboxRequest{MemoryMB: limitMB})
 	pid := sandboxPid(t, id)
@@ -359,6 +363,10 @@ func itemOutputFlood(t *testing.T, b *battery) {
 }
 
 func itemTimeoutEscape(t *testing.T, b *battery) {
+	if b.tier == "gvisor" {
+		itemTimeoutEscapeGvisor(t, b)
+		return
+	}
 	id := b.sandbox(t, api.CreateSandboxRequest{})
 	pid := sandboxPid(t, id)
 	script := `trap '' TERM HUP
@@ -438,6 +446,10 @@ func pidAlive(pid int) bool {
 }
 
 func itemKillAll(t *testing.T, b *battery) {
+	if b.tier == "gvisor" {
+		itemKillAllGvisor(t, b)
+		return
+	}
 	id := b.sandbox(t, api.CreateSandboxRequest{Pids: 256})
 	pid := sandboxPid(t, id)
 	// Host sleepers: one as root, one with the very host uid of the

@@ -4,8 +4,10 @@ package integration
 // read from the host's /proc.
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,6 +26,10 @@ func TestPosture(t *testing.T) {
 }
 
 func checkPosture(t *testing.T, tier string) {
+	if tier == "gvisor" {
+		checkPostureGvisor(t)
+		return
+	}
 	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Isolation: tier})
 	init := sandboxPid(t, id)
 	// A lingering background process, a root exec and a user exec.
@@ -121,4 +127,82 @@ func cgroupLineUnder(procCgroup, ctrl, dir string) bool {
 		}
 	}
 	return false
+}
+
+// checkPostureGvisor: a gvisor sandbox's processes are tasks of gVisor's
+// kernel; on the host it is the Sentry, the gofer and the Sentry's stubs.
+// The daemon's posture check (GET /v1/sandboxes/{id}/security, which
+// `agentbox inspect --security` prints) must pass on them, and the test
+// reads the essentials from /proc itself: seccomp, no_new_privs, no
+// CAP_SYS_ADMIN, an unprivileged user namespace of its own, the
+// sandbox's cgroups. gVisor's kernel, asked from the host, shows the
+// sandbox's own processes with their sandbox uids.
+func checkPostureGvisor(t *testing.T) {
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Isolation: "gvisor"})
+	sentry := sandboxPid(t, id)
+	mustSh(t, id, "sleep 20 >/dev/null 2>&1 &")
+	user := goExec(id, api.ExecRequest{Shell: "sleep 2.5; true", User: "user"})
+	defer func() { <-user }()
+	p := findSentryProc(t, id, "sleep 2.5")
+	rep, err := env.client.SandboxSecurity(context.Background(), id)
+	if err != nil {
+		t.Fatalf("the posture check: %v", err)
+	}
+	roles := map[string]int{}
+	for _, pp := range rep.Processes {
+		roles[strings.Fields(pp.Comm + " ?")[0]]++
+		for _, c := range pp.Checks {
+			if !c.Pass {
+				t.Errorf("pid %d (%s): %s = %q, want %s", pp.Pid, pp.Comm, c.Name, c.Got, c.Want)
+			}
+		}
+	}
+	if !rep.Pass {
+		t.Errorf("the posture check of a gvisor sandbox failed")
+	}
+	if roles["runsc-sandbox"] != 1 || roles["runsc-gofer"] != 1 || roles["runsc"] == 0 {
+		t.Errorf("the posture check saw %v; want the Sentry, the gofer and its stubs", roles)
+	}
+	hostUser, _ := os.Readlink("/proc/self/ns/user")
+	var checked []string
+	for _, pid := range sandboxPids(id) {
+		st, err := procStatus(pid)
+		if err != nil {
+			continue
+		}
+		fail := func(format string, args ...any) {
+			t.Errorf("host pid %d (%s): %s", pid, cmdline(pid), fmt.Sprintf(format, args...))
+		}
+		if st["NoNewPrivs"] != "1" || st["Seccomp"] != "2" {
+			fail("NoNewPrivs %q Seccomp %q", st["NoNewPrivs"], st["Seccomp"])
+		}
+		for _, c := range []string{"CapBnd", "CapEff", "CapPrm", "CapAmb"} {
+			if v, err := strconv.ParseUint(st[c], 16, 64); err != nil || v&(1<<21) != 0 {
+				fail("%s %q holds CAP_SYS_ADMIN", c, st[c])
+			}
+		}
+		if ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/user", pid)); ns == hostUser {
+			fail("runs in the host's user namespace")
+		}
+		for _, u := range strings.Fields(st["Uid"]) {
+			if n, _ := strconv.Atoi(u); n < env.cfg.UIDBase || n >= env.cfg.UIDBase+env.cfg.UIDCount {
+				fail("host uid %s outside the sandbox range", u)
+			}
+		}
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		for _, ctrl := range []string{"memory", "pids", "cpu"} {
+			if !cgroupLineUnder(string(cg), ctrl, "/"+env.cfg.CgroupParent+"/"+id) {
+				fail("not in the sandbox's %s cgroup: %q", ctrl, cg)
+			}
+		}
+		checked = append(checked, strconv.Itoa(pid))
+	}
+	if !slices.Contains(checked, strconv.Itoa(sentry)) {
+		t.Errorf("the Sentry %d is not in the sandbox's cgroups (%v)", sentry, checked)
+	}
+	if u := p.Status.UID; u.Real != 1000 || u.Effective != 1000 {
+		t.Errorf("gVisor's kernel runs the user's exec as uid %d/%d, want 1000", u.Real, u.Effective)
+	}
+	evidence(t, "agentbox inspect --security: pass=%v over %d host processes %v (the Sentry, the gofer, stubs): NoNewPrivs 1, Seccomp 2, caps within gVisor's in its own user namespace, host uids of the sandbox range, sandbox cgroups, no host file open; the test's own /proc reading agrees on %d; gVisor's kernel runs the user's exec as uid %d",
+		rep.Pass, len(rep.Processes), roles, len(checked), p.Status.UID.Real)
 }
