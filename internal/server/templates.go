@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -35,17 +37,70 @@ func (s *Server) uploadTemplate(w http.ResponseWriter, r *http.Request) {
 		req.Env[k] = v
 	}
 	// A name the caller may not add a version to fails before the upload.
-	if err := s.pool.CheckNewVersion(r.Context(), req.Name); err != nil {
+	ctx := r.Context()
+	if err := s.pool.CheckNewVersion(ctx, req.Name); err != nil {
 		writeError(w, err)
 		return
 	}
+	// A tenant's templates count against its disk quota.
+	if p := principal(ctx); !p.Admin {
+		left, err := s.templateBytesLeft(ctx, p.Tenant)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		ctx = storage.WithOwner(ctx, storage.Owner{Tenant: p.Tenant, MaxBytes: left})
+	}
 	body := http.MaxBytesReader(w, r.Body, storage.MaxImageUpload)
-	t, err := s.pool.ImportImageReader(r.Context(), req, body)
+	t, err := s.pool.ImportImageReader(ctx, req, body)
 	if err != nil {
 		writeError(w, fmt.Errorf("importing template: %w", err))
 		return
 	}
 	writeJSON(w, http.StatusCreated, t.API())
+}
+
+// templateBytesLeft is how many bytes of files a new template version of
+// tenant may hold: its disk_mb quota less what its sandboxes (as quotas
+// count them) and every version of its templates hold; 0 when it has no
+// disk quota (no limit but the pool's), an error when nothing is left.
+func (s *Server) templateBytesLeft(ctx context.Context, tenant string) (int64, error) {
+	tn, err := s.st.GetTenant(ctx, tenant)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if tn.Quotas.DiskMB <= 0 {
+		return 0, nil
+	}
+	u, err := s.st.TenantUsage(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	used := u.DiskMB << 20
+	tpls, err := s.pool.ListTemplates()
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range tpls {
+		if t.Tenant != tenant {
+			continue
+		}
+		vs, err := s.pool.TemplateVersions(t.Name)
+		if err != nil {
+			return 0, err
+		}
+		for _, v := range vs {
+			used += v.SizeBytes
+		}
+	}
+	left := tn.Quotas.DiskMB<<20 - used
+	if left <= 0 {
+		return 0, errdefs.Exhausted("tenant %q: disk_mb quota is %d, its sandboxes and templates hold %d MiB; remove templates (agentbox template rm) or sandboxes, or ask an admin to raise the quota (agentbox tenant set)", tenant, tn.Quotas.DiskMB, used>>20)
+	}
+	return left, nil
 }
 
 // deleteTemplate is DELETE /v1/templates/{name}: every version goes,

@@ -16,6 +16,10 @@ import (
 type Owner struct {
 	Tenant string
 	Admin  bool
+	// MaxBytes, when positive, caps the files of a new image-imported
+	// version below the pool's import limit: what the tenant's disk
+	// quota leaves (the upload route sets it).
+	MaxBytes int64
 }
 
 type ownerKey struct{}

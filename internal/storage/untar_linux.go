@@ -52,6 +52,10 @@ type layerApplier struct {
 	buf      []byte
 	size     int64
 	entries  int64
+	// limit caps size: maxImageBytes, or less when the owner's quota
+	// leaves less (quota).
+	limit int64
+	quota bool
 	skipped  int
 	// per layer: paths this layer made (whiteouts leave them alone) and
 	// directory times to set once the layer's children are written.
@@ -69,7 +73,11 @@ func newLayerApplier(ctx context.Context, rootfs string, uidBase, uidCount int) 
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: rootfs, Err: err}
 	}
-	return &layerApplier{ctx: ctx, root: fd, uidBase: uidBase, uidCount: uidCount, buf: make([]byte, 1<<20)}, nil
+	a := &layerApplier{ctx: ctx, root: fd, uidBase: uidBase, uidCount: uidCount, buf: make([]byte, 1<<20), limit: maxImageBytes}
+	if o := OwnerFrom(ctx); o.MaxBytes > 0 && o.MaxBytes < a.limit {
+		a.limit, a.quota = o.MaxBytes, true
+	}
+	return a, nil
 }
 
 func (a *layerApplier) Close() error { return unix.Close(a.root) }
@@ -255,8 +263,11 @@ func (a *layerApplier) entry(tr *tar.Reader, hdr *tar.Header) error {
 }
 
 func (a *layerApplier) regular(tr *tar.Reader, hdr *tar.Header, pfd int, base string, uid, gid int, mode uint32, ts []unix.Timespec) error {
-	if hdr.Size < 0 || hdr.Size > maxImageBytes-a.size {
-		return errdefs.Invalid("file of %d bytes takes the image past the import limit of %d bytes", hdr.Size, maxImageBytes)
+	if hdr.Size < 0 || hdr.Size > a.limit-a.size {
+		if a.quota {
+			return errdefs.Exhausted("file of %d bytes takes the image past the %d bytes the tenant's disk_mb quota leaves for templates; remove templates or sandboxes, or ask an admin to raise the quota", hdr.Size, a.limit)
+		}
+		return errdefs.Invalid("file of %d bytes takes the image past the import limit of %d bytes", hdr.Size, a.limit)
 	}
 	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
