@@ -194,7 +194,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		return nil, err
 	}
 	if image == "" {
-		if _, err := runsc(ctx, root, "start", spec.ID); err != nil {
+		if _, err := startSandbox(ctx, root, spec); err != nil {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 	}

@@ -1,6 +1,14 @@
 package gvisor
 
-import "github.com/agentbox/agentbox/driver"
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"github.com/agentbox/agentbox/driver"
+)
 
 // Networking. A sandbox without egress runs with --network=none: gVisor's
 // netstack has only loopback. A sandbox with egress (internet, custom)
@@ -16,8 +24,9 @@ import "github.com/agentbox/agentbox/driver"
 // netstack does.
 //
 // runsc reads the interfaces once, at create: an interface added later is
-// never seen, hence Capabilities().NetNSAtCreate. Other runsc commands
-// (start, state, kill, delete, pause) do not depend on the network flag.
+// never seen, hence Capabilities().NetNSAtCreate. It does so at `runsc
+// start`, which therefore gets the same flag as create; other commands
+// (state, kill, delete, pause) do not depend on it.
 
 // createFlags are the runsc flags for `runsc create` of spec.
 func createFlags(root string, spec *driver.Spec) []string {
@@ -31,4 +40,18 @@ func createFlags(root string, spec *driver.Spec) []string {
 		}
 	}
 	return flags
+}
+
+// startSandbox is `runsc start` of spec: this runsc configures the
+// sandbox's network at start (the Sentry's SetNetworkArgs), so start needs
+// create's network flag too; with --network=none it leaves only loopback.
+func startSandbox(ctx context.Context, root string, spec *driver.Spec) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, runscPath(), append(createFlags(root, spec), "start", spec.ID)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("runsc start: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
 }

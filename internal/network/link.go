@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -93,7 +94,9 @@ func delLink(id string) error {
 		}
 		return fmt.Errorf("finding veth %s: %w", HostVeth(id), err)
 	}
-	if err := netlink.LinkDel(l); err != nil {
+	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, syscall.ENODEV) {
+		// ENODEV: the kernel removed it meanwhile, with the sandbox's
+		// namespace (its init just died).
 		return fmt.Errorf("removing veth %s: %w", HostVeth(id), err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,6 +45,11 @@ func NewNetNS(path string, fn func(pid int) error) (err error) {
 			ready <- -1
 			return
 		}
+		// Loopback up: runsc --network=sandbox copies only the
+		// interfaces that are up into gVisor's netstack.
+		if lo, err := netlink.LinkByName("lo"); err == nil {
+			_ = netlink.LinkSetUp(lo)
+		}
 		tid := unix.Gettid()
 		if err := unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", tid), path, "", unix.MS_BIND, ""); err != nil {
 			nsErr = fmt.Errorf("pinning the network namespace at %s: %w", path, err)
@@ -58,8 +64,6 @@ func NewNetNS(path string, fn func(pid int) error) (err error) {
 		return nsErr
 	}
 	defer close(done)
-	// lo comes up with the namespace's first user; the sandbox's runtime
-	// (runsc) configures it itself.
 	return fn(tid)
 }
 

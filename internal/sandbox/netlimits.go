@@ -162,13 +162,23 @@ func (s *Service) unprepareNetNS(id string, spec *driver.Spec) {
 	}
 }
 
-// attachNetAfter connects a freshly started sandbox: nothing to do when
-// its network was prepared before (spec.NetNS).
+// attachNetAfter connects a freshly started sandbox; when its network was
+// prepared before (spec.NetNS) only its /etc/resolv.conf is left to write,
+// now that its guest answers.
 func (s *Service) attachNetAfter(ctx context.Context, rec *store.SandboxRecord, h *driver.Handle, spec *driver.Spec) error {
-	if spec.NetNS != "" {
-		return nil
+	if spec.NetNS == "" {
+		return s.attachNet(ctx, rec, h)
 	}
-	return s.attachNet(ctx, rec, h)
+	sub, err := network.SubnetOf(rec.Spec.Network.Address)
+	if err != nil {
+		return err
+	}
+	if drv := s.drivers[rec.Isolation]; drv == nil {
+		return nil
+	} else if err := writeResolvConf(ctx, drv, h, sub); err != nil {
+		s.log.Warn("pointing the sandbox's /etc/resolv.conf at its resolver", "sandbox", rec.ID, "err", err)
+	}
+	return nil
 }
 
 // releaseNetExtras releases what a sandbox's network holds besides its

@@ -261,6 +261,9 @@ func (s *Service) fitMember(ctx context.Context, m *member, rec *store.SandboxRe
 				return err
 			}
 		}
+		if err := s.net.SetLimits(m.id, netLimits(n)); err != nil { // netlimits.go
+			return err
+		}
 	}
 	return nil
 }

@@ -198,6 +198,18 @@ def list_params(metadata: Optional[Dict[str, str]], state: Optional[str]) -> Dic
     return q
 
 
+def limits_body(max_connections: int, bandwidth_mbit: int) -> Dict[str, int]:
+    """The egress limits of a set_egress body: 0 (keep the sandbox's) is
+    left out, -1 removes a limit (docs/network.md)."""
+    out: Dict[str, int] = {}
+    for key, v in (("max_connections", max_connections), ("bandwidth_mbit", bandwidth_mbit)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < -1:
+            raise ValueError(f"{key} must be a positive number, 0 (keep) or -1 (no limit), got {v!r}")
+        if v:
+            out[key] = v
+    return out
+
+
 def preview_url(sandbox_id: str, network: Dict[str, Any], port: int) -> str:
     """http://<port>-<id>.<preview_domain>/, with ?agentbox_token= unless
     the sandbox's previews are public (docs/network.md)."""
