@@ -54,9 +54,9 @@ type layerApplier struct {
 	entries  int64
 	// limit caps size: maxImageBytes, or less when the owner's quota
 	// leaves less (quota).
-	limit int64
-	quota bool
-	skipped  int
+	limit   int64
+	quota   bool
+	skipped int
 	// per layer: paths this layer made (whiteouts leave them alone) and
 	// directory times to set once the layer's children are written.
 	made     map[string]bool
