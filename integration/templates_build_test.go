@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/storage/ocitest"
 )
 
 // Template builds (issue 3): each step runs in a real sandbox and becomes
@@ -520,5 +521,50 @@ func TestTemplateBuildPip(t *testing.T) {
 	id := newSandbox(t, api.CreateSandboxRequest{Template: name})
 	if got := mustSh(t, id, `python3 -c 'import abtest; print(abtest.VALUE)'`); got != "from-wheel" {
 		t.Errorf("import abtest: %q", got)
+	}
+}
+
+// TestTemplateBuildFromImage: from: an image file in the build context
+// (a docker save archive) becomes the bottom layer, with the image's env,
+// workdir and user; it is cached like a step, and collected with the
+// template.
+func TestTemplateBuildFromImage(t *testing.T) {
+	dir := t.TempDir()
+	if err := ocitest.WriteDockerArchive(filepath.Join(dir, "app.tar"), busyboxImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	spec := "from: app.tar\nsteps:\n  - run: echo on-image > /marker\n    as: root\n"
+	writeFiles(t, dir, map[string]string{"spec.yaml": spec})
+	name := "itest-fromimg-" + randHex(3)
+	removeTemplate(t, name)
+	out, errOut, code := cli(t, "", "template", "build", filepath.Join(dir, "spec.yaml"), "--name", name)
+	if code != 0 || !strings.HasPrefix(out, name+" 1") || !strings.Contains(errOut, "step 0/1: from image app.tar") {
+		t.Fatalf("template build: code %d out %q err %q", code, out, errOut)
+	}
+	tpl, err := env.client.GetTemplate(context.Background(), name)
+	if err != nil || tpl.From != "" || len(tpl.Layers) != 2 || tpl.User != "app" || tpl.Workdir != "/home/app" {
+		t.Fatalf("template: %+v %v", tpl, err)
+	}
+	id := newSandbox(t, api.CreateSandboxRequest{Template: name})
+	if got := mustSh(t, id, `cat /marker; id -u; pwd; echo "$GREETING"; ls /opq; test -e /etc/gonefile || echo gone`); got != "on-image\n1000\n/home/app\nfrom-image\nnew\ngone" {
+		t.Errorf("sandbox from the image-based build sees:\n%s", got)
+	}
+	_, evs, err := buildEvents(t, name, spec, tarDir(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran, cached := stepsRun(evs); len(ran) != 0 || len(cached) != 2 {
+		t.Errorf("unchanged rebuild from an image: ran %v cached %v", ran, cached)
+	}
+	if err := env.client.DestroySandbox(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.client.RemoveTemplate(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range tpl.Layers {
+		if _, err := os.Stat(poolDir("layers", l)); !os.IsNotExist(err) {
+			t.Errorf("layer %s is still there after rm: %v", l, err)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"strings"
 	"time"
 
@@ -64,8 +65,11 @@ type state struct {
 	env     map[string]string
 	user    string
 	workdir string
-	start   string
-	ready   *api.ReadyCheck
+	// mkWorkdir: a workdir step set workdir; step sandboxes create it
+	// (a base's own workdir is expected to exist).
+	mkWorkdir bool
+	start     string
+	ready     *api.ReadyCheck
 }
 
 // Build runs req's steps and publishes the template; on failure no
@@ -80,14 +84,16 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 		emit = func(api.BuildEvent) {}
 	}
 	spec := req.Spec
-	if spec.FromImage() {
-		return nil, errdefs.Invalid("from %q: building from an image file is not supported yet; import it first (agentbox template import %s --name NAME) and use from: NAME", spec.From, spec.From)
-	}
+	pin, unpin := b.Pool.PinBuildLayers()
+	defer unpin()
 	var base *storage.Template
 	var err error
-	if name, ver, ok := strings.Cut(spec.From, "@"); ok {
+	switch name, ver, ok := strings.Cut(spec.From, "@"); {
+	case spec.FromImage():
+		base, err = b.fromImage(ctx, req, pin, emit)
+	case ok:
 		base, err = b.Pool.TemplateVersion(name, ver)
-	} else {
+	default:
 		base, err = b.Pool.Template(spec.From)
 	}
 	if err != nil {
@@ -114,8 +120,9 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 	if st.env == nil {
 		st.env = map[string]string{}
 	}
-	pin, unpin := b.Pool.PinBuildLayers()
-	defer unpin()
+	if spec.FromImage() {
+		st.parent = base.Layers[0] // the image layer
+	}
 	for i := range spec.Steps {
 		step := &spec.Steps[i]
 		t0 := time.Now()
@@ -159,6 +166,10 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 	}
 	t.From = base.Name + "@" + base.Version
 	t.Layers = st.layers
+	if spec.FromImage() {
+		// No template below: the image layer is the bottom one.
+		t.From, t.Layers = "", append(st.layers, base.Layers...)
+	}
 	t.Start, t.Ready = st.start, st.ready
 	if len(t.Env) == 0 {
 		t.Env = nil
@@ -171,6 +182,40 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 		b.Log.Info("built template", "template", out.Name, "version", out.Version, "new_version", created, "layers", len(out.Layers))
 	}
 	return out, nil
+}
+
+// fromImage imports the image file spec.From of the build context as a
+// build layer (cached by the file's hash) and returns a stand-in base
+// template: that layer and the image config's defaults.
+func (b *Builder) fromImage(ctx context.Context, req *Request, pin func(...string), emit func(api.BuildEvent)) (*storage.Template, error) {
+	t0 := time.Now()
+	f, err := os.CreateTemp(b.Pool.Root(), ".tmp-build-image-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	h := sha256.New()
+	if err := req.Context.WriteFile(req.Spec.From, io.MultiWriter(f, h)); err != nil {
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte("image\n" + hex.EncodeToString(h.Sum(nil))))
+	id := hex.EncodeToString(sum[:])[:32]
+	pin(id)
+	cached := b.Pool.HasBuildLayer(id)
+	emit(api.BuildEvent{Type: api.BuildEventStep, Step: 0, Steps: len(req.Spec.Steps), Text: "from image " + req.Spec.From, Cached: cached, Layer: id})
+	def, err := b.Pool.ImportImageLayer(ctx, f.Name(), id)
+	if err != nil {
+		return nil, err
+	}
+	emit(api.BuildEvent{Type: api.BuildEventStepDone, Step: 0, ExitCode: intp(0), DurationMs: ms(time.Since(t0)), Layer: id, Cached: cached})
+	t := &storage.Template{Name: "image", Version: def.Digest, Env: def.Env, User: def.User, Workdir: def.Workdir}
+	t.Layers = []string{id}
+	t.SetLowers([]string{b.Pool.BuildLayerUpper(id)})
+	return t, nil
 }
 
 func (b *Builder) lowers(st *state) []string {
@@ -188,7 +233,7 @@ func applyConfig(st *state, step *Step) {
 			st.env[e.Name] = e.Value
 		}
 	case KindWorkdir:
-		st.workdir = step.Workdir
+		st.workdir, st.mkWorkdir = step.Workdir, true
 	case KindUser:
 		st.user = step.User
 	case KindStart:
@@ -257,7 +302,7 @@ func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *St
 	fail := func(code int) (int, error) {
 		return code, &StepError{Step: num, Text: step.String(), ExitCode: code, Output: lines.tail()}
 	}
-	if st.workdir != "" {
+	if st.mkWorkdir {
 		code, err := run(api.StartProcessRequest{Cmd: []string{"mkdir", "-p", st.workdir}, User: "root"})
 		if err != nil {
 			return -1, err

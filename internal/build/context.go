@@ -210,3 +210,27 @@ func (c *Context) writeTar(p *copyPlan, w io.Writer, forHash bool) error {
 	}
 	return tw.Close()
 }
+
+// WriteFile writes the content of regular file name of the context to w.
+func (c *Context) WriteFile(name string, w io.Writer) error {
+	if c == nil {
+		return errdefs.Invalid("%s: the build has no context: pass --context DIR holding it", name)
+	}
+	clean, err := cleanRel(name)
+	if err != nil {
+		return errdefs.Invalid("%s: %v", name, err)
+	}
+	if t, ok := c.entries[clean]; !ok || t != tar.TypeReg {
+		return errdefs.Invalid("%s: no such regular file in the build context (symlinks are not followed)", name)
+	}
+	found := false
+	err = c.walk(func(n string, h *tar.Header, r io.Reader) error {
+		if n != clean || found {
+			return nil
+		}
+		found = true
+		_, err := io.CopyN(w, r, h.Size)
+		return err
+	})
+	return err
+}

@@ -36,7 +36,9 @@ func newTemplateBuildCommand(g *globals) *cobra.Command {
 Each run, copy, apt, pip and npm step runs in a fresh sandbox and becomes a
 layer, cached by its parent, the step and the files it copies: a rebuild
 reruns only from the first changed step. copy reads from the build context:
---context DIR, or the spec's directory when the spec has copy steps.`,
+--context DIR, or the spec's directory when the spec has copy steps or
+starts from an image file (from: app.tar, a docker save archive or OCI
+layout tar in the context).`,
 		Args: exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if name == "" {
@@ -49,6 +51,9 @@ reruns only from the first changed step. copy reads from the build context:
 			spec, err := build.Parse(data)
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			if contextDir == "" && spec.FromImage() {
+				contextDir = filepath.Dir(args[0])
 			}
 			if contextDir == "" {
 				for _, st := range spec.Steps {

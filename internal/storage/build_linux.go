@@ -52,6 +52,8 @@ type LayerMeta struct {
 	Parent    string    `json:"parent"` // the parent's cache key
 	Step      string    `json:"step"`   // what ran
 	CreatedAt time.Time `json:"created_at"`
+	// Image: the layer is an image (from: FILE), with its defaults.
+	Image *ImageDefaults `json:"image,omitempty"`
 }
 
 var buildLayerRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
@@ -392,14 +394,19 @@ func (p *Pool) GCLayers(ctx context.Context, inUse map[string]bool) ([]string, e
 
 // removeTempFiles deletes the temporary files and directories that an
 // upload, image import or build interrupted by a crash left in the pool
-// root (.tmp-upload-*, .tmp-image-*, .tmp-build-*).
+// root (.tmp-upload-*, .tmp-image-*, .tmp-build-*) and half-imported
+// image layers (layers/.tmp-*).
 func (p *Pool) removeTempFiles() {
-	ents, _ := os.ReadDir(p.root)
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), stagingPrefix) {
-			continue
+	var paths []string
+	for _, dir := range []string{p.root, p.layersDir()} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), stagingPrefix) {
+				paths = append(paths, filepath.Join(dir, e.Name()))
+			}
 		}
-		path := filepath.Join(p.root, e.Name())
+	}
+	for _, path := range paths {
 		if sub, err := isSubvolume(path); err == nil && sub {
 			_ = subvolDestroy(path)
 		}
@@ -422,3 +429,125 @@ func (p *Pool) Describe(t *Template) api.Template {
 	}
 	return out
 }
+
+// ImageDefaults are the defaults an image's config gives a template.
+type ImageDefaults struct {
+	Env     map[string]string `json:"env,omitempty"`
+	User    string            `json:"user,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	Digest  string            `json:"digest"` // of the image config
+}
+
+// ImportImageLayer makes build layer id from the OCI image at path (a
+// docker save archive or an OCI layout tar, as ImportImage takes): its
+// layers are applied, flattened, into the layer's upper/, with the same
+// checks and safety as ImportImage. A build spec's `from: IMAGE-FILE`
+// stacks on it. If layer id exists already it is not imported again.
+func (p *Pool) ImportImageLayer(ctx context.Context, path, id string) (*ImageDefaults, error) {
+	if !buildLayerRE.MatchString(id) {
+		return nil, errdefs.Invalid("build layer id %q is not valid", id)
+	}
+	if p.HasBuildLayer(id) {
+		m, err := p.BuildLayerInfo(id)
+		if err != nil {
+			return nil, err
+		}
+		if m.Image == nil {
+			return nil, fmt.Errorf("build layer %s is not an image layer", id)
+		}
+		return m.Image, nil
+	}
+	tmp, err := os.MkdirTemp(p.root, stagingPrefix+"image-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	img, err := openImage(path, tmp)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, errdefs.Invalid("reading the image config: %v", err)
+	}
+	if err := checkPlatform(cfg.OS, cfg.Architecture); err != nil {
+		return nil, err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, errdefs.Invalid("listing the image's layers: %v", err)
+	}
+	if len(layers) != len(cfg.RootFS.DiffIDs) {
+		return nil, errdefs.Invalid("the image manifest has %d layers but its config names %d", len(layers), len(cfg.RootFS.DiffIDs))
+	}
+	digest, _ := img.ConfigName()
+	def := &ImageDefaults{Env: map[string]string{}, Workdir: cfg.Config.WorkingDir, Digest: digest.String()}
+	for _, kv := range cfg.Config.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			def.Env[k] = v
+		}
+	}
+	if def.Workdir != "" && !filepath.IsAbs(def.Workdir) {
+		def.Workdir = "/" + def.Workdir
+	}
+	def.User, _, _ = strings.Cut(cfg.Config.User, ":")
+
+	if err := os.MkdirAll(p.layersDir(), 0o711); err != nil {
+		return nil, err
+	}
+	staging := filepath.Join(p.layersDir(), stagingPrefix+randHex())
+	if err := subvolCreate(staging); err != nil {
+		return nil, fmt.Errorf("importing image layer: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = subvolDestroy(staging)
+		}
+	}()
+	upper := filepath.Join(staging, "upper")
+	if err := os.Mkdir(upper, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(upper, p.uidBase, p.uidBase); err != nil {
+		return nil, err
+	}
+	a, err := newLayerApplier(ctx, upper, p.uidBase, p.uidCount)
+	if err != nil {
+		return nil, err
+	}
+	for i, l := range layers {
+		what := fmt.Sprintf("image layer %d of %d", i+1, len(layers))
+		if d, err := l.Digest(); err == nil {
+			what += " (" + d.String() + ")"
+		}
+		if err := applyLayer(a, l, cfg.RootFS.DiffIDs[i], what); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	a.Close()
+	meta, _ := json.MarshalIndent(LayerMeta{ID: id, Step: "from image " + def.Digest, CreatedAt: time.Now().UTC(), Image: def}, "", "  ")
+	if err := writeFileSync(filepath.Join(staging, "layer.json"), append(meta, '\n')); err != nil {
+		return nil, err
+	}
+	if fd, err := openDir(staging); err == nil {
+		_ = unix.Syncfs(fd)
+		unix.Close(fd)
+	}
+	if err := subvolSetReadOnly(staging, true); err != nil {
+		return nil, fmt.Errorf("importing image layer: %w", err)
+	}
+	if err := os.Rename(staging, filepath.Join(p.layersDir(), id)); err != nil {
+		if p.HasBuildLayer(id) { // a concurrent build made it
+			return def, nil
+		}
+		return nil, fmt.Errorf("importing image layer: %w", err)
+	}
+	ok = true
+	return def, nil
+}
+
+// SetLowers sets the overlay lowers of a template that is not on disk
+// (a build's stand-in base).
+func (t *Template) SetLowers(lowers []string) { t.lowers = lowers }
