@@ -54,10 +54,6 @@ type layerApplier struct {
 	entries  int64
 	// limit caps size: maxImageBytes, or less when the owner's quota
 	// leaves less (quota).
-	limit int64
-	quota bool
-	// limit caps size: maxImageBytes, or less when the owner's quota
-	// leaves less (quota).
 	limit   int64
 	quota   bool
 	skipped int
