@@ -410,9 +410,11 @@ class AsyncSandbox:
             f.seek(0)
             await asyncio.to_thread(_archive.extract, f, local_path)  # type: ignore[arg-type]
 
-    async def pause(self) -> SandboxInfo:
-        """Freeze every process in the sandbox."""
-        self._info = SandboxInfo.from_dict(await self._http.json("POST", sandbox_path(self.id, "/pause")))
+    async def pause(self, to_disk: bool = False) -> SandboxInfo:
+        """Freeze every process in the sandbox; ``to_disk=True`` (gvisor)
+        checkpoints processes and memory to disk."""
+        body = {"to_disk": True} if to_disk else None
+        self._info = SandboxInfo.from_dict(await self._http.json("POST", sandbox_path(self.id, "/pause"), json_body=body))
         return self._info
 
     async def resume(self) -> SandboxInfo:
@@ -420,9 +422,11 @@ class AsyncSandbox:
         self._info = SandboxInfo.from_dict(await self._http.json("POST", sandbox_path(self.id, "/resume")))
         return self._info
 
-    async def snapshot(self, name: Optional[str] = None) -> Snapshot:
-        """Save the sandbox's state."""
-        body = {"name": name} if name else {}
+    async def snapshot(self, name: Optional[str] = None, memory: bool = False) -> Snapshot:
+        """Save the sandbox's state (``memory=True``, gvisor: processes too)."""
+        body: Dict[str, Any] = {"name": name} if name else {}
+        if memory:
+            body["memory"] = True
         d = await self._http.json("POST", sandbox_path(self.id, "/snapshots"), json_body=body)
         return Snapshot.from_dict(d)
 
@@ -434,11 +438,15 @@ class AsyncSandbox:
                                                              json_body=body))
         return self._info
 
-    async def fork(self, count: int = 1) -> List["AsyncSandbox"]:
-        """Make ``count`` copies of the sandbox."""
+    async def fork(self, count: int = 1, memory: bool = False) -> List["AsyncSandbox"]:
+        """Make ``count`` copies of the sandbox (``memory=True``, gvisor:
+        each goes on running its processes)."""
         if count < 1:
             raise InvalidArgumentError(f"count must be 1 or more, got {count}")
-        d = await self._http.json("POST", sandbox_path(self.id, "/fork"), json_body={"count": count})
+        body: Dict[str, Any] = {"count": count}
+        if memory:
+            body["memory"] = True
+        d = await self._http.json("POST", sandbox_path(self.id, "/fork"), json_body=body)
         return [AsyncSandbox(SandboxInfo.from_dict(s), self._http.clone()) for s in d.get("sandboxes") or []]
 
     async def url(self, port: int) -> str:

@@ -256,9 +256,11 @@ class Snapshot:
     created_at: Optional[datetime] = None
     size_bytes: int = 0
     raw: Dict[str, Any] = field(default_factory=dict)
+    #: it holds processes and memory too (gvisor tier)
+    memory: bool = False
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Snapshot":
         return cls(id=str(d.get("id") or d.get("name") or ""), name=d.get("name", ""),
                    sandbox_id=d.get("sandbox_id", ""), created_at=parse_time(d.get("created_at")),
-                   size_bytes=int(d.get("size_bytes", 0)), raw=dict(d))
+                   size_bytes=int(d.get("size_bytes", 0)), raw=dict(d), memory=bool(d.get("memory", False)))

@@ -441,9 +441,12 @@ class Sandbox:
 
     # --- state -------------------------------------------------------------
 
-    def pause(self) -> SandboxInfo:
-        """Freeze every process in the sandbox."""
-        self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/pause")))
+    def pause(self, to_disk: bool = False) -> SandboxInfo:
+        """Freeze every process in the sandbox. ``to_disk=True`` (gvisor
+        tier) checkpoints processes and memory to disk and frees the host
+        memory; ``resume()`` restores them."""
+        body = {"to_disk": True} if to_disk else None
+        self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/pause"), json_body=body))
         return self._info
 
     def resume(self) -> SandboxInfo:
@@ -451,9 +454,12 @@ class Sandbox:
         self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/resume")))
         return self._info
 
-    def snapshot(self, name: Optional[str] = None) -> Snapshot:
-        """Save the sandbox's state; ``Sandbox.create(snapshot=...)`` starts from it."""
-        body = {"name": name} if name else {}
+    def snapshot(self, name: Optional[str] = None, memory: bool = False) -> Snapshot:
+        """Save the sandbox's state; ``Sandbox.create(snapshot=...)`` starts from it.
+        ``memory=True`` (gvisor tier) captures processes and memory too."""
+        body: Dict[str, Any] = {"name": name} if name else {}
+        if memory:
+            body["memory"] = True
         return Snapshot.from_dict(self._http.json("POST", sandbox_path(self.id, "/snapshots"), json_body=body))
 
     def reset(self, snapshot: Optional[str] = None) -> SandboxInfo:
@@ -464,11 +470,16 @@ class Sandbox:
                                                              json_body=body))
         return self._info
 
-    def fork(self, count: int = 1) -> List["Sandbox"]:
-        """Make ``count`` copies of the sandbox, each with its own connection."""
+    def fork(self, count: int = 1, memory: bool = False) -> List["Sandbox"]:
+        """Make ``count`` copies of the sandbox, each with its own connection.
+        ``memory=True`` (gvisor tier): each copy goes on running the
+        sandbox's processes."""
         if count < 1:
             raise InvalidArgumentError(f"count must be 1 or more, got {count}")
-        d = self._http.json("POST", sandbox_path(self.id, "/fork"), json_body={"count": count})
+        body: Dict[str, Any] = {"count": count}
+        if memory:
+            body["memory"] = True
+        d = self._http.json("POST", sandbox_path(self.id, "/fork"), json_body=body)
         return [Sandbox(SandboxInfo.from_dict(s), self._http.clone()) for s in d.get("sandboxes") or []]
 
     def url(self, port: int) -> str:
