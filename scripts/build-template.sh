@@ -36,6 +36,25 @@ die() {
 
 log() { echo "build-template: $*" >&2; }
 
+# progress LOG CMD...: runs CMD with its output appended to LOG and, while
+# it runs, prints LOG's last line every 15 s, so that a long debootstrap
+# or apt run shows it is moving. Returns CMD's status.
+progress() {
+	local logf=$1 pid n=0 st=0
+	shift
+	"$@" >>"$logf" 2>&1 &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		sleep 1
+		n=$((n + 1))
+		if ((n % 15 == 0)); then
+			log "... ${n}s: $(tail -n 1 "$logf" 2>/dev/null | cut -c1-100)"
+		fi
+	done
+	wait "$pid" || st=$?
+	return "$st"
+}
+
 [[ $# -ge 1 ]] || usage
 NAME=$1
 shift
@@ -150,7 +169,8 @@ build_base() {
 	local pkgs=bash,coreutils,ca-certificates,curl,git,less,procps,iproute2,python3,python3-pip,python3-venv
 	local apt_pkgs=(nodejs npm)
 	log "debootstrap bookworm from $mirror into $NEW (packages: $pkgs); this takes a few minutes"
-	debootstrap --variant=minbase --include="$pkgs" bookworm "$NEW" "$mirror" >"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
+	: >"$BUILD_ROOT/$NAME.debootstrap.log"
+	progress "$BUILD_ROOT/$NAME.debootstrap.log" debootstrap --variant=minbase --include="$pkgs" bookworm "$NEW" "$mirror" ||
 		die "debootstrap failed; see $BUILD_ROOT/$NAME.debootstrap.log"
 
 	log "installing ${apt_pkgs[*]} with apt inside the rootfs"
@@ -159,9 +179,9 @@ build_base() {
 	printf '#!/bin/sh\nexit 101\n' >"$NEW/usr/sbin/policy-rc.d"
 	chmod 0755 "$NEW/usr/sbin/policy-rc.d"
 	{
-		chroot "$NEW" /usr/bin/apt-get update &&
-			DEBIAN_FRONTEND=noninteractive chroot "$NEW" /usr/bin/apt-get install -y --no-install-recommends "${apt_pkgs[@]}"
-	} >>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
+		progress "$BUILD_ROOT/$NAME.debootstrap.log" chroot "$NEW" /usr/bin/apt-get update &&
+			progress "$BUILD_ROOT/$NAME.debootstrap.log" env DEBIAN_FRONTEND=noninteractive chroot "$NEW" /usr/bin/apt-get install -y --no-install-recommends "${apt_pkgs[@]}"
+	} ||
 		die "apt-get install ${apt_pkgs[*]} failed; see $BUILD_ROOT/$NAME.debootstrap.log"
 	rm -f "$NEW/usr/sbin/policy-rc.d"
 	umount "$NEW/proc"
@@ -192,9 +212,9 @@ apt_install_in() {
 	printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 	chmod 0755 "$root/usr/sbin/policy-rc.d"
 	{
-		chroot "$root" /usr/bin/apt-get update &&
-			DEBIAN_FRONTEND=noninteractive chroot "$root" /usr/bin/apt-get install -y --no-install-recommends "$@"
-	} >>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 ||
+		progress "$BUILD_ROOT/$NAME.debootstrap.log" chroot "$root" /usr/bin/apt-get update &&
+			progress "$BUILD_ROOT/$NAME.debootstrap.log" env DEBIAN_FRONTEND=noninteractive chroot "$root" /usr/bin/apt-get install -y --no-install-recommends "$@"
+	} ||
 		die "apt-get install $* failed; see $BUILD_ROOT/$NAME.debootstrap.log"
 	rm -f "$root/usr/sbin/policy-rc.d"
 	umount "$root/proc"
