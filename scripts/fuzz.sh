@@ -21,6 +21,7 @@ targets="
 ./internal/guest/files FuzzValidatePath
 ./internal/guest/files FuzzExtract
 ./internal/guest/files FuzzGuestFiles
+./internal/build FuzzParseBuildSpec
 "
 failed=0
 while read -r pkg fn; do
