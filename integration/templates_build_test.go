@@ -153,6 +153,27 @@ func TestTemplateBuild(t *testing.T) {
 		}
 	}
 
+	// Creating from the built template costs what creating from its base
+	// costs: the best of three of each (loose bound; the figures are logged).
+	best := func(tpl string) time.Duration {
+		var b time.Duration
+		for i := 0; i < 3; i++ {
+			t0 := time.Now()
+			sid := newSandbox(t, api.CreateSandboxRequest{Template: tpl})
+			d := time.Since(t0)
+			_ = env.client.DestroySandbox(context.Background(), sid)
+			if b == 0 || d < b {
+				b = d
+			}
+		}
+		return b
+	}
+	fromBase, fromBuilt := best("busybox"), best(name)
+	t.Logf("create, best of 3: from busybox %v, from the built template (3 layers on busybox) %v", fromBase.Round(time.Microsecond), fromBuilt.Round(time.Microsecond))
+	if fromBuilt > 3*fromBase+300*time.Millisecond {
+		t.Errorf("creating from the built template (%v) costs far more than from busybox (%v)", fromBuilt, fromBase)
+	}
+
 	// Nothing changed: every layered step is cached, the version stays.
 	spec := []byte(buildSpec5)
 	tar := tarDir(t, dir)
