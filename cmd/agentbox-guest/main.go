@@ -31,6 +31,14 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) == 2 && os.Args[1] == "launcher" {
+		// The daemon's pre-forked launcher, on the host (launcher.go).
+		if err := runLauncher(); err != nil {
+			fmt.Fprintf(os.Stderr, "agentbox-guest launcher: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) < 2 || (os.Args[1] != "init" && os.Args[1] != "serve") {
 		fmt.Fprintln(os.Stderr, "agentbox-guest is started by the agentbox daemon as `agentbox-guest init` (or `serve`); it is not meant to be run by hand")
 		os.Exit(2)

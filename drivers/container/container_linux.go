@@ -35,6 +35,7 @@ import (
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
+	"github.com/agentbox/agentbox/internal/guest/launcher"
 )
 
 // Name is the tier's name in the API.
@@ -58,6 +59,8 @@ type Driver struct {
 	mu sync.Mutex
 	// exited holds, per sandbox id, a channel closed when its init exits.
 	exited map[string]chan struct{}
+
+	launchState // the pre-forked launcher (launch_linux.go)
 }
 
 // New checks the host and returns the driver.
@@ -85,7 +88,9 @@ func New(o driver.Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container driver: cgroups: %w", err)
 	}
-	return &Driver{opts: o, log: o.Logger, cg: mgr, guest: o.GuestBinary, exited: map[string]chan struct{}{}}, nil
+	d := &Driver{opts: o, log: o.Logger, cg: mgr, guest: o.GuestBinary, exited: map[string]chan struct{}{}}
+	d.launch = launcher.NewClient(o.GuestBinary)
+	return d, nil
 }
 
 // Name implements driver.Driver.
@@ -265,15 +270,10 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, ctrls []string, h
 			cmd.SysProcAttr.CgroupFD = fd
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	pid, exited, err := d.startGuest(cmd) // through the launcher (launch_linux.go)
+	if err != nil {
 		return nil, nil, fmt.Errorf("starting guest agent: %w", err)
 	}
-	pid := cmd.Process.Pid
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
 	undo = append(undo, func() {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		<-exited

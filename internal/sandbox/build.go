@@ -229,3 +229,16 @@ func (s *Service) GCLayers(ctx context.Context) ([]string, error) {
 	}
 	return s.pool.GCLayers(ctx, inUse)
 }
+
+// sameLowers reports whether two overlay lower lists are the same.
+func sameLowers(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -168,7 +168,7 @@ func (s *Service) claimWarm(rec *store.SandboxRecord, tpl *storage.Template, drv
 
 // matchWarm takes the first ready, live member of a pool that matches.
 func (s *Service) matchWarm(rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) *member {
-	if rec.Snapshot != "" || len(rec.Lowers) != 1 || rec.Lowers[0] != tpl.Rootfs || len(rec.Env) > 0 {
+	if rec.Snapshot != "" || !sameLowers(rec.Lowers, tpl.LowerDirs()) || len(rec.Env) > 0 {
 		return nil
 	}
 	resize := drv.Capabilities().Resize
@@ -376,7 +376,7 @@ func (s *Service) bootMember(p *warmPool) (*member, error) {
 		TemplateVersion: tpl.Version,
 		Isolation:       c.Isolation,
 		Resources:       api.Resources{CPU: c.CPU, MemoryMB: c.MemoryMB, DiskMB: c.DiskMB, Pids: c.Pids},
-		Lowers:          []string{tpl.Rootfs},
+		Lowers:          tpl.LowerDirs(),
 	}
 	h, err := s.boot(ctx, rec, tpl, drv, false)
 	if err != nil {

@@ -1,0 +1,43 @@
+package container
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"sync"
+
+	"github.com/agentbox/agentbox/internal/guest/launcher"
+)
+
+// startGuest starts the guest agent's command through the pre-forked
+// launcher (internal/guest/launcher: a fork from a small process instead
+// of from the daemon's whole address space) and returns its pid and a
+// channel closed when it exits. If no launcher can run (an older guest
+// binary without the launcher mode, or AGENTBOX_LAUNCHER=off), it starts
+// the command from the daemon itself, as before, and says so once.
+func (d *Driver) startGuest(cmd *exec.Cmd) (int, chan struct{}, error) {
+	if d.launch != nil && os.Getenv("AGENTBOX_LAUNCHER") != "off" {
+		pid, exited, err := d.launch.Start(cmd)
+		if err == nil || !errors.Is(err, launcher.ErrUnavailable) {
+			return pid, exited, err
+		}
+		d.launchWarn.Do(func() {
+			d.log.Warn("the pre-forked launcher is unavailable; starting sandboxes from the daemon (slower as the daemon grows)", "err", err)
+		})
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, nil, err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	return cmd.Process.Pid, exited, nil
+}
+
+// launchState is the driver's launcher; New sets it up.
+type launchState struct {
+	launch     *launcher.Client
+	launchWarn sync.Once
+}

@@ -1,0 +1,143 @@
+package launcher
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// inProcess returns a client whose launcher is Serve on a goroutine of
+// this test (the protocol is the same as with a launcher process).
+func inProcess(t *testing.T) *Client {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "sp")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	ours, theirs := conn(fds[0]), conn(fds[1])
+	done := make(chan error, 1)
+	go func() { done <- Serve(theirs) }()
+	t.Cleanup(func() {
+		ours.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("Serve did not return when the client closed its end")
+		}
+	})
+	return &Client{conn: ours}
+}
+
+func requireRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the launcher tests start processes in new user namespaces mapped to host uid 1000000 and need root")
+	}
+}
+
+// A child started through the launcher gets its namespaces, id mapping,
+// env and extra files, and its exit closes the channel.
+func TestStart(t *testing.T) {
+	requireRoot(t)
+	c := inProcess(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command("/bin/sh", "-c", `echo "$X $$ $(cat /proc/self/uid_map)" >&3; read line < /proc/self/status`)
+	cmd.Env = []string{"X=hello"}
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setsid:      true,
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 1000000, Size: 65536}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 1000000, Size: 65536}},
+		Credential:  &syscall.Credential{Uid: 0, Gid: 0},
+	}
+	pid, exited, err := c.Start(cmd)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid <= 0 {
+		t.Fatalf("pid %d", pid)
+	}
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	// $$ is 1: the child is init of its new pid namespace.
+	if got := strings.Join(strings.Fields(line), " "); got != "hello 1 0 1000000 65536" {
+		t.Errorf("child printed %q, want env X, pid 1 and the uid map", got)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("exit channel not closed after the child exited")
+	}
+}
+
+// Exit is seen for a child killed from outside; an error in one request
+// (a missing binary) does not break the next.
+func TestExitAndErrors(t *testing.T) {
+	requireRoot(t)
+	c := inProcess(t)
+	bad := exec.Command("/nonexistent/binary")
+	bad.Env = []string{}
+	if _, _, err := c.Start(bad); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("start of a missing binary: %v", err)
+	}
+	cmd := exec.Command("/bin/sleep", "60")
+	cmd.Env = []string{}
+	pid, exited, err := c.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		t.Fatal("exit channel closed while the child runs")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("exit channel not closed after SIGKILL")
+	}
+	// Reaped by the launcher: no zombie is left.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat("/proc/" + itoa(pid)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still in /proc: not reaped", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	noEnv := exec.Command("/bin/true")
+	if _, _, err := c.Start(noEnv); err == nil {
+		t.Error("a command without Env was accepted: it would start with the launcher's empty environment silently")
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
