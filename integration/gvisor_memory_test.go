@@ -97,6 +97,11 @@ func TestGvisorPauseToDisk(t *testing.T) {
 	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "gvisor"})
 	v0, n0 := startMemServer(t, id)
 	mustSh(t, id, "echo on-disk > /root/file")
+	// The agent's checkpoint control socket answers only runsc's hook.
+	ctl := mustSh(t, id, `python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("\0agentbox-guest-ctl"); s.sendall(b"{\"mode\":\"restore\"}\n"); print(s.recv(200).decode().strip())'`)
+	if !strings.HasPrefix(ctl, "error:") {
+		t.Errorf("a sandbox process on the agent's control socket got %q, want an error", ctl)
+	}
 
 	t0 := time.Now()
 	sb, err := env.client.PauseSandboxToDisk(ctx, id)

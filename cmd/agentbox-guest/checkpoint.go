@@ -22,9 +22,9 @@ package main
 //     than the one saved) and listen again on the channel;
 //   - resume: listen again.
 //
-// Both act only while the channel is closed, so a process of the sandbox
-// that talks to the control socket can change nothing while the daemon is
-// connected. (runsc runs the hook before a save too, mode save: nothing
+// Only the hook may talk to it (fromHook: its capability bounding set is
+// full, every sandbox process's is empty), and both act only while the
+// channel is closed. (runsc runs the hook before a save too, mode save: nothing
 // to do then.)
 
 import (
@@ -39,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,6 +71,7 @@ type ctlRequest struct {
 type channel struct {
 	path string
 	srv  *guest.Server
+	base *slog.Logger // log without the sandbox's id
 	log  *slog.Logger
 	errc chan error
 
@@ -178,8 +180,8 @@ func (t *trackedConn) Close() error {
 
 // serveChannel serves the guest protocol on path, and the control socket,
 // until the channel fails.
-func serveChannel(srv *guest.Server, path string, log *slog.Logger) error {
-	c := &channel{path: path, srv: srv, log: log, errc: make(chan error, 1), conns: map[net.Conn]struct{}{}}
+func serveChannel(srv *guest.Server, path string, log *slog.Logger, sandboxID string) error {
+	c := &channel{path: path, srv: srv, base: log, log: log.With("sandbox", sandboxID), errc: make(chan error, 1), conns: map[net.Conn]struct{}{}}
 	c.mu.Lock()
 	err := c.listenLocked()
 	c.mu.Unlock()
@@ -211,6 +213,11 @@ func (c *channel) serveCtl(ln net.Listener) {
 			_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 			line, err := bufio.NewReader(io.LimitReader(conn, 1<<20)).ReadBytes('\n')
 			if err != nil {
+				return
+			}
+			if err := fromHook(conn); err != nil {
+				c.log.Warn("control socket: refused a peer", "err", err)
+				fmt.Fprintf(conn, "error: %v\n", err)
 				return
 			}
 			var req ctlRequest
@@ -254,7 +261,7 @@ func (c *channel) handle(req *ctlRequest) error {
 func (c *channel) assume(req *ctlRequest) {
 	if req.Boot != nil {
 		c.srv.SetEnv(req.Boot.Env)
-		c.log = c.log.With("sandbox", req.Boot.SandboxID)
+		c.log = c.base.With("sandbox", req.Boot.SandboxID)
 	}
 	if req.Pids > 0 {
 		if err := os.WriteFile(filepath.Join(pidsWorkload, "pids.max"), []byte(strconv.FormatInt(req.Pids, 10)), 0); err != nil {
@@ -305,4 +312,43 @@ func runHook() error {
 		return fmt.Errorf("agent: %s", line)
 	}
 	return nil
+}
+
+// fromHook checks that the peer of conn is runsc's hook: it runs with every
+// capability in its bounding set, while every process of the sandbox
+// starts with an empty one (serve_harden.go) and can never raise it, so a
+// peer whose bounding set holds CAP_SYS_ADMIN is the hook.
+func fromHook(conn net.Conn) error {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return errors.New("not a unix connection")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	cerr := raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if cerr != nil || err != nil || cred == nil {
+		return fmt.Errorf("peer credentials: %v %v", cerr, err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cred.Pid))
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			bnd, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return err
+			}
+			if bnd&(1<<unix.CAP_SYS_ADMIN) == 0 {
+				return fmt.Errorf("peer pid %d is not the checkpoint hook (no CAP_SYS_ADMIN in its bounding set)", cred.Pid)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("peer pid %d: no CapBnd", cred.Pid)
 }

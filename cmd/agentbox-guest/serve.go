@@ -68,5 +68,5 @@ func runServe() error {
 	})
 	// The channel closes for a checkpoint and opens again after it
 	// (checkpoint.go).
-	return serveChannel(srv, sock, log.With("sandbox", spec.SandboxID))
+	return serveChannel(srv, sock, log, spec.SandboxID)
 }

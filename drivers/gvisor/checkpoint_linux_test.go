@@ -1,0 +1,156 @@
+package gvisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/driver/drivertest"
+)
+
+// TestCheckpointRestore drives runsc checkpoint/restore through the
+// driver on the busybox root: a shell loop counting in memory is saved
+// with the sandbox stopped and restored on the same layer (it goes on
+// counting); then, with the restored sandbox left running, its layer is
+// copied while it is frozen and a child is restored from that checkpoint
+// as another sandbox (its own hostname and env, the loop going on from
+// the parent's count), and the restored child is checkpointed again (the
+// hook is set once per kernel).
+func TestCheckpointRestore(t *testing.T) {
+	if _, err := os.Stat(runscPath()); err != nil {
+		t.Fatal("no runsc: run scripts/install-runsc.sh (make test does)")
+	}
+	const uidBase = 1000000
+	d, err := New(driver.Options{GuestBinary: drivertest.BuildGuest(t), CgroupParent: drivertest.CgroupParent(t), UIDBase: uidBase})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := []string{drivertest.BusyboxRootfs(t, uidBase)}
+	tmp, err := os.MkdirTemp("/var/tmp", "gvisor-ckpt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	_ = os.Chmod(tmp, 0o711)
+	spec := func(name string) *driver.Spec {
+		id := fmt.Sprintf("ck%d%s", time.Now().UnixNano()%1000000, name)
+		s := &driver.Spec{ID: id, Hostname: "sbx-" + id, Layers: layers,
+			UpperDir: filepath.Join(tmp, name, "upper"), WorkDir: filepath.Join(tmp, name, "work"),
+			RunDir: filepath.Join(tmp, name, "sandboxes", id),
+			Env:    []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "WHO=" + name},
+			User:   "root", Workdir: "/", CPU: 1, MemoryMB: 256, Pids: 128}
+		for _, dir := range []string{s.UpperDir, s.WorkDir} {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			_ = os.Chown(dir, uidBase, uidBase)
+		}
+		if err := os.MkdirAll(s.RunDir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sh := func(h *driver.Handle, script string) string {
+		t.Helper()
+		res, err := drivertest.Exec(ctx, d, h, script)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%q: %+v, %v", script, res, err)
+		}
+		return strings.TrimSpace(res.Stdout)
+	}
+	count := func(h *driver.Handle) int {
+		t.Helper()
+		n, err := strconv.Atoi(sh(h, "cat /tmp/count"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ps := spec("p")
+	h, err := d.Create(ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Destroy(context.Background(), h) })
+	sh(h, `(n=0; while :; do n=$((n+1)); echo $n > /tmp/count; sleep 0.05; done) >/dev/null 2>&1 &
+sleep 0.3`)
+	n0 := count(h)
+
+	// Stopped checkpoint, restore on the same layer.
+	img := filepath.Join(tmp, "img1")
+	_ = os.Mkdir(img, 0o700)
+	t0 := time.Now()
+	if err := d.Checkpoint(ctx, h, img, driver.CheckpointOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := time.Since(t0)
+	if err := d.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	if h, err = d.Restore(ctx, ps, img); err != nil {
+		t.Fatal(err)
+	}
+	restore := time.Since(t0)
+	if n1 := count(h); n1 < n0 {
+		t.Errorf("after the restore the count is %d, before it %d", n1, n0)
+	}
+	n1 := count(h)
+	time.Sleep(300 * time.Millisecond)
+	if n2 := count(h); n2 <= n1 {
+		t.Errorf("the loop does not run after the restore: %d then %d", n1, n2)
+	}
+
+	// Left running, layer copied while frozen, a child restored as
+	// another sandbox.
+	cs := spec("c")
+	img2 := filepath.Join(tmp, "img2")
+	_ = os.Mkdir(img2, 0o700)
+	t0 = time.Now()
+	err = d.Checkpoint(ctx, h, img2, driver.CheckpointOptions{LeaveRunning: true, Frozen: func() error {
+		_ = os.RemoveAll(cs.UpperDir)
+		if out, err := exec.Command("cp", "-a", ps.UpperDir, cs.UpperDir).CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt2 := time.Since(t0)
+	t0 = time.Now()
+	hc, err := d.Restore(ctx, cs, img2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Destroy(context.Background(), hc) })
+	restore2 := time.Since(t0)
+	if out := sh(hc, "hostname; echo $WHO"); out != cs.Hostname+"\nc" {
+		t.Errorf("the child says %q, want its own hostname and env", out)
+	}
+	if out := sh(h, "hostname; echo $WHO"); out != ps.Hostname+"\np" {
+		t.Errorf("the parent says %q after the fork", out)
+	}
+	c1 := count(hc)
+	time.Sleep(300 * time.Millisecond)
+	if c2 := count(hc); c2 <= c1 || c1 < n1 {
+		t.Errorf("the child's loop: %d then %d (the parent had %d before the fork)", c1, c2, n1)
+	}
+	img3 := filepath.Join(tmp, "img3")
+	_ = os.Mkdir(img3, 0o700)
+	if err := d.Checkpoint(ctx, hc, img3, driver.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatalf("a second checkpoint of a restored sandbox: %v", err)
+	}
+	count(hc)
+	t.Logf("checkpoint (stop) %v, restore %v; checkpoint (frozen copy, left running) %v, restore as another sandbox %v",
+		ckpt.Round(time.Millisecond), restore.Round(time.Millisecond), ckpt2.Round(time.Millisecond), restore2.Round(time.Millisecond))
+}
