@@ -57,6 +57,7 @@ func (s *Service) pauseLocked(ctx context.Context, e *entry, p driver.Pauser) er
 	if e.paused.Load() {
 		return nil
 	}
+	waitSpawn(ctx, e) // standby.go
 	if err := p.Pause(ctx, e.handle()); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", e.id, err)
 	}

@@ -99,6 +99,9 @@ type entry struct {
 	// started has booted (or failed to).
 	next      *standby
 	preparing atomic.Pointer[chan struct{}]
+	// spawning is closed when the last standby's spawn has returned:
+	// whoever destroys the sandbox's cgroups waits for it first.
+	spawning atomic.Pointer[chan struct{}]
 }
 
 func (e *entry) handle() *driver.Handle { return e.hp.Load() }

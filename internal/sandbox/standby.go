@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -40,8 +41,10 @@ func specKey(sp *driver.Spec) string {
 	return strings.Join(sp.Layers, ":") + "\n" + strings.Join(sp.Env, "\x00") + "\n" + sp.User + "\n" + sp.Workdir
 }
 
-// dropStandby discards e's standby, if any; e.op is held.
+// dropStandby discards e's standby, if any, and waits for one still being
+// spawned (so that the sandbox's cgroups can go); e.op is held.
 func (s *Service) dropStandby(ctx context.Context, e *entry) {
+	waitSpawn(ctx, e)
 	nx := e.next
 	if nx == nil {
 		return
@@ -78,12 +81,20 @@ func (s *Service) prepareStandby(e *entry, rec *store.SandboxRecord, tpl *storag
 		defer s.wg.Done()
 		defer close(done)
 		stale := func() bool { return e.destroying || e.gen != gen || e.next != nil }
+		// Registered under e.op: a destroy after this waits for the spawn
+		// (waitSpawn), one before it makes this stale.
+		spawned := make(chan struct{})
 		e.op.Lock()
 		skip := stale()
+		if !skip {
+			e.spawning.Store(&spawned)
+		}
 		e.op.Unlock()
 		if skip {
 			return
 		}
+		spawnDone := sync.OnceFunc(func() { close(spawned) })
+		defer spawnDone()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		nx := &standby{
@@ -103,7 +114,9 @@ func (s *Service) prepareStandby(e *entry, rec *store.SandboxRecord, tpl *storag
 		}
 		spec := s.driverSpec(&recCopy, tpl, upper, work, nx.runDir)
 		nx.key = specKey(spec)
-		if nx.h, err = sb.Prepare(ctx, spec); err != nil {
+		nx.h, err = sb.Prepare(ctx, spec)
+		spawnDone()
+		if err != nil {
 			e.op.Lock()
 			gone := e.destroying || e.gen != gen
 			e.op.Unlock()
@@ -231,5 +244,17 @@ func waitStandby(ctx context.Context, e *entry) {
 	case <-*p:
 	case <-t.C:
 	case <-ctx.Done():
+	}
+}
+
+// waitSpawn waits for a standby of e still being spawned: its process
+// joins the sandbox's cgroups, which a destroy removes and a pause
+// freezes (a standby frozen mid-boot would time out).
+func waitSpawn(ctx context.Context, e *entry) {
+	if p := e.spawning.Load(); p != nil {
+		select {
+		case <-*p:
+		case <-ctx.Done():
+		}
 	}
 }
