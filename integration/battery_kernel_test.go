@@ -23,7 +23,7 @@ import (
 )
 
 func itemUnixSockets(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	// Host listeners a sandbox must not reach: a path and an abstract name.
 	path := "/var/tmp/agentbox-battery-" + randHex(6) + ".sock"
 	abstract := "@agentbox-battery-" + randHex(6)
@@ -66,14 +66,14 @@ func itemUnixSockets(t *testing.T, b *battery) {
 }
 
 func itemMount(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	got, _ := b.probe(t, id, "", "mount")
 	expectErrno(t, got, []string{"mount_proc", "mount_sysfs", "mount_tmpfs", "mount_bind", "mount_cgroup", "umount_proc",
 		"fsopen", "fsconfig", "fsmount", "fspick", "open_tree", "move_mount", "mount_setattr"}, "EPERM")
 }
 
 func itemNamespaces(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	got, _ := b.probe(t, id, "", "ns")
 	var names []string
 	for _, ns := range []string{"user", "mnt", "cgroup", "pid", "net", "uts", "ipc"} {
@@ -97,7 +97,7 @@ func itemNamespaces(t *testing.T, b *battery) {
 }
 
 func itemModulesSockets(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	before := hostModules(t)
 	got, _ := b.probe(t, id, "", "sockets")
 	expectErrno(t, got, []string{"socket_AF_ALG", "socket_AF_VSOCK", "socket_AF_RDS", "socket_AF_TIPC", "socket_AF_PACKET",
@@ -143,7 +143,7 @@ func hostModules(t testing.TB) map[string]bool {
 }
 
 func itemKernelInterfaces(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	got, _ := b.probe(t, id, "", "kernel")
 	expectErrno(t, got, []string{"bpf", "keyctl", "add_key", "request_key", "perf_event_open", "userfaultfd",
 		"io_uring_setup", "io_uring_enter", "kexec_load", "open_by_handle_at"}, "EPERM")
@@ -151,7 +151,7 @@ func itemKernelInterfaces(t *testing.T, b *battery) {
 }
 
 func itemPtrace(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	me, sib := strconv.Itoa(os.Getpid()), strconv.Itoa(b.sibPid)
 	got, res := b.probe(t, id, "", "ptrace", me, sib)
 	for _, target := range []string{"1", me, sib} {
@@ -167,7 +167,7 @@ func itemPtrace(t *testing.T, b *battery) {
 }
 
 func itemHostProc(t *testing.T, b *battery) {
-	id := b.sandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	res := b.hostile(t, id, api.ExecRequest{Shell: `for f in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug /proc/kallsyms /proc/sysrq-trigger; do
   printf '%s %s\n' "$f" "$(head -c 4096 $f 2>/dev/null | wc -c)"; done
 echo pids $(ls /proc | grep -E '^[0-9]+$')
@@ -206,7 +206,7 @@ echo init "$(tr '\0' ' ' </proc/1/cmdline)"`})
 }
 
 func itemProcWrites(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	watched := []string{"/proc/sys/kernel/core_pattern", "/sys/kernel/uevent_helper", "/proc/sys/kernel/hostname",
 		"/proc/sys/kernel/modprobe", "/sys/fs/cgroup/pids/release_agent", "/sys/fs/cgroup/memory/release_agent",
 		"/sys/fs/cgroup/cpu/release_agent"}
@@ -273,14 +273,14 @@ func dmesgCount(word string) int {
 }
 
 func itemDevices(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	got, _ := b.probe(t, id, "", "mknod")
 	expectErrno(t, got, []string{"mknod_block", "mknod_char_mem", "mknod_char_kmsg", "syslog_read_all", "syslog_size"}, "EPERM")
 	expectErrno(t, got, []string{"open_dev_kmsg"}, "ENOENT", "EPERM", "EACCES")
 }
 
 func itemClock(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	t0 := time.Now()
 	got, _ := b.probe(t, id, "", "clock")
 	t1 := time.Now()
@@ -294,7 +294,7 @@ func itemClock(t *testing.T, b *battery) {
 }
 
 func itemChroot(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	paths := []string{b.hostFlag, "../../../../../../../.." + b.hostFlag,
 		fmt.Sprintf("/proc/%d/root%s", b.sibPid, b.sibFlag), "/proc/1/root" + b.hostFlag}
 	got, res := b.probe(t, id, "", append([]string{"chroot"}, paths...)...)
@@ -404,7 +404,7 @@ func fileSHA256(t testing.TB, path string) (string, time.Time) {
 }
 
 func itemGuestBinary(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	id := b.shared(t)
 	sum0, mt0 := fileSHA256(t, env.cfg.GuestBinary)
 	got, _ := b.probe(t, id, "", "exe")
 	sh := b.hostile(t, id, api.ExecRequest{Shell: "cp /bin/busybox /proc/1/exe; echo cp=$?; echo x >> /proc/1/exe; echo append=$?"})

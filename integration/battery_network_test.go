@@ -21,7 +21,10 @@ import (
 // and returns its verdict per target plus the interfaces line.
 func (b *battery) reach(t *testing.T, targets ...string) (map[string]string, string) {
 	t.Helper()
-	id := b.sandbox(t, api.CreateSandboxRequest{Template: "base", Network: &api.Network{Egress: api.EgressNone}})
+	if b.netSB == "" {
+		t.Fatal("the base template is missing: run scripts/build-template.sh base --no-import (make test does)")
+	}
+	id := b.netSB
 	src, err := os.Open(filepath.Join("testdata", "network", "reach.py"))
 	if err != nil {
 		t.Fatal(err)

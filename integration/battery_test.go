@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +40,12 @@ type battery struct {
 	// host pid of its init.
 	sib, sibFlag, sibSecret string
 	sibPid                  int
+	// probeSB is a busybox sandbox with the probe, shared by the items
+	// that only probe (no limits of their own, nothing left behind that
+	// matters to the next), so that a tier whose creates are slow pays
+	// for one; netSB is a base sandbox with egress none, shared by the
+	// network items.
+	probeSB, netSB string
 }
 
 // batteryItem is one numbered item of SECURITY.md's battery.
@@ -84,6 +91,7 @@ func recordRow(item, tier string, t *testing.T, ok bool) {
 func printTable(title string, from int) {
 	verdicts.mu.Lock()
 	defer verdicts.mu.Unlock()
+	writeReportLocked()
 	fmt.Printf("\n==== %s verdicts ====\n", title)
 	for _, r := range verdicts.rows[from:] {
 		ev := r.evidence
@@ -93,6 +101,62 @@ func printTable(title string, from int) {
 		fmt.Printf("%-26s %-10s %-4s %s\n", r.item, r.tier, r.verdict, ev)
 	}
 	fmt.Println()
+}
+
+// ReportPath is where the battery's item x tier table goes
+// ($AGENTBOX_BATTERY_REPORT, else agentbox-battery.txt in the temp dir):
+// `go test` shows a passing package's output only with -v, so
+// scripts/test.sh and `make battery` print this file.
+func reportPath() string {
+	if p := os.Getenv("AGENTBOX_BATTERY_REPORT"); p != "" {
+		return p
+	}
+	return filepath.Join(os.TempDir(), "agentbox-battery.txt")
+}
+
+// writeReportLocked writes every verdict recorded so far as one table,
+// item x tier, then each verdict's evidence.
+func writeReportLocked() {
+	var tiers, items []string
+	cell := map[[2]string]string{}
+	for _, r := range verdicts.rows {
+		if !slices.Contains(tiers, r.tier) {
+			tiers = append(tiers, r.tier)
+		}
+		if !slices.Contains(items, r.item) {
+			items = append(items, r.item)
+		}
+		cell[[2]string{r.item, r.tier}] = r.verdict
+	}
+	sort.Strings(items)
+	var w strings.Builder
+	pass, fail := 0, 0
+	fmt.Fprintf(&w, "hostile battery and posture: item x tier (%s)\n\n%-26s", time.Now().UTC().Format(time.RFC3339), "item")
+	for _, tier := range tiers {
+		fmt.Fprintf(&w, " %-10s", tier)
+	}
+	w.WriteString("\n")
+	for _, it := range items {
+		fmt.Fprintf(&w, "%-26s", it)
+		for _, tier := range tiers {
+			v := cell[[2]string{it, tier}]
+			switch v {
+			case "":
+				v = "-"
+			case "PASS":
+				pass++
+			default:
+				fail++
+			}
+			fmt.Fprintf(&w, " %-10s", v)
+		}
+		w.WriteString("\n")
+	}
+	fmt.Fprintf(&w, "\n%d passed, %d failed\n\nevidence:\n", pass, fail)
+	for _, r := range verdicts.rows {
+		fmt.Fprintf(&w, "%-26s %-10s %-4s %s\n", r.item, r.tier, r.verdict, r.evidence)
+	}
+	_ = os.WriteFile(reportPath(), []byte(w.String()), 0o644)
 }
 
 func rowCount() int {
@@ -232,7 +296,21 @@ func newBattery(t *testing.T, tier, probeBin string) *battery {
 		t.Fatal(err)
 	}
 	b.sibPid = sb.Pid
+	b.probeSB = b.hostileSandbox(t, api.CreateSandboxRequest{})
+	if env.hasBase {
+		b.netSB = b.sandbox(t, api.CreateSandboxRequest{Template: "base", Network: &api.Network{Egress: api.EgressNone}})
+	}
 	return b
+}
+
+// shared returns the battery's shared probe sandbox, after checking that
+// it still answers.
+func (b *battery) shared(t testing.TB) string {
+	t.Helper()
+	if err := alive(b.probeSB); err != nil {
+		t.Fatalf("the battery's shared probe sandbox does not answer (an earlier item broke it?): %v", err)
+	}
+	return b.probeSB
 }
 
 // checkFlags fails the test if a flag changed or the sibling stopped

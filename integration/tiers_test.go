@@ -7,10 +7,10 @@ import (
 )
 
 // optInTiers are isolation tiers that the battery and the posture test
-// run on only when AGENTBOX_TEST_TIERS names them (comma-separated), because
-// some of their items still fail (docs/gvisor.md lists which and why).
-// Their own tests (gvisor_test.go) run whenever the daemon offers them.
-var optInTiers = []string{"gvisor"}
+// run on only when AGENTBOX_TEST_TIERS names them (comma-separated), for a
+// tier whose items do not all pass yet. None today: every offered tier,
+// gvisor included, runs the whole battery in every CI run.
+var optInTiers = []string{}
 
 // testTiers filters the daemon's tiers to those the battery runs on: with
 // AGENTBOX_TEST_TIERS set, exactly the tiers it names (of those offered);
