@@ -5,7 +5,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
 
-.PHONY: build install deps up test test-unit test-integration bench soak clean lint fuzz
+.PHONY: build install deps up test test-unit test-integration bench soak clean lint fuzz battery
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
@@ -39,6 +39,21 @@ bench: install
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh busybox
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh base
 	$(BIN)/agentbox bench $(BENCH_FLAGS)
+
+# `make battery` runs only the hostile battery and the posture check
+# (docs/SECURITY.md) against a test daemon, on every isolation tier it
+# offers (AGENTBOX_TEST_TIERS=container,gvisor narrows them), and prints
+# the item x tier table with each verdict's evidence. Root; it installs
+# what the tests need and builds the busybox and base templates if missing.
+BATTERY_REPORT ?= /tmp/agentbox-battery.txt
+battery:
+	scripts/install-deps.sh
+	$(MAKE) -s build
+	scripts/build-template.sh busybox --no-import
+	scripts/build-template.sh base --no-import
+	rm -f $(BATTERY_REPORT)
+	AGENTBOX_BATTERY_REPORT=$(BATTERY_REPORT) $(GO) test -count=1 -timeout 30m -run 'TestBattery$$|TestPosture$$' ./integration/; \
+		rc=$$?; cat $(BATTERY_REPORT); exit $$rc
 
 # `make fuzz` runs every fuzz target for FUZZTIME each (scripts/fuzz.sh);
 # CI runs only their committed seed corpora, as unit tests.
