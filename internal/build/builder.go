@@ -91,10 +91,10 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 	switch name, ver, ok := strings.Cut(spec.From, "@"); {
 	case spec.FromImage():
 		base, err = b.fromImage(ctx, req, pin, emit)
-	case ok:
-		base, err = b.Pool.TemplateVersion(name, ver)
+	case ok: // a tenant builds from public templates and its own (storage.Owner)
+		base, err = b.Pool.TemplateVersionFor(ctx, name, ver)
 	default:
-		base, err = b.Pool.Template(spec.From)
+		base, err = b.Pool.TemplateFor(ctx, spec.From)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("from %s: %w", spec.From, err)

@@ -19,6 +19,22 @@ func (p *Pool) TemplateFor(ctx context.Context, name string) (*Template, error) 
 	return t, nil
 }
 
+// TemplateVersionFor returns one version of template name if the owner
+// ctx carries may see it, and not found (as for a missing name) otherwise.
+func (p *Pool) TemplateVersionFor(ctx context.Context, name, version string) (*Template, error) {
+	t, err := p.TemplateVersion(name, version)
+	if err != nil {
+		if _, lerr := p.TemplateFor(ctx, name); lerr != nil {
+			return nil, lerr // the name itself is not the caller's to know
+		}
+		return nil, err
+	}
+	if !OwnerFrom(ctx).Sees(t) {
+		return nil, templateNotFound(name)
+	}
+	return t, nil
+}
+
 // ListTemplatesFor returns the newest version of every template the owner
 // ctx carries may see, by name.
 func (p *Pool) ListTemplatesFor(ctx context.Context) ([]*Template, error) {

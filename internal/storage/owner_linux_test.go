@@ -94,3 +94,29 @@ func TestTemplateOwners(t *testing.T) {
 		t.Errorf("reloaded version 1 = %+v, %v", got, err)
 	}
 }
+
+// A version of another tenant's template is not found, as the name is.
+func TestTemplateVersionFor(t *testing.T) {
+	p, _ := newTestPool(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := WithOwner(context.Background(), Owner{Tenant: "a"})
+	b := WithOwner(context.Background(), Owner{Tenant: "b"})
+	if _, err := p.ImportTemplate(a, api.ImportTemplateRequest{Name: "own", Rootfs: src}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.TemplateVersionFor(a, "own", "1"); err != nil || got.Tenant != "a" {
+		t.Errorf("owner: %+v, %v", got, err)
+	}
+	_, errV := p.TemplateVersionFor(b, "own", "1")
+	_, errMissingV := p.TemplateVersionFor(b, "own", "2")
+	_, errName := p.TemplateFor(b, "own")
+	if !errors.Is(errV, errdefs.ErrNotFound) || errV.Error() != errName.Error() || errMissingV.Error() != errName.Error() {
+		t.Errorf("another tenant: %v / %v, want %v for both", errV, errMissingV, errName)
+	}
+	if _, err := p.TemplateVersionFor(a, "own", "2"); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "no version 2") {
+		t.Errorf("owner, missing version: %v", err)
+	}
+}
