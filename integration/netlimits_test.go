@@ -221,15 +221,12 @@ func checkBandwidth(t *testing.T, id string, s *limitServers, mbit, size int) {
 }
 
 // nftHasConnLimit reports whether this daemon's table limits connections
-// from sandbox id.
+// from sandbox id: the jump from the forward chain and the rule in the
+// sandbox's chain lim-<id>. Either one left alone after destroy counts.
 func nftHasConnLimit(t *testing.T, id string) bool {
-	out, _ := exec.Command("nft", "list", "chain", "inet", env.cfg.CgroupParent, "forward").Output()
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, `"abx`+id+`"`) && strings.Contains(l, "ct count") {
-			return true
-		}
-	}
-	return false
+	fwd, _ := exec.Command("nft", "list", "chain", "inet", env.cfg.CgroupParent, "forward").Output()
+	lim, _ := exec.Command("nft", "list", "chain", "inet", env.cfg.CgroupParent, "lim-"+id).Output()
+	return strings.Contains(string(fwd), "jump lim-"+id) || strings.Contains(string(lim), "ct count")
 }
 
 // TestNetworkLimits: a sandbox limited to 4 connections cannot open a 5th
@@ -253,8 +250,10 @@ func TestNetworkLimits(t *testing.T) {
 	if want := []string{"veth tbf rate=1000000", "veth ingress", "ifb tbf rate=1000000"}; err != nil || !slices.Equal(shaping, want) {
 		t.Fatalf("shaping %v (%v), want %v", shaping, err, want)
 	}
-	if !nftHasConnLimit(t, id) {
-		t.Fatal("no ct count rule for the sandbox in the forward chain")
+	fwd, _ := exec.Command("nft", "list", "chain", "inet", env.cfg.CgroupParent, "forward").Output()
+	lim, _ := exec.Command("nft", "list", "chain", "inet", env.cfg.CgroupParent, "lim-"+id).Output()
+	if !strings.Contains(string(fwd), "jump lim-"+id) || !strings.Contains(string(lim), "ct count over 4") {
+		t.Fatalf("no connection limit for the sandbox: forward:\n%s\nlim-%s:\n%s", fwd, id, lim)
 	}
 	uploadLimitsScript(t, id)
 
@@ -285,6 +284,20 @@ func TestNetworkLimits(t *testing.T) {
 		}
 		if got, _ := network.Shaping(id); !slices.Contains(got, "veth tbf rate=250000") || !slices.Contains(got, "ifb tbf rate=250000") {
 			t.Errorf("shaping after SetNetworkLimits(0, 2): %v", got)
+		}
+	})
+	t.Run("restart", func(t *testing.T) {
+		// A restarted daemon rebuilds its table: the limits come back.
+		restartDaemon(t, func() {})
+		if !nftHasConnLimit(t, id) {
+			t.Error("no connection limit rule after a daemon restart")
+		}
+		if got, _ := network.Shaping(id); !slices.Contains(got, "veth tbf rate=250000") || !slices.Contains(got, "ifb tbf rate=250000") {
+			t.Errorf("shaping after a daemon restart: %v", got)
+		}
+		host, port, _ := strings.Cut(s.hold, ":")
+		if out := limitsPy(t, id, "conns", host, port, "4"); out["extra"] != "connected" || out["held"] != "4" {
+			t.Errorf("after a restart, under a limit of 16: %v", out)
 		}
 	})
 	t.Run("defaults and validation", func(t *testing.T) {

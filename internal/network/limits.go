@@ -16,8 +16,9 @@ import (
 // Limits are a sandbox's connection and bandwidth limits, enforced on the
 // host without the sandbox's cooperation:
 //
-//   - MaxConnections: `iifname "abx<id>" ct state new ct count over N
-//     reject` in the forward chain. The count is of the connections (TCP,
+//   - MaxConnections: `ct state new ct count over N reject` in a chain
+//     lim-<id>, jumped to (iifname "abx<id>") from the top of the forward
+//     chain. The count is of the connections (TCP,
 //     UDP flows) the sandbox opened that conntrack still tracks (closed
 //     TCP ones drop out); the N+1st new one is rejected (connect fails
 //     with EHOSTUNREACH).
@@ -187,10 +188,25 @@ func Shaping(id string) ([]string, error) {
 	return out, nil
 }
 
-// ReleaseLimits removes what SetLimits made outside the veth and the
-// table (the ifb device); the service calls it when the sandbox's network
-// goes.
-func (m *Manager) ReleaseLimits(id string) error { return delIfb(id) }
+// ReleaseLimits removes what SetLimits made that Detach does not: the
+// chain lim-<id> (Detach removed its jump) and the ifb device. The
+// service calls it when the sandbox's network goes.
+func (m *Manager) ReleaseLimits(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	if c, err := nftables.New(); err == nil {
+		if _, lerr := c.ListChain(m.fw.table, limitChain(id)); lerr == nil {
+			lim := m.fw.chain(limitChain(id))
+			c.FlushChain(lim)
+			c.DelChain(lim)
+			if err := c.Flush(); err != nil {
+				errs = append(errs, fmt.Errorf("removing nftables chain %s: %w", lim.Name, err))
+			}
+		}
+	}
+	return errors.Join(append(errs, delIfb(id))...)
+}
 
 // CleanupLimits removes this daemon's ifb devices (tagged with its table
 // name) of sandboxes not in keep, as Start does with veths.
@@ -212,14 +228,19 @@ func (m *Manager) CleanupLimits(keep map[string]bool) []string {
 	return removed
 }
 
-// SetLimits applies l to sandbox id, replacing earlier limits: the
-// connection limit is a rule in the forward chain, ahead of the jump to
-// the sandbox's policy chain (so a policy change keeps the count), tagged
-// with id like the jump so that Detach removes it; the shaping is on the
-// host-side veth, and is skipped while the sandbox has none (a stopped
-// sandbox: Attach, then SetLimits again, give it one). A restarted
-// daemon's Start rebuilds the table without the rule: the service calls
-// SetLimits again for the sandboxes it keeps.
+func limitChain(id string) string { return "lim-" + id }
+
+// SetLimits applies l to sandbox id, replacing earlier limits. The
+// connection limit lives in a chain lim-<id> of its own, jumped to from
+// the top of the forward chain ahead of the sandbox's policy chain (so a
+// policy change keeps the count); the jump is tagged with id like the
+// policy jump, so Detach removes it, and ReleaseLimits the chain. The
+// shaping is on the host-side veth and the ifb device, and is skipped
+// while the sandbox has no veth (a stopped sandbox: Attach, then
+// SetLimits again, give it one). A restarted daemon's Start rebuilds the
+// table without the chain: the service calls SetLimits again for the
+// sandboxes it keeps. Every step costs the same whatever the number of
+// sandboxes (no chain is listed).
 func (m *Manager) SetLimits(id string, l Limits) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -227,39 +248,33 @@ func (m *Manager) SetLimits(id string, l Limits) error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	fwd := m.fw.chain("forward")
-	rules, err := c.GetRules(m.fw.table, fwd)
-	if err != nil {
-		return fmt.Errorf("sandbox %s: reading chain forward: %w", id, err)
+	lim := m.fw.chain(limitChain(id))
+	_, lerr := c.ListChain(m.fw.table, lim.Name)
+	switch {
+	case lerr == nil:
+		c.FlushChain(lim)
+	case l.MaxConnections > 0:
+		c.AddChain(lim)
+		c.InsertRule(&nftables.Rule{Table: m.fw.table, Chain: m.fw.chain("forward"), UserData: []byte(id),
+			Exprs: append(matchIf(expr.MetaKeyIIFNAME, HostVeth(id)), &expr.Verdict{Kind: expr.VerdictJump, Chain: lim.Name})})
 	}
-	for _, r := range rules {
-		if string(r.UserData) == id && hasConnlimit(r.Exprs) {
-			if err := c.DelRule(r); err != nil {
-				return fmt.Errorf("sandbox %s: removing its connection limit: %w", id, err)
-			}
+	if lerr == nil || l.MaxConnections > 0 {
+		for _, ex := range connLimitRules(l) {
+			c.AddRule(&nftables.Rule{Table: m.fw.table, Chain: lim, Exprs: ex})
+		}
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("sandbox %s: connection limit: %w", id, err)
 		}
 	}
-	for _, ex := range connLimitRules(l) {
-		c.InsertRule(&nftables.Rule{Table: m.fw.table, Chain: fwd, UserData: []byte(id),
-			Exprs: append(matchIf(expr.MetaKeyIIFNAME, HostVeth(id)), ex...)})
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("sandbox %s: connection limit: %w", id, err)
-	}
-	if _, err := netlink.LinkByName(HostVeth(id)); err != nil {
+	if l.BandwidthMbit <= 0 {
+		if _, err := netlink.LinkByName(ifbName(id)); err != nil {
+			return nil // never shaped: nothing to remove
+		}
+	} else if _, err := netlink.LinkByName(HostVeth(id)); err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
 			return nil
 		}
 	}
 	return applyShaping(id, m.name, l)
-}
-
-func hasConnlimit(ex []expr.Any) bool {
-	for _, e := range ex {
-		if _, ok := e.(*expr.Connlimit); ok {
-			return true
-		}
-	}
-	return false
 }

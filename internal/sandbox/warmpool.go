@@ -364,6 +364,11 @@ func (s *Service) bootMember(p *warmPool) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Egress == api.EgressInternet && drv.Capabilities().NetNSAtCreate {
+		// Its veth would have to exist before boot, and a member has no
+		// record for prepareNetNS to keep its address in.
+		return nil, fmt.Errorf("egress internet is not available to warm pools of the %s tier, whose network is fixed when a sandbox starts (docs/network.md); use egress none", drv.Name())
+	}
 	if c.Egress == api.EgressInternet && s.net == nil {
 		return nil, fmt.Errorf("egress internet is not available: this daemon's networking did not start")
 	}
