@@ -208,10 +208,29 @@ func (s *Service) resumeFromDisk(ctx context.Context, e *entry) (*api.Sandbox, e
 }
 
 // adoptOnDisk re-registers, after a daemon restart, a sandbox paused to
-// disk; it reports whether rec is one. A paused sandbox whose checkpoint
-// is missing or incomplete is left to the usual recovery.
-func (s *Service) adoptOnDisk(rec *store.SandboxRecord, drv driver.Driver) bool {
-	if rec.State != api.StatePaused || drv == nil || !isComplete(s.diskCheckpointDir(rec.ID)) {
+// disk; it reports whether rec is one. That is a paused sandbox with a
+// whole checkpoint, or a running one with a whole checkpoint and no init
+// (a crash between the checkpoint and the record's update). Any other is
+// left to the usual recovery.
+func (s *Service) adoptOnDisk(ctx context.Context, rec *store.SandboxRecord, drv driver.Driver) bool {
+	if drv == nil || !isComplete(s.diskCheckpointDir(rec.ID)) {
+		return false
+	}
+	switch rec.State {
+	case api.StatePaused:
+	case api.StateRunning:
+		if rec.Handle != nil && drv.Adopt(ctx, rec.Handle) == nil {
+			return false // it runs: the checkpoint is a leftover of its resume
+		}
+		err := s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
+			r.State = api.StatePaused
+			return nil
+		})
+		if err != nil {
+			return false
+		}
+		s.log.Info("sandbox was being paused to disk when the daemon stopped; its checkpoint is whole", "sandbox", rec.ID)
+	default:
 		return false
 	}
 	e := s.newEntry(rec.ID, rec.Tenant, drv, rec.Handle)

@@ -42,7 +42,7 @@ func (s *Service) Start(ctx context.Context) error {
 			keepLayer[rec.ID] = true
 			continue
 		}
-		if s.adoptOnDisk(rec, drv) { // paused to disk (memsnap.go)
+		if s.adoptOnDisk(ctx, rec, drv) { // paused to disk (memsnap.go)
 			keepLayer[rec.ID] = true
 			continue
 		}

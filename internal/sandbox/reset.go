@@ -21,6 +21,9 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.S
 	if err != nil {
 		return nil, err
 	}
+	if e.onDisk.Load() { // memsnap.go
+		return nil, errdefs.Precondition("sandbox %s is paused to disk; resume it (`agentbox resume %s`) before a reset, or destroy it", id, id)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
 	cur, err := s.st.GetSandbox(ctx, id)
