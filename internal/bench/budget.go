@@ -51,7 +51,7 @@ func judge(r *Report) []Budget {
 	lat("create/busybox", "create p99 (busybox)", p99, 30, "ARCHITECTURE")
 	for _, res := range r.Results {
 		if strings.HasPrefix(res.Name, "create-to-first-output") {
-			lat(res.Name, "create-to-first-output p50", p50, 15, "ARCHITECTURE")
+			lat(res.Name, res.Name+" p50", p50, 15, "ARCHITECTURE")
 		}
 	}
 	for _, res := range r.Results {

@@ -51,6 +51,29 @@ func (r *runner) lifecycle(ctx context.Context) {
 		}
 	}
 
+	// Egress internet: the same create plus the sandbox's veth, address
+	// and firewall chain.
+	if ename := "create/" + r.templates[0] + " (egress internet)"; r.want(ename) {
+		res := r.sample(ctx, ename, GroupLifecycle, r.opts.N, true, func(ctx context.Context) (time.Duration, error) {
+			req := createReq(r.templates[0])
+			req.Network = &api.Network{Egress: api.EgressInternet}
+			var id string
+			d, err := timed(func() error {
+				sb, err := r.c.CreateSandbox(ctx, req)
+				if sb != nil {
+					id = sb.ID
+				}
+				return err
+			})
+			if id != "" {
+				_ = r.destroy(ctx, id)
+			}
+			return d, err
+		})
+		res.Floor = "baseline/namespaces"
+		r.add(res)
+	}
+
 	name := "create-to-first-output"
 	if !r.want(name) {
 		return

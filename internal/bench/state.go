@@ -13,7 +13,7 @@ const GroupState = "state"
 // and reset, each on a sandbox of the first template that has a file
 // written (so snapshot and fork have a layer to capture).
 func (r *runner) state(ctx context.Context) {
-	names := []string{"pause", "resume", "snapshot", "fork/1", "fork/10", "reset"}
+	names := []string{"pause", "resume", "snapshot", "fork/1", "fork/10", "reset", "reset (back-to-back)"}
 	if !r.wantAny(names...) {
 		return
 	}
@@ -92,11 +92,26 @@ func (r *runner) state(ctx context.Context) {
 			}
 			r.add(res)
 		}
+		// Reset switches to a standby init booted after the previous
+		// reset; "reset" gives it time to boot (200 ms, untimed), as a
+		// sandbox used between resets does; back-to-back resets wait
+		// for it.
 		if r.want("reset") {
 			res := r.sample(ctx, "reset", GroupState, r.opts.N, true, func(ctx context.Context) (time.Duration, error) {
+				select {
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				case <-time.After(200 * time.Millisecond):
+				}
 				return timed(func() error { _, err := r.c.ResetSandbox(ctx, id, ""); return err })
 			})
-			res.Note = "back to the template, same id"
+			res.Note = "back to the template, same id; 200 ms after the previous one"
+			r.add(res)
+		}
+		if name := "reset (back-to-back)"; r.want(name) {
+			res := r.sample(ctx, name, GroupState, max(r.opts.N/5, 2), false, func(ctx context.Context) (time.Duration, error) {
+				return timed(func() error { _, err := r.c.ResetSandbox(ctx, id, ""); return err })
+			})
 			r.add(res)
 		}
 	})
