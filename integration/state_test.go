@@ -282,6 +282,17 @@ func TestStateReset(t *testing.T) {
 			t.Fatalf("after standby reset %d: %q", i, got)
 		}
 	}
+	// A paused sandbox resets too (its standby, frozen with it, is thawed).
+	time.Sleep(300 * time.Millisecond)
+	if _, err := env.client.PauseSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := env.client.ResetSandbox(ctx, id, ""); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("reset of a paused sandbox: %+v %v", sb, err)
+	}
+	if got := mustSh(t, id, "cat /root/f"); got != "one" {
+		t.Fatalf("after resetting a paused sandbox: %q", got)
+	}
 	var ds []time.Duration
 	for i := 0; i < 20; i++ {
 		mustSh(t, id, "echo x > /root/x")
@@ -912,4 +923,26 @@ func TestStateResetEgress(t *testing.T) {
 			t.Fatalf("reset %d: eth0 and sleepers: %q", i, got)
 		}
 	}
+}
+
+// TestStateIdlePreview: preview traffic is use; when it stops, the idle
+// timeout pauses the sandbox.
+func TestStateIdlePreview(t *testing.T) {
+	const port = 8000
+	sb := startPreviewServer(t, api.CreateSandboxRequest{Template: "base", IdleTimeoutSeconds: 2, OnTimeout: api.OnTimeoutPause}, port)
+	hc := unixHTTP()
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
+		resp, err := hc.Do(previewReq(t, sb, port, "/headers", true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("preview: %s (the sandbox went idle under traffic?)", resp.Status)
+		}
+	}
+	if got, _ := env.client.GetSandbox(context.Background(), sb.ID); got.State != api.StateRunning {
+		t.Fatalf("after 4 s of preview traffic with a 2 s idle timeout: %s", got.State)
+	}
+	waitState(t, sb.ID, api.StatePaused, 10*time.Second)
 }

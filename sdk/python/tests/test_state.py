@@ -1,6 +1,7 @@
 """Pause, resume, snapshots, fork and reset, blocking and asyncio."""
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -68,3 +69,12 @@ def test_state_async():
             await sbx.reset(snapshot=snap.id)
             assert not await sbx.files.exists("/root/b.txt")
     asyncio.run(main())
+
+
+def test_idle_timeout_pauses():
+    with Sandbox.create(template=TEMPLATE, idle_timeout=1, on_timeout="pause", ttl_seconds=120) as sbx:
+        deadline = time.monotonic() + 15
+        while sbx.info().state != "paused":
+            assert time.monotonic() < deadline, "idle_timeout=1 did not pause the sandbox"
+            time.sleep(0.2)
+        assert sbx.resume().state == "running"
