@@ -1,5 +1,7 @@
 package api
 
+import "time"
+
 // Template builds: POST /v1/templates/build?name=NAME takes a
 // multipart/form-data body with a "spec" part (the YAML build spec, at
 // most 1 MiB, first) and an optional "context" part (a tar of the build
@@ -14,6 +16,15 @@ type ReadyCheck struct {
 	Cmd       string `json:"cmd,omitempty"`
 	Port      int    `json:"port,omitempty"`
 	TimeoutMs int64  `json:"timeout_ms"`
+}
+
+// TemplateLayer describes one build layer of a template
+// (GET /v1/templates/{name}): what made it and the bytes it references.
+type TemplateLayer struct {
+	ID        string    `json:"id"`
+	Step      string    `json:"step"`
+	SizeBytes int64     `json:"size_bytes"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // Build event types.

@@ -113,8 +113,10 @@ type Template struct {
 	Layers []string    `json:"layers,omitempty"`
 	Start  string      `json:"start,omitempty"`
 	Ready  *ReadyCheck `json:"ready,omitempty"`
-	// Versions lists every version, oldest first (GET /v1/templates/{name}).
-	Versions []string `json:"versions,omitempty"`
+	// Versions lists every version, oldest first, and LayerInfo what made
+	// each of Layers (GET /v1/templates/{name} only).
+	Versions  []string        `json:"versions,omitempty"`
+	LayerInfo []TemplateLayer `json:"layer_info,omitempty"`
 }
 
 // ImportTemplateRequest is the body of POST /v1/templates (admin only): the

@@ -161,7 +161,13 @@ func printBuildInfo(out io.Writer, t *api.Template) {
 	if t.From != "" {
 		fmt.Fprintf(out, "from:     %s\n", t.From)
 	}
-	if len(t.Layers) > 0 {
+	switch {
+	case len(t.LayerInfo) > 0:
+		fmt.Fprintln(out, "layers:   (top first)")
+		for _, l := range t.LayerInfo {
+			fmt.Fprintf(out, "  %s  %8s  %s\n", l.ID, formatBytes(l.SizeBytes), l.Step)
+		}
+	case len(t.Layers) > 0:
 		fmt.Fprintln(out, "layers:   (top first)")
 		for _, l := range t.Layers {
 			fmt.Fprintf(out, "  %s\n", l)

@@ -427,6 +427,13 @@ func (p *Pool) Describe(t *Template) api.Template {
 			out.Versions = append(out.Versions, strconv.Itoa(v))
 		}
 	}
+	for _, id := range t.Layers {
+		l := api.TemplateLayer{ID: id, SizeBytes: p.BuildLayerSize(id)}
+		if m, err := p.BuildLayerInfo(id); err == nil {
+			l.Step, l.CreatedAt = m.Step, m.CreatedAt
+		}
+		out.LayerInfo = append(out.LayerInfo, l)
+	}
 	return out
 }
 
