@@ -408,6 +408,10 @@ func TestEgressDomains(t *testing.T) {
 			{api.EgressKindConnect, nameDenied, api.VerdictDeny, "no allow rule"},
 			{api.EgressKindConnect, nameOther, api.VerdictDeny, "no allow rule"},
 			{api.EgressKindConnect, nameWildX, api.VerdictDeny, "not resolved"},
+			// decided by the firewall, read back over NFLOG
+			{api.EgressKindConnect, nameAllowed, api.VerdictAllow, "firewall: address resolved for an allowed name"},
+			{api.EgressKindConnect, "", api.VerdictDeny, "firewall: egress custom"},
+			{api.EgressKindConnect, "", api.VerdictDeny, "firewall: DNS to another server"},
 		} {
 			if !find(c.kind, c.name, c.verdict, c.reason) {
 				t.Errorf("no %s entry %s %s (%s) in the egress log", c.kind, c.name, c.verdict, c.reason)
@@ -446,6 +450,19 @@ func TestEgressDomains(t *testing.T) {
 			{"https:" + nameDenied + "@" + w.web1, "err:"},
 			{"resolve:" + nameDenied, "err:"},
 			{"http:" + w.bare + "@" + w.bare, "ok:"}, // an address as Host: the address rules decide
+			{"dns:" + w.dnsAddr + ":" + nameAllowed, "err:"},
+		})
+	})
+
+	t.Run("restart", func(t *testing.T) {
+		// A restarted daemon rebuilds the table, the set and the
+		// redirects, and listens on the gateway again; pins are gone
+		// until the sandbox resolves again.
+		restartDaemon(t, func() {})
+		expectProbes(t, id, []probeWant{
+			{"resolve:" + nameDenied, "err:"},
+			{"https:" + nameAllowed, hello(nameAllowed, w.web1)},
+			{"https:" + nameDenied + "@" + w.web1, "err:"},
 			{"dns:" + w.dnsAddr + ":" + nameAllowed, "err:"},
 		})
 	})

@@ -123,6 +123,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := netm.SetUpstreams(cfg.Network.DNSUpstream); err != nil {
 		return err
 	}
+	defer netm.Close() // resolvers, proxies, firewall log reader
 	svc := sandbox.New(sandbox.Options{Config: cfg, Store: st, Pool: pool, Drivers: drivers, Logger: log, Net: netm})
 	if err := svc.Start(ctx); err != nil {
 		return fmt.Errorf("recovering sandboxes: %w", err)

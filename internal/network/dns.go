@@ -111,14 +111,23 @@ func (m *Manager) startGuard(id string, sub Subnet, pol Policy) error {
 		{PacketConn: pc, Handler: g, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second},
 		{Listener: tl, Handler: g, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxTCPQueries: 64},
 	}
+	// Wait until both servers run: Shutdown of a server not yet started
+	// fails and would leave it serving.
+	started := make(chan struct{}, 2*len(g.servers)) // a start and an end each
 	for _, s := range g.servers {
+		s.NotifyStartedFunc = func() { started <- struct{}{} }
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
-			if err := s.ActivateAndServe(); err != nil && !errors.Is(err, net.ErrClosed) {
+			err := s.ActivateAndServe()
+			if err != nil && !errors.Is(err, net.ErrClosed) {
 				m.log.Debug("sandbox resolver stopped", "sandbox", id, "err", err)
 			}
+			started <- struct{}{} // in case it never started
 		}()
+	}
+	for range g.servers {
+		<-started
 	}
 	g.wg.Add(1)
 	go func() {
@@ -144,6 +153,15 @@ func (m *Manager) stopGuard(id string) {
 	}
 	for _, s := range g.servers {
 		_ = s.Shutdown()
+	}
+	// Closing the sockets too ends a server whatever state it is in.
+	for _, s := range g.servers {
+		if s.PacketConn != nil {
+			s.PacketConn.Close()
+		}
+		if s.Listener != nil {
+			s.Listener.Close()
+		}
 	}
 	g.proxy.Close()
 	g.closeConns()
@@ -458,4 +476,20 @@ func (m *Manager) guardOf(id string) *guard {
 	m.gmu.Lock()
 	defer m.gmu.Unlock()
 	return m.guards[id]
+}
+
+// Close stops every sandbox's resolver and proxy and the firewall log
+// reader. The sandboxes' rules and veths stay: a daemon that starts next
+// rebuilds them and listens again.
+func (m *Manager) Close() {
+	m.gmu.Lock()
+	var ids []string
+	for id := range m.guards {
+		ids = append(ids, id)
+	}
+	m.gmu.Unlock()
+	for _, id := range ids {
+		m.stopGuard(id)
+	}
+	m.stopNFLOG()
 }

@@ -46,25 +46,24 @@ func (f *firewall) set(id string) *nftables.Set {
 	return &nftables.Set{Table: f.table, Name: resolvedSet(id), KeyType: nftables.TypeIPAddr, HasTimeout: true}
 }
 
-// dnsBlockRules reject direct DNS and DNS over TLS (TCP and UDP).
+// dnsBlockRules match direct DNS and DNS over TLS (TCP and UDP), which
+// the sandbox chain rejects.
 func dnsBlockRules() [][]expr.Any {
 	var out [][]expr.Any
 	for _, p := range dnsPorts {
-		for _, m := range matchRule(Rule{Port: p}) {
-			out = append(out, append(m, reject()))
-		}
+		out = append(out, matchRule(Rule{Port: p})...)
 	}
 	return out
 }
 
-// resolvedRule accepts IPv4 destinations in the sandbox's set.
-func resolvedRule(set string) []expr.Any {
+// resolvedMatch matches IPv4 destinations in the sandbox's set, which the
+// sandbox chain accepts.
+func resolvedMatch(set string) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
 		&expr.Lookup{SourceRegister: 1, SetName: set},
-		accept(),
 	}
 }
 

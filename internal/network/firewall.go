@@ -112,32 +112,42 @@ func matchRule(r Rule) [][]expr.Any {
 // allow rules; private ranges; then internet accepts, custom rejects.
 // Direct DNS is rejected right after replies, and what allowed names
 // resolved to (set, dnsfw.go) is accepted after the private ranges.
-func policyRules(pol Policy, pool netip.Prefix, set string) [][]expr.Any {
+// Each accept and reject logs the new flow with its reason (lg, nflog.go).
+func policyRules(pol Policy, pool netip.Prefix, set string, lg func(allow bool, reason string) []expr.Any) [][]expr.Any {
 	var rules [][]expr.Any
 	add := func(m []expr.Any, v expr.Any) { rules = append(rules, append(append([]expr.Any{}, m...), v)) }
+	addL := func(m []expr.Any, allow bool, reason string) {
+		v := reject()
+		if allow {
+			v = accept()
+		}
+		rules = append(rules, append(append(append([]expr.Any{}, m...), lg(allow, reason)...), v))
+	}
 	add(established(), accept())
-	rules = append(rules, dnsBlockRules()...)
+	for _, m := range dnsBlockRules() {
+		addL(m, false, "DNS to another server than the sandbox's resolver")
+	}
 	for _, p := range append([]netip.Prefix{pool}, AlwaysBlocked...) {
-		add(matchAddr(p, false), reject())
+		addL(matchAddr(p, false), false, "always blocked ("+p.String()+")")
 	}
 	for _, r := range pol.Deny {
 		for _, m := range matchRule(r) {
-			add(m, reject())
+			addL(m, false, "deny "+r.String())
 		}
 	}
 	for _, r := range pol.Allow {
 		for _, m := range matchRule(r) {
-			add(m, accept())
+			addL(m, true, "allow "+r.String())
 		}
 	}
 	for _, p := range Private {
-		add(matchAddr(p, false), reject())
+		addL(matchAddr(p, false), false, "private range "+p.String())
 	}
-	rules = append(rules, resolvedRule(set))
+	addL(resolvedMatch(set), true, "address resolved for an allowed name")
 	if pol.Egress == api.EgressInternet {
-		add(nil, accept())
+		addL(nil, true, "egress internet")
 	} else {
-		add(nil, reject())
+		addL(nil, false, "egress custom: no rule allows it")
 	}
 	return rules
 }
@@ -146,6 +156,7 @@ func policyRules(pol Policy, pool netip.Prefix, set string) [][]expr.Any {
 type firewall struct {
 	table *nftables.Table
 	pool  netip.Prefix
+	nflog uint16 // the NFLOG group rules log to (nflog.go); 0: none
 }
 
 func (f *firewall) chain(name string) *nftables.Chain {
@@ -192,7 +203,9 @@ func (f *firewall) addSandbox(c *nftables.Conn, id string, pol Policy) {
 
 // fillPolicy queues ch's rules for pol.
 func (f *firewall) fillPolicy(c *nftables.Conn, ch *nftables.Chain, pol Policy) {
-	for _, ex := range policyRules(pol, f.pool, resolvedSet(strings.TrimPrefix(ch.Name, "sbx-"))) {
+	id := strings.TrimPrefix(ch.Name, "sbx-")
+	lg := func(allow bool, reason string) []expr.Any { return f.logExpr(id, allow, reason) }
+	for _, ex := range policyRules(pol, f.pool, resolvedSet(id), lg) {
 		c.AddRule(&nftables.Rule{Table: f.table, Chain: ch, Exprs: ex})
 	}
 }

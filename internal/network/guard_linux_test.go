@@ -108,6 +108,7 @@ func TestGuard(t *testing.T) {
 	if err := m.Start(nil); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(m.Close)
 	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "inet", name).Run() })
 	sbx := exec.Command("unshare", "-n", "sleep", "120")
 	if err := sbx.Start(); err != nil {
@@ -120,9 +121,22 @@ func TestGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ta := time.Now()
 	sub, err := m.Attach(id, sbx.Process.Pid, pol, Subnet{})
+	t.Logf("attach took %v", time.Since(ta))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A guard stopped right after it started stops (a DNS server shut
+	// down before it ran used to keep serving, and Detach hung).
+	for i := 0; i < 3; i++ {
+		t0 := time.Now()
+		m.stopGuard(id)
+		t1 := time.Now()
+		if err := m.startGuard(id, sub, pol); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("stopGuard %v startGuard %v", t1.Sub(t0), time.Since(t1))
 	}
 	resolver := net.JoinHostPort(sub.Gateway.String(), "53")
 	query := func(qname, netw string) (int, []string, error) {
@@ -191,6 +205,27 @@ func TestGuard(t *testing.T) {
 	}
 	if got := strings.Join(verdicts, " "); got != "allowed.test=allow a.wild.test=allow no.wild.test=deny secret.denied.test=deny a.wild.test=deny" {
 		t.Errorf("egress log: %s", got)
+	}
+	// Connections the firewall decides reach the log through NFLOG
+	// (rejected ones only: an accepted one would leave this machine).
+	inNetns(t, sbx.Process.Pid, func() {
+		for _, dst := range []string{"10.9.9.9:8080", "192.0.2.99:8080"} {
+			if c, err := net.DialTimeout("tcp4", dst, 2*time.Second); err == nil {
+				c.Close()
+				t.Errorf("%s: connected", dst)
+			}
+		}
+	})
+	want := map[string]string{"10.9.9.9:8080": "firewall: private range 10.0.0.0/8", "192.0.2.99:8080": "firewall: egress custom"}
+	for deadline := time.Now().Add(3 * time.Second); len(want) > 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, e := range m.EgressLog(id).Entries {
+			if r, ok := want[e.Dest]; ok && e.Kind == api.EgressKindConnect && e.Proto == "tcp" && e.Verdict == api.VerdictDeny && strings.HasPrefix(e.Reason, r) {
+				delete(want, e.Dest)
+			}
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("no firewall entries for %v in the egress log: %+v", want, m.EgressLog(id).Entries)
 	}
 	t0 := time.Now()
 	if err := m.Detach(id); err != nil {

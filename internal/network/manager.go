@@ -31,6 +31,7 @@ type Manager struct {
 	guards    map[string]*guard
 	logs      map[string]*egressLog
 	upstreams []string
+	nflog     *nflogReader // the firewall's log reader (nflog.go)
 }
 
 // Known is what a restarted daemon tells Start about a sandbox that keeps
@@ -50,7 +51,7 @@ func NewManager(name, poolCIDR string, log *slog.Logger) (*Manager, error) {
 	return &Manager{
 		name: name,
 		pool: pool,
-		fw:   firewall{table: &nftables.Table{Family: nftables.TableFamilyINet, Name: name}, pool: pool.base},
+		fw:   firewall{table: &nftables.Table{Family: nftables.TableFamilyINet, Name: name}, pool: pool.base, nflog: nflogGroupOf(name)},
 		log:  log,
 
 		guards: map[string]*guard{},
@@ -90,6 +91,9 @@ func (m *Manager) Start(known map[string]Known) error {
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("creating nftables table inet %s: %w", m.name, err)
+	}
+	if err := m.startNFLOG(); err != nil {
+		m.log.Warn("the egress log will not show connections the firewall decides: reading its NFLOG group failed", "group", m.fw.nflog, "err", err)
 	}
 	for id, k := range known {
 		// A stopped sandbox has no gateway yet: Attach starts its guard.

@@ -453,3 +453,15 @@ class AsyncSandbox:
         """The preview URL of ``port`` served inside the sandbox; see
         ``Sandbox.url``."""
         return preview_url(self.id, (await self.info()).network, port)
+
+    async def set_egress(self, egress: str, allow: Optional[List[str]] = None,
+                         deny: Optional[List[str]] = None) -> SandboxInfo:
+        """Replace the sandbox's egress policy; see ``Sandbox.set_egress``."""
+        body: Dict[str, Any] = {"egress": egress, "allow": list(allow or []), "deny": list(deny or [])}
+        self._info = SandboxInfo.from_dict(await self._http.json("POST", sandbox_path(self.id, "/egress"),
+                                                                 json_body=body))
+        return self._info
+
+    async def egress_log(self) -> List[Dict[str, Any]]:
+        """The sandbox's egress log, oldest first; see ``Sandbox.egress_log``."""
+        return list((await self._http.json("GET", sandbox_path(self.id, "/egress/log"))).get("entries") or [])

@@ -489,6 +489,25 @@ class Sandbox:
         "public"}``). Reads the sandbox's settings from the daemon."""
         return preview_url(self.id, self.info().network, port)
 
+    def set_egress(self, egress: str, allow: Optional[List[str]] = None,
+                   deny: Optional[List[str]] = None) -> SandboxInfo:
+        """Replace the sandbox's egress policy while it runs: ``egress`` is
+        "none", "internet" or "custom"; ``allow`` and ``deny`` hold domains
+        ("example.org", "*.example.org"; the most specific rule wins),
+        CIDRs, addresses and ports (deny wins for addresses). New
+        connections see it at once (docs/network.md)."""
+        body: Dict[str, Any] = {"egress": egress, "allow": list(allow or []), "deny": list(deny or [])}
+        self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/egress"), json_body=body))
+        return self._info
+
+    def egress_log(self) -> List[Dict[str, Any]]:
+        """The sandbox's egress log, oldest first: each DNS query and web
+        connection its policy allowed or denied, as dicts with ``time``,
+        ``kind`` ("dns", "connect"), ``proto``, ``dest``, ``name``,
+        ``qtype``, ``verdict`` ("allow", "deny"), ``reason`` and
+        ``answers``. The last 1000 are kept."""
+        return list(self._http.json("GET", sandbox_path(self.id, "/egress/log")).get("entries") or [])
+
 
 async def _start_pty(http: SyncHTTP, sandbox_id: str, body: Dict[str, Any]) -> AsyncPty:
     return await AsyncPty.start(AsyncHTTP(http.cfg, http.timeout), sandbox_id, body)
