@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -161,7 +162,9 @@ func TestGvisorPauseToDisk(t *testing.T) {
 
 // TestGvisorForkWithMemory: 3 children of a sandbox running a python3
 // server each answer with the parent's in-memory value, then change it
-// independently; the parent keeps running with its own.
+// independently; the parent keeps running with its own. The parent's
+// HTTP server goes on listening in each child, which answers on its own
+// preview URL with its own files.
 func TestGvisorForkWithMemory(t *testing.T) {
 	needGvisor(t)
 	needBase(t)
@@ -169,6 +172,14 @@ func TestGvisorForkWithMemory(t *testing.T) {
 	parent := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "gvisor"})
 	v0, _ := startMemServer(t, parent)
 	mustSh(t, parent, "echo parent > /root/who")
+	// An HTTP server listening in the parent; the children never start
+	// one, yet each answers on its own preview URL.
+	mustSh(t, parent, "nohup python3 -m http.server 8002 --bind 127.0.0.1 --directory /root >/dev/null 2>&1 &")
+	psb, err := env.client.GetSandbox(ctx, parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPreview(t, psb, 8002, "/who", "parent")
 
 	t0 := time.Now()
 	kids, err := env.client.ForkSandboxWithMemory(ctx, parent, 3)
@@ -205,6 +216,9 @@ func TestGvisorForkWithMemory(t *testing.T) {
 			t.Errorf("child %s's file: %q", k.ID, out)
 		}
 	}
+	for i := range kids {
+		waitPreview(t, &kids[i], 8002, "/who", fmt.Sprintf("child-%d", i))
+	}
 	if len(hosts) != 3 || hosts["sbx-"+parent] {
 		t.Errorf("children's hostnames %v: want 3 of their own", hosts)
 	}
@@ -215,6 +229,31 @@ func TestGvisorForkWithMemory(t *testing.T) {
 		t.Errorf("the parent's file: %q", out)
 	}
 	t.Logf("fork with memory, 3 children: %v (%v per child)", took.Round(time.Millisecond), (took / 3).Round(time.Millisecond))
+}
+
+// waitPreview waits until sb's preview URL of port answers path with want.
+func waitPreview(t *testing.T, sb *api.Sandbox, port int, path, want string) {
+	t.Helper()
+	hc := unixHTTP()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for {
+		resp, err := hc.Do(previewReq(t, sb, port, path, true))
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			last = fmt.Sprintf("%d %q", resp.StatusCode, strings.TrimSpace(string(b)))
+			if resp.StatusCode == 200 && strings.TrimSpace(string(b)) == want {
+				return
+			}
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's preview of port %d: %s, want %q", sb.ID, port, last, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestGvisorSnapshotWithMemory: a snapshot with memory, then a create
