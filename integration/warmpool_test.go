@@ -82,10 +82,17 @@ func cgroupValue(t *testing.T, ctrl, id, file string) string {
 // nothing of the pool outlives the daemon.
 func TestWarmPool(t *testing.T) {
 	ctx := context.Background()
+	// A template of this test's own, which step 7 removes.
+	own := "poolrm-" + randHex(3)
+	if _, err := env.client.ImportTemplate(ctx, api.ImportTemplateRequest{Name: own, Rootfs: "/var/lib/agentbox/build/busybox",
+		User: "root", Workdir: "/root"}); err != nil {
+		t.Fatal(err)
+	}
 	restartDaemon(t, func() {
 		env.cfg.Pools = []config.WarmPool{
 			{Template: "busybox", Size: 2},
 			{Template: "busybox", Size: 1, Egress: "internet", MemoryMB: 256},
+			{Template: own, Size: 1},
 		}
 	})
 	t.Cleanup(func() {
@@ -113,13 +120,13 @@ func TestWarmPool(t *testing.T) {
 		}
 	})
 	ps := waitPoolsFull(t)
-	if len(ps) != 2 || ps[0].Template != "busybox" || ps[0].Isolation != "container" || ps[0].Egress != "none" ||
+	if len(ps) != 3 || ps[0].Template != "busybox" || ps[0].Isolation != "container" || ps[0].Egress != "none" ||
 		ps[0].Resources.MemoryMB != env.cfg.Defaults.MemoryMB || ps[1].Egress != "internet" || ps[1].Resources.MemoryMB != 256 {
 		t.Fatalf("pools = %+v", ps)
 	}
 	// Every pool sandbox runs, with a cgroup of its own, before any create.
-	if n := len(sandboxCgroups(t)); n < 3 {
-		t.Fatalf("%d sandbox cgroups with 3 pool sandboxes ready", n)
+	if n := len(sandboxCgroups(t)); n < 4 {
+		t.Fatalf("%d sandbox cgroups with 4 pool sandboxes ready", n)
 	}
 
 	served := func(i int) int64 { return pools(t)[i].Served }
@@ -211,5 +218,22 @@ func TestWarmPool(t *testing.T) {
 	}
 	if after := pools(t)[0]; after.Served != before.Served || after.Ready != before.Ready {
 		t.Errorf("a refused create took a pool sandbox: before %+v, after %+v", before, after)
+	}
+
+	// 7. A template whose only users are pool sandboxes can be removed:
+	// they go with it, and the pool says why it stays empty.
+	if err := env.client.RemoveTemplate(ctx, own); err != nil {
+		t.Fatalf("removing a template only a pool uses: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p := pools(t)[2]
+		if p.Ready == 0 && strings.Contains(p.LastError, "not found") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool of a removed template: %+v", p)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -227,6 +227,9 @@ func (s *Service) GCLayers(ctx context.Context) ([]string, error) {
 			inUse[l] = true
 		}
 	}
+	for _, l := range s.warmLowers() { // warm pool sandboxes (warmpool.go)
+		inUse[l] = true
+	}
 	return s.pool.GCLayers(ctx, inUse)
 }
 

@@ -58,6 +58,7 @@ type warmPool struct {
 	served, misses, made, failed int64
 	lastErr                      string
 	retryAt                      time.Time
+	backoff                      time.Duration
 }
 
 // member is one pre-booted sandbox.
@@ -68,8 +69,10 @@ type member struct {
 	drv  driver.Driver
 	h    *driver.Handle
 	res  api.Resources
-	sub  network.Subnet // zero without egress
-	made time.Time
+	// lowers are its overlay's lower layers.
+	lowers []string
+	sub    network.Subnet // zero without egress
+	made   time.Time
 }
 
 // startWarm starts the filler; the service's Start calls it after the
@@ -289,6 +292,7 @@ func (s *Service) fillWarm() {
 			return
 		case <-w.kick:
 		case <-t.C:
+			s.sweepWarm()
 		}
 		for {
 			if w.cold.Load() > 0 {
@@ -336,10 +340,20 @@ func (s *Service) fillOne(p *warmPool) {
 	w.mu.Lock()
 	if err != nil {
 		p.failed++
+		same := p.lastErr == err.Error()
 		p.lastErr = err.Error()
-		p.retryAt = time.Now().Add(5 * time.Second)
+		// Back off 5 s, doubling while the same error repeats, to 1 min.
+		if !same || p.backoff == 0 {
+			p.backoff = 5 * time.Second
+		} else {
+			p.backoff = min(2*p.backoff, time.Minute)
+		}
+		p.retryAt = time.Now().Add(p.backoff)
+		wait := p.backoff
 		w.mu.Unlock()
-		s.log.Warn("warm pool: boot failed; retrying in 5s", "template", p.cfg.Template, "isolation", p.cfg.Isolation, "err", err)
+		if !same {
+			s.log.Warn("warm pool: boot failed", "template", p.cfg.Template, "isolation", p.cfg.Isolation, "retry_in", wait, "err", err)
+		}
 		return
 	}
 	if w.closed {
@@ -348,7 +362,7 @@ func (s *Service) fillOne(p *warmPool) {
 		return
 	}
 	p.made++
-	p.lastErr = ""
+	p.lastErr, p.backoff = "", 0
 	p.ready = append(p.ready, m)
 	w.mu.Unlock()
 }
@@ -387,7 +401,7 @@ func (s *Service) bootMember(p *warmPool) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &member{id: rec.ID, pool: p, tpl: tpl, drv: drv, h: h, res: rec.Resources, made: time.Now()}
+	m := &member{id: rec.ID, pool: p, tpl: tpl, drv: drv, h: h, res: rec.Resources, lowers: rec.Lowers, made: time.Now()}
 	if c.Egress == api.EgressInternet {
 		pol, _ := network.ParsePolicy(api.EgressInternet, nil, nil)
 		if m.sub, err = s.net.Attach(m.id, h.Pid, pol, network.Subnet{}); err != nil {
@@ -396,6 +410,77 @@ func (s *Service) bootMember(p *warmPool) (*member, error) {
 		}
 	}
 	return m, nil
+}
+
+// DropWarm destroys the ready pool sandboxes of template name (every
+// version), so that the template can be removed: pool sandboxes have no
+// record, so nothing else would say they use it. The pools then refill
+// from whatever version exists, or report the template missing.
+func (s *Service) DropWarm(name string) {
+	w := &s.warm
+	w.mu.Lock()
+	var drop []*member
+	for _, p := range w.pools {
+		keep := p.ready[:0]
+		for _, m := range p.ready {
+			if m.tpl.Name == name {
+				drop = append(drop, m)
+			} else {
+				keep = append(keep, m)
+			}
+		}
+		p.ready = keep
+	}
+	w.mu.Unlock()
+	for _, m := range drop {
+		s.dropMember(m, "template removed")
+	}
+}
+
+// warmLowers lists the layers the ready pool sandboxes are built on, for
+// the garbage collection of build layers.
+func (s *Service) warmLowers() []string {
+	w := &s.warm
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, p := range w.pools {
+		for _, m := range p.ready {
+			out = append(out, m.lowers...)
+		}
+	}
+	return out
+}
+
+// sweepWarm drops ready members whose template version is no longer the
+// current one (a new version was imported, or the template removed).
+func (s *Service) sweepWarm() {
+	w := &s.warm
+	current := map[string]string{} // template name -> current version, "" if gone
+	w.mu.Lock()
+	var drop []*member
+	for _, p := range w.pools {
+		keep := p.ready[:0]
+		for _, m := range p.ready {
+			v, ok := current[m.tpl.Name]
+			if !ok {
+				if cur, err := s.pool.Template(m.tpl.Name); err == nil {
+					v = cur.Version
+				}
+				current[m.tpl.Name] = v
+			}
+			if v != m.tpl.Version || exited(m) {
+				drop = append(drop, m)
+			} else {
+				keep = append(keep, m)
+			}
+		}
+		p.ready = keep
+	}
+	w.mu.Unlock()
+	for _, m := range drop {
+		s.dropMember(m, "stale or gone")
+	}
 }
 
 // Pools reports the warm pools.

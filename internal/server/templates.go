@@ -161,6 +161,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Precondition("template %q is in use by %s%s: delete those first", name, strings.Join(users, ", "), more))
 		return
 	}
+	s.svc.DropWarm(name) // warm pool sandboxes use it too (internal/sandbox/warmpool.go)
 	if err := s.pool.RemoveTemplateAll(r.Context(), name); err != nil {
 		writeError(w, fmt.Errorf("removing template: %w", err))
 		return
