@@ -61,3 +61,26 @@ def follow(lines: Iterator[bytes], on_event: Optional[Callable[[BuildEvent], Non
         if on_event is not None:
             on_event(ev)
     raise UnavailableError("the daemon closed the build's stream before it ended")
+
+
+async def afollow(lines: Any, on_event: Optional[Callable[[BuildEvent], None]]) -> Dict[str, Any]:
+    """follow, for an async iterator of lines."""
+    async for line in lines:
+        if not line.strip():
+            continue
+        ev = json.loads(line)
+        t = ev.get("type")
+        if t == "done":
+            return ev["template"]
+        if t == "error":
+            e = ev.get("error") or {}
+            raise error_from_code(e.get("code", "internal"), e.get("message", "the build failed"), 400)
+        if on_event is not None:
+            on_event(ev)
+    raise UnavailableError("the daemon closed the build's stream before it ended")
+
+
+async def aiterate(it: Iterator[bytes]) -> Any:
+    """An async iterator over a sync one (a request body for httpx's async client)."""
+    for chunk in it:
+        yield chunk

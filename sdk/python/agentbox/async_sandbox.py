@@ -16,7 +16,7 @@ import os
 import tempfile
 from typing import IO, Any, AsyncIterator, Awaitable, Dict, Generator, List, Optional, Union
 
-from . import _archive
+from . import _archive, _build
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, list_params,
                       sandbox_path, signal_name, to_bytes, preview_url)
 from ._http import AsyncHTTP
@@ -61,6 +61,20 @@ class AsyncClient:
         if not name:
             raise InvalidArgumentError("a template name is required")
         return Template.from_dict(await self._http.json("GET", "/v1/templates/" + name))
+
+    async def build_template(self, name: str, spec: Union[str, bytes], *, context_dir: Optional[str] = None,
+                             on_event: Optional[Any] = None) -> Template:
+        """As ``Client.build_template``; ``on_event`` is called (not awaited)
+        with each progress event."""
+        data, ctx = _build.prepare(name, spec, context_dir)
+        ctype, body = _build.multipart(data, ctx)
+        try:
+            async with self._http.stream("POST", "/v1/templates/build", params={"name": name},
+                                         content=_build.aiterate(body), content_type=ctype) as resp:
+                return Template.from_dict(await _build.afollow(resp.aiter_lines(), on_event))
+        finally:
+            if ctx is not None:
+                ctx.close()
 
     async def close(self) -> None:
         await self._http.close()

@@ -57,3 +57,22 @@ def test_build_template_failure():
         with pytest.raises(InvalidArgumentError) as ei:
             c.build_template(name, "from: busybox\nsteps:\n  - runn: x\n")
         assert "line 3" in str(ei.value)
+
+
+def test_build_template_async():
+    import asyncio
+
+    from agentbox import AsyncClient
+
+    name = "pysdk-abuild-" + uuid.uuid4().hex[:6]
+    _cleanup.append(name)
+    events = []
+
+    async def main():
+        async with AsyncClient() as c:
+            return await c.build_template(name, "from: busybox\nsteps:\n  - run: echo async-built > /a\n",
+                                          on_event=events.append)
+
+    t = asyncio.run(main())
+    assert t.name == name and len(t.layers) == 1
+    assert any(e["type"] == "step_done" and e.get("exit_code") == 0 for e in events)
