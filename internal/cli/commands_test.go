@@ -526,7 +526,7 @@ func TestTemplatesAndVersion(t *testing.T) {
 		t.Errorf("import without --rootfs: exit %d, %q", code, errOut)
 	}
 	out, _, _ = run(t, "", "template", "ls")
-	if !strings.Contains(out, "NAME") || !strings.Contains(out, "base") || !strings.Contains(out, "300.0MiB") || !strings.Contains(out, "3h ago") {
+	if !strings.Contains(out, "NAME") || !strings.Contains(out, "base") || !strings.Contains(out, "300.0MiB") || !strings.Contains(out, "3h ago") || !strings.Contains(out, "(public)") {
 		t.Errorf("template ls = %q", out)
 	}
 	out, _, _ = run(t, "", "version")

@@ -38,10 +38,14 @@ func newTemplateLsCommand(g *globals) *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tVERSION\tSIZE\tCREATED")
+			fmt.Fprintln(tw, "NAME\tVERSION\tSIZE\tCREATED\tTENANT")
 			now := time.Now()
 			for _, t := range ts {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", t.Name, t.Version, formatBytes(t.SizeBytes), formatAge(now.Sub(t.CreatedAt)))
+				owner := t.Tenant // empty: public
+				if owner == "" {
+					owner = "(public)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s\n", t.Name, t.Version, formatBytes(t.SizeBytes), formatAge(now.Sub(t.CreatedAt)), owner)
 			}
 			return tw.Flush()
 		},
