@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/netutil"
 
 	"github.com/agentbox/agentbox/api"
 )
@@ -38,6 +39,15 @@ const maxInflight = 32
 
 // upstreamTimeout bounds one forwarded query.
 const upstreamTimeout = 4 * time.Second
+
+// Per sandbox: TCP connections to its resolver and connections through
+// its proxy open at once (the connection limit of limits.go counts
+// neither: they go to the input hook), and pinned address-name pairs.
+const (
+	maxDNSConns   = 64
+	maxProxyConns = 1024
+	maxPins       = 16384
+)
 
 // guard is one sandbox's resolver, proxy and egress log.
 type guard struct {
@@ -109,7 +119,7 @@ func (m *Manager) startGuard(id string, sub Subnet, pol Policy) error {
 	g.proxy = pl
 	g.servers = []*dns.Server{
 		{PacketConn: pc, Handler: g, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second},
-		{Listener: tl, Handler: g, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxTCPQueries: 64},
+		{Listener: netutil.LimitListener(tl, maxDNSConns), Handler: g, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxTCPQueries: 64},
 	}
 	// Wait until both servers run: Shutdown of a server not yet started
 	// fails and would leave it serving.
@@ -185,14 +195,6 @@ func (m *Manager) EgressLog(id string) api.EgressLog {
 		return api.EgressLog{Entries: []api.EgressLogEntry{}}
 	}
 	return l.snapshot()
-}
-
-// guardActive reports whether sandbox id has a resolver and proxy
-// listening.
-func (m *Manager) guardActive(id string) bool {
-	m.gmu.Lock()
-	defer m.gmu.Unlock()
-	return m.guards[id] != nil
 }
 
 // SetUpstreams sets the resolvers allowed queries go to ("ip" or
@@ -362,6 +364,12 @@ func (g *guard) pin(name string, addrs []netip.Addr, ttl time.Duration) error {
 	if ok, reason := g.pol.NameVerdict(name); !ok {
 		return errors.New("the policy changed: " + reason)
 	}
+	if len(g.resolved)+len(addrs) > maxPins {
+		g.pruneLocked()
+		if len(g.resolved)+len(addrs) > maxPins {
+			return fmt.Errorf("more than %d addresses pinned; they expire with their TTL", maxPins)
+		}
+	}
 	for _, a := range addrs {
 		names := g.resolved[a]
 		if names == nil {
@@ -373,6 +381,21 @@ func (g *guard) pin(name string, addrs []netip.Addr, ttl time.Duration) error {
 		}
 	}
 	return g.m.pinAddrs(g.id, addrs, ttl)
+}
+
+// pruneLocked forgets expired pins.
+func (g *guard) pruneLocked() {
+	now := time.Now()
+	for a, names := range g.resolved {
+		for n, until := range names {
+			if !until.After(now) {
+				delete(names, n)
+			}
+		}
+		if len(names) == 0 {
+			delete(g.resolved, a)
+		}
+	}
 }
 
 // resolvedFor reports whether addr was resolved, and is still pinned, for

@@ -51,11 +51,12 @@ func (g *guard) serveProxy(ln net.Listener) {
 }
 
 // track registers an open connection for closeConns; the returned func
-// forgets it. It fails once the guard has stopped.
+// forgets it. It fails once the guard has stopped, or when maxProxyConns
+// sandbox-side connections are open.
 func (g *guard) track(c net.Conn) (func(), bool) {
 	g.cmu.Lock()
 	defer g.cmu.Unlock()
-	if g.conns == nil {
+	if g.conns == nil || len(g.conns) >= 2*maxProxyConns {
 		return nil, false
 	}
 	g.conns[c] = struct{}{}
@@ -80,16 +81,17 @@ func (g *guard) closeConns() {
 // proxyConn checks and splices one redirected connection.
 func (g *guard) proxyConn(c *net.TCPConn) {
 	defer c.Close()
-	untrack, ok := g.track(c)
-	if !ok {
-		return
-	}
-	defer untrack()
 	e := api.EgressLogEntry{Kind: api.EgressKindConnect, Proto: "tcp"}
 	deny := func(reason string) {
 		e.Verdict, e.Reason = api.VerdictDeny, reason
 		g.record(e)
 	}
+	untrack, ok := g.track(c)
+	if !ok {
+		deny(fmt.Sprintf("more than %d connections through the proxy", maxProxyConns))
+		return
+	}
+	defer untrack()
 	dst, err := originalDst(c)
 	if err != nil {
 		deny("no original destination: " + err.Error())
