@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -276,9 +277,19 @@ func (b *Builder) key(st *state, step *Step, bc *Context) (string, *copyPlan, er
 	return hex.EncodeToString(h.Sum(nil))[:32], plan, nil
 }
 
+// stepSlots bounds the build steps that run at once, whatever the number
+// of builds: each has a sandbox with the daemon's largest limits.
+var stepSlots = make(chan struct{}, max(2, runtime.NumCPU()))
+
 // runStep runs a layered step in a fresh build sandbox and commits its
 // writable layer as layer id.
 func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *Step, num int, id string, lowers []string, plan *copyPlan, emit func(api.BuildEvent)) (int, error) {
+	select {
+	case stepSlots <- struct{}{}:
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+	defer func() { <-stepSlots }()
 	box, err := b.Boxes.NewBuildBox(ctx, lowers, st.env, st.user)
 	if err != nil {
 		return -1, err
