@@ -99,7 +99,9 @@ type built struct {
 	conditional map[string][][]condition // name -> OR of ANDs
 }
 
-func buildPolicy() (*built, error) {
+// buildPolicy builds the policy; allow names syscalls of alwaysDenied to
+// allow all the same (InstallSeccompAllowing).
+func buildPolicy(allow ...string) (*built, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return nil, fmt.Errorf("seccomp on %s: %w", runtime.GOARCH, err)
@@ -118,9 +120,14 @@ func buildPolicy() (*built, error) {
 		b.rules.MaxKnownSyscall = max(b.rules.MaxKnownSyscall, n)
 	}
 	for _, name := range alwaysDenied {
-		if known(name) {
-			b.rules.Denied = append(b.rules.Denied, name)
+		if !known(name) {
+			continue
 		}
+		if slices.Contains(allow, name) {
+			b.rules.Allowed = append(b.rules.Allowed, name)
+			continue
+		}
+		b.rules.Denied = append(b.rules.Denied, name)
 	}
 	skip := func(name string) bool {
 		return !known(name) || slices.Contains(alwaysDenied, name) || slices.Contains(ownRules, name)
