@@ -78,6 +78,9 @@ type Sandbox struct {
 	// Network is the sandbox's network settings, its preview token
 	// included (api/network.go).
 	Network *Network `json:"network,omitempty"`
+	// PausedToDisk: paused with its processes and memory checkpointed to
+	// disk (gvisor tier); resume restores them.
+	PausedToDisk bool `json:"paused_to_disk,omitempty"`
 }
 
 // UpdateSandboxRequest is the body of PATCH /v1/sandboxes/{id}.

@@ -110,8 +110,8 @@ func TestGvisorPauseToDisk(t *testing.T) {
 		t.Fatalf("pause to disk: %v", err)
 	}
 	checkpoint := time.Since(t0)
-	if sb.State != api.StatePaused {
-		t.Fatalf("state %s after pause to disk", sb.State)
+	if sb.State != api.StatePaused || !sb.PausedToDisk {
+		t.Fatalf("after pause to disk: state %s, paused_to_disk %v", sb.State, sb.PausedToDisk)
 	}
 	dir := filepath.Join(env.cfg.DataDir, "checkpoints", id)
 	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
@@ -125,8 +125,8 @@ func TestGvisorPauseToDisk(t *testing.T) {
 	}
 
 	restartDaemon(t, func() {})
-	if sb, err := env.client.GetSandbox(ctx, id); err != nil || sb.State != api.StatePaused {
-		t.Fatalf("after the restart: %+v, %v; want paused", sb, err)
+	if sb, err := env.client.GetSandbox(ctx, id); err != nil || sb.State != api.StatePaused || !sb.PausedToDisk {
+		t.Fatalf("after the restart: %+v, %v; want paused to disk", sb, err)
 	}
 	t0 = time.Now()
 	if _, err := env.client.ResumeSandbox(ctx, id); err != nil {

@@ -245,6 +245,17 @@ func (s *Service) adoptOnDisk(ctx context.Context, rec *store.SandboxRecord, drv
 	return true
 }
 
+// withDisk marks sb paused to disk when it is.
+func (s *Service) withDisk(sb *api.Sandbox) *api.Sandbox {
+	if sb.State == api.StatePaused {
+		s.mu.Lock()
+		e := s.live[sb.ID]
+		s.mu.Unlock()
+		sb.PausedToDisk = e != nil && e.onDisk.Load()
+	}
+	return sb
+}
+
 // pauseOnTimeout pauses a sandbox whose TTL ran out with on_timeout pause:
 // to disk where its tier checkpoints memory (no host memory held while it
 // waits), in memory elsewhere.

@@ -503,7 +503,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (*api.Sandbox, err
 	if err != nil || (tenant != "" && rec.Tenant != tenant) {
 		return nil, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
 	}
-	return toAPI(rec), nil
+	return s.withDisk(toAPI(rec)), nil
 }
 
 // ListFilter selects sandboxes.
@@ -526,7 +526,7 @@ func (s *Service) List(ctx context.Context, tenant string, f ListFilter) ([]api.
 	}
 	out := make([]api.Sandbox, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, *toAPI(r))
+		out = append(out, *s.withDisk(toAPI(r)))
 	}
 	return out, nil
 }
