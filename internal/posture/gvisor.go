@@ -81,7 +81,7 @@ func CheckGvisor(id string, sentryPid int, o Options) api.SecurityReport {
 		}
 		if pid == sentryPid {
 			sawSentry = true
-			pp.Comm = "runsc-sandbox (gVisor's kernel)"
+			pp.Comm = "runsc-sandbox (Sentry)"
 		}
 		rep.Pass = rep.Pass && pp.Pass
 		rep.Processes = append(rep.Processes, pp)
@@ -147,7 +147,7 @@ func gvisorRole(dir string) string {
 	name, _, _ := strings.Cut(string(b), "\x00")
 	switch {
 	case name == "":
-		return "runsc stub (an address space of the sandbox)"
+		return "runsc stub"
 	case strings.Contains(name, " "):
 		name, _, _ = strings.Cut(name, " ")
 	}
