@@ -119,6 +119,44 @@ func TestGvisorNetwork(t *testing.T) {
 		checkConnLimit(t, id, s, 4)
 		checkBandwidth(t, id, s, 8, 2_000_000)
 	})
+	t.Run("pause to disk", func(t *testing.T) {
+		// A restore rebuilds the sandbox in a fresh namespace with the
+		// same address: its network must work again.
+		id := gv(&api.Network{Egress: api.EgressInternet})
+		sb, _ := env.client.GetSandbox(ctx, id)
+		if _, err := env.client.PauseSandboxToDisk(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.client.ResumeSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := env.client.GetSandbox(ctx, id)
+		if after.Network.Address != sb.Network.Address {
+			t.Errorf("address %s after the restore, was %s", after.Network.Address, sb.Network.Address)
+		}
+		expectReach(t, "gvisor internet after pause to disk", id, map[string]bool{inet: true, ti.private + ":8080": false})
+	})
+	t.Run("fork with memory", func(t *testing.T) {
+		// Children restore the parent's memory into namespaces of their
+		// own, each with a new address: each must reach out from it.
+		id := gv(&api.Network{Egress: api.EgressInternet})
+		kids, err := env.client.ForkSandboxWithMemory(ctx, id, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range kids {
+			t.Cleanup(func() { _ = env.client.DestroySandbox(context.Background(), k.ID) })
+		}
+		seen := map[string]bool{}
+		for _, k := range kids {
+			if k.Network == nil || k.Network.Address == "" || seen[k.Network.Address] {
+				t.Fatalf("child %s network %+v", k.ID, k.Network)
+			}
+			seen[k.Network.Address] = true
+			expectReach(t, "gvisor memory fork child", k.ID, map[string]bool{inet: true, ti.private + ":8080": false})
+		}
+		expectReach(t, "gvisor memory fork parent", id, map[string]bool{inet: true})
+	})
 	t.Run("preview", func(t *testing.T) {
 		id := gv(nil)
 		sb, err := env.client.GetSandbox(ctx, id)
