@@ -133,7 +133,7 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 			emit(api.BuildEvent{Type: api.BuildEventStepDone, Step: i + 1, ExitCode: intp(0), DurationMs: ms(time.Since(t0))})
 			continue
 		}
-		id, plan, err := b.key(st, step, req.Context)
+		id, plan, err := b.key(cacheScope(ctx), st, step, req.Context)
 		if err != nil {
 			return nil, fmt.Errorf("build step %d (%s): %w", i+1, step.String(), err)
 		}
@@ -203,7 +203,7 @@ func (b *Builder) fromImage(ctx context.Context, req *Request, pin func(...strin
 	if err := f.Close(); err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte("image\n" + hex.EncodeToString(h.Sum(nil))))
+	sum := sha256.Sum256([]byte(cacheScope(ctx) + "image\n" + hex.EncodeToString(h.Sum(nil))))
 	id := hex.EncodeToString(sum[:])[:32]
 	pin(id)
 	cached := b.Pool.HasBuildLayer(id)
@@ -244,9 +244,20 @@ func applyConfig(st *state, step *Step) {
 	}
 }
 
-// key is a layered step's cache key: the hash of its parent, the step,
-// the env, user and workdir it runs with, and (copy) the files it copies.
-func (b *Builder) key(st *state, step *Step, bc *Context) (string, *copyPlan, error) {
+// cacheScope keeps tenants' build caches apart: a tenant's steps never
+// reuse (or reveal, by a cache hit) another tenant's layers; the admin's
+// scope is "".
+func cacheScope(ctx context.Context) string {
+	if o := storage.OwnerFrom(ctx); !o.Admin {
+		return "tenant " + o.Tenant
+	}
+	return ""
+}
+
+// key is a layered step's cache key: the hash of the cache scope, its
+// parent, the step, the env, user and workdir it runs with, and (copy)
+// the files it copies.
+func (b *Builder) key(scope string, st *state, step *Step, bc *Context) (string, *copyPlan, error) {
 	h := sha256.New()
 	var plan *copyPlan
 	copyHash := ""
@@ -262,6 +273,7 @@ func (b *Builder) key(st *state, step *Step, bc *Context) (string, *copyPlan, er
 		copyHash = hex.EncodeToString(ch.Sum(nil))
 	}
 	k, _ := json.Marshal(struct {
+		Scope    string            `json:"scope,omitempty"`
 		Parent   string            `json:"parent"`
 		Kind     string            `json:"kind"`
 		Run      string            `json:"run,omitempty"`
@@ -272,7 +284,7 @@ func (b *Builder) key(st *state, step *Step, bc *Context) (string, *copyPlan, er
 		User     string            `json:"user"`
 		Workdir  string            `json:"workdir"`
 		Files    string            `json:"files,omitempty"`
-	}{st.parent, step.Kind, step.Run, step.As, step.Copy, step.Packages, st.env, st.user, st.workdir, copyHash})
+	}{scope, st.parent, step.Kind, step.Run, step.As, step.Copy, step.Packages, st.env, st.user, st.workdir, copyHash})
 	h.Write(k)
 	return hex.EncodeToString(h.Sum(nil))[:32], plan, nil
 }
