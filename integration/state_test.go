@@ -946,3 +946,44 @@ func TestStateIdlePreview(t *testing.T) {
 	}
 	waitState(t, sb.ID, api.StatePaused, 10*time.Second)
 }
+
+// TestStateResetRestart: a standby init an earlier daemon prepared is
+// killed when the sandbox is re-adopted, and its layer swept; the sandbox
+// keeps working and resetting.
+func TestStateResetRestart(t *testing.T) {
+	ctx := context.Background()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox"})
+	if _, err := env.client.ResetSandbox(ctx, id, ""); err != nil {
+		t.Fatal(err)
+	}
+	procs := func() []string {
+		b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", env.cfg.CgroupParent, id, "cgroup.procs"))
+		return strings.Fields(string(b))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(procs()) < 2 { // the init and its standby
+		if time.Now().After(deadline) {
+			t.Fatalf("no standby after a reset: %v", procs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	restartDaemon(t, func() {})
+	sb, err := env.client.GetSandbox(ctx, id)
+	if err != nil || sb.State != api.StateRunning {
+		t.Fatalf("after restart: %+v %v", sb, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if p := procs(); len(p) != 1 || p[0] != strconv.Itoa(sb.Pid) {
+		t.Fatalf("after restart the sandbox's agent cgroup holds %v; want only its init %d", p, sb.Pid)
+	}
+	if m, _ := filepath.Glob(filepath.Join(env.cfg.DataDir, "storage", "sandboxes", id+".*")); len(m) > 0 {
+		t.Fatalf("standby layers left after restart: %v", m)
+	}
+	mustSh(t, id, "echo x > /root/x")
+	if _, err := env.client.ResetSandbox(ctx, id, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustSh(t, id, "ls /root"); got != "" {
+		t.Fatalf("after reset: %q", got)
+	}
+}
