@@ -590,3 +590,48 @@ func TestTemplateBuildFromImage(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateBuildGCAtStart: the layers a failed build left as cache (no
+// template uses them) go when the daemon starts; a built template's stay,
+// and so do the leftovers of an interrupted upload.
+func TestTemplateBuildGCAtStart(t *testing.T) {
+	name := "itest-gcstart-" + randHex(3)
+	removeTemplate(t, name)
+	u := randHex(4)
+	kept, _, err := buildEvents(t, name, "from: busybox\nsteps:\n  - run: echo kept-"+u+" > /k\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, evs, err := buildEvents(t, "itest-gcfail-"+randHex(3), "from: busybox\nsteps:\n  - run: echo cached-"+u+" > /c\n  - run: exit 1\n", nil)
+	if err == nil {
+		t.Fatal("the failing build succeeded")
+	}
+	var orphan string
+	for _, ev := range evs {
+		if ev.Type == api.BuildEventStepDone && ev.Step == 1 {
+			orphan = ev.Layer
+		}
+	}
+	if _, err := os.Stat(poolDir("layers", orphan)); orphan == "" || err != nil {
+		t.Fatalf("the failed build's first layer %q: %v", orphan, err)
+	}
+	leftover := poolDir(".tmp-build-" + u)
+	restartDaemon(t, func() {
+		if err := os.WriteFile(leftover, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if _, err := os.Stat(poolDir("layers", orphan)); !os.IsNotExist(err) {
+		t.Errorf("the unused layer %s is still there after a restart: %v", orphan, err)
+	}
+	if _, err := os.Stat(poolDir("layers", kept.Layers[0])); err != nil {
+		t.Errorf("the built template's layer went at restart: %v", err)
+	}
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Errorf("%s is still there after a restart: %v", leftover, err)
+	}
+	id := newSandbox(t, api.CreateSandboxRequest{Template: name})
+	if got := mustSh(t, id, `cat /k`); got != "kept-"+u {
+		t.Errorf("after the restart the template's sandbox sees %q", got)
+	}
+}
