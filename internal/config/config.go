@@ -51,6 +51,11 @@ type Config struct {
 	// hierarchy's root, under which sandboxes get their own. Default
 	// "agentbox".
 	CgroupParent string `toml:"cgroup_parent"`
+	// CgroupFavorDynmods (cgroup_favordynmods): remount the host's cgroup2
+	// mount with favordynmods at start, so that moving processes between
+	// cgroups (every sandbox start and exec) does not wait for an RCU
+	// grace period (internal/daemon/favordynmods_linux.go). Default true.
+	CgroupFavorDynmods bool `toml:"cgroup_favordynmods"`
 	// StorageSizeGB (storage_size_gb) is the size of the sparse loop file
 	// backing the btrfs storage pool. Default 64.
 	StorageSizeGB int64 `toml:"storage_size_gb"`
@@ -112,6 +117,10 @@ func Default() Config {
 		MaxRequestBodyMB: 1,
 		Security:         Security{RateLimit: 50, RateBurst: 200},
 		Network:          Network{PreviewDomain: "localhost", Pool: "10.200.0.0/16", MaxConnections: 1024},
+
+		// Cheap cgroup migrations (internal/daemon/favordynmods_linux.go).
+		CgroupFavorDynmods: true,
+
 		Defaults: Sandbox{
 			TTL:      10 * time.Minute,
 			CPU:      1,

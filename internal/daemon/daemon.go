@@ -90,6 +90,9 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer pool.Close()
 
+	if cfg.CgroupFavorDynmods {
+		favorDynmods(log) // cheap cgroup migrations (favordynmods_linux.go)
+	}
 	guestBin, err := cfg.ResolveGuestBinary()
 	if err != nil {
 		return err
