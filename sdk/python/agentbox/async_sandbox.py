@@ -18,7 +18,7 @@ from typing import IO, Any, AsyncIterator, Awaitable, Dict, Generator, List, Opt
 
 from . import _archive, _build
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, list_params,
-                      sandbox_path, signal_name, to_bytes, preview_url)
+                      sandbox_path, signal_name, to_bytes, preview_url, limits_body)
 from ._http import AsyncHTTP
 from ._pty import AsyncPty, pty_body
 from .errors import InvalidArgumentError, NotFoundError, TimeoutError
@@ -469,9 +469,11 @@ class AsyncSandbox:
         return preview_url(self.id, (await self.info()).network, port)
 
     async def set_egress(self, egress: str, allow: Optional[List[str]] = None,
-                         deny: Optional[List[str]] = None) -> SandboxInfo:
-        """Replace the sandbox's egress policy; see ``Sandbox.set_egress``."""
+                         deny: Optional[List[str]] = None, *, max_connections: int = 0,
+                         bandwidth_mbit: int = 0) -> SandboxInfo:
+        """Replace the sandbox's egress policy and limits; see ``Sandbox.set_egress``."""
         body: Dict[str, Any] = {"egress": egress, "allow": list(allow or []), "deny": list(deny or [])}
+        body.update(limits_body(max_connections, bandwidth_mbit))
         self._info = SandboxInfo.from_dict(await self._http.json("POST", sandbox_path(self.id, "/egress"),
                                                                  json_body=body))
         return self._info

@@ -10,7 +10,7 @@ from typing import IO, Any, Dict, List, Optional, Union
 
 from . import _archive, _build
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, list_params,
-                      sandbox_path, signal_name, to_bytes, preview_url)
+                      sandbox_path, signal_name, to_bytes, preview_url, limits_body)
 from ._http import AsyncHTTP, SyncHTTP
 from ._pty import AsyncPty, LoopThread, Pty, pty_body
 from .errors import InvalidArgumentError, NotFoundError, TimeoutError
@@ -490,13 +490,17 @@ class Sandbox:
         return preview_url(self.id, self.info().network, port)
 
     def set_egress(self, egress: str, allow: Optional[List[str]] = None,
-                   deny: Optional[List[str]] = None) -> SandboxInfo:
+                   deny: Optional[List[str]] = None, *, max_connections: int = 0,
+                   bandwidth_mbit: int = 0) -> SandboxInfo:
         """Replace the sandbox's egress policy while it runs: ``egress`` is
         "none", "internet" or "custom"; ``allow`` and ``deny`` hold domains
         ("example.org", "*.example.org"; the most specific rule wins),
         CIDRs, addresses and ports (deny wins for addresses). New
-        connections see it at once (docs/network.md)."""
+        connections see it at once (docs/network.md). ``max_connections``
+        (connections open at once) and ``bandwidth_mbit`` (each way) change
+        the sandbox's limits: 0 keeps one, -1 removes it."""
         body: Dict[str, Any] = {"egress": egress, "allow": list(allow or []), "deny": list(deny or [])}
+        body.update(limits_body(max_connections, bandwidth_mbit))
         self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/egress"), json_body=body))
         return self._info
 
