@@ -336,6 +336,25 @@ func (b *battery) sandbox(t testing.TB, req api.CreateSandboxRequest) string {
 		req.Template = "busybox"
 	}
 	req.Isolation = b.tier
+	if b.tier == "gvisor" {
+		// On this loaded host about one runsc boot in a few hundred dies
+		// before it reports ready ("cannot read client sync file:
+		// waiting for sandbox to start: EOF", seen in the battery and in
+		// TestGvisorCreateLatency; no OOM kill, cause unknown). That is
+		// no item's subject: one more try, said in the evidence.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		sb, err := env.client.CreateSandbox(ctx, req)
+		cancel()
+		if err != nil && strings.Contains(err.Error(), "cannot read client sync file") {
+			evidence(t, "a runsc boot died before it was ready (%v); created again", err)
+			return newSandbox(t, req)
+		}
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		t.Cleanup(func() { _ = env.client.DestroySandbox(context.Background(), sb.ID) })
+		return sb.ID
+	}
 	return newSandbox(t, req)
 }
 
