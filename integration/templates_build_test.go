@@ -635,3 +635,26 @@ func TestTemplateBuildGCAtStart(t *testing.T) {
 		t.Errorf("after the restart the template's sandbox sees %q", got)
 	}
 }
+
+// TestTemplateBuildNetwork: with network: internet the step sandboxes
+// have a veth and a resolv.conf pointing at their resolver; the layer
+// keeps the template's own resolv.conf, not the build's.
+func TestTemplateBuildNetwork(t *testing.T) {
+	probe := `grep -c : /proc/net/dev; cat /etc/resolv.conf 2>/dev/null || echo no-resolv`
+	plain := newSandbox(t, api.CreateSandboxRequest{Template: "busybox"})
+	want := mustSh(t, plain, probe)
+	name := "itest-net-" + randHex(3)
+	removeTemplate(t, name)
+	spec := "from: busybox\nnetwork: internet\nsteps:\n  - run: |\n      (" + probe + ") > /seen\n"
+	if _, _, err := buildEvents(t, name, spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	id := newSandbox(t, api.CreateSandboxRequest{Template: name})
+	seen := mustSh(t, id, `cat /seen`)
+	if !strings.HasPrefix(seen, "2\n") || !strings.Contains(seen, "Written by agentbox") {
+		t.Errorf("the build step saw no veth or no resolver of its own:\n%s", seen)
+	}
+	if got := mustSh(t, id, probe); got != want {
+		t.Errorf("a sandbox of the built template sees\n%s\nwant busybox's own\n%s", got, want)
+	}
+}

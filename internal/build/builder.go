@@ -302,7 +302,7 @@ func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *St
 		return -1, ctx.Err()
 	}
 	defer func() { <-stepSlots }()
-	box, err := b.Boxes.NewBuildBox(ctx, lowers, st.env, st.user)
+	box, err := b.Boxes.NewBuildBox(ctx, lowers, st.env, st.user, req.Spec.Network)
 	if err != nil {
 		return -1, err
 	}

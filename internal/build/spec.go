@@ -51,6 +51,9 @@ type Spec struct {
 	// the build context.
 	From  string
 	Steps []Step
+	// Network is the egress of the step sandboxes: "none" (default) or
+	// "internet" (for apt, pip and npm steps that fetch packages).
+	Network string
 }
 
 // FromImage reports whether From names an image file rather than a template.
@@ -195,8 +198,17 @@ func Parse(data []byte) (*Spec, error) {
 	}
 	spec := &Spec{}
 	var haveSteps bool
-	err := eachPair(root, []string{"from", "steps"}, func(key string, k, v *yaml.Node) error {
+	err := eachPair(root, []string{"from", "network", "steps"}, func(key string, k, v *yaml.Node) error {
 		switch key {
+		case "network":
+			s, err := scalar(v, "network")
+			if err != nil {
+				return err
+			}
+			if s != "none" && s != "internet" {
+				return errAt(v.Line, "network must be none or internet, got %q", s)
+			}
+			spec.Network = s
 		case "from":
 			s, err := scalar(v, "from")
 			if err != nil {

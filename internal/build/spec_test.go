@@ -11,6 +11,7 @@ import (
 
 const fullSpec = `# every kind of step
 from: base
+network: internet
 steps:
   - run: echo one > /one
   - run: |
@@ -33,7 +34,7 @@ func TestParseFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.From != "base" || len(s.Steps) != 12 {
+	if s.From != "base" || len(s.Steps) != 12 || s.Network != "internet" {
 		t.Fatalf("from %q, %d steps", s.From, len(s.Steps))
 	}
 	want := []string{KindRun, KindRun, KindCopy, KindCopy, KindEnv, KindWorkdir, KindUser, KindApt, KindPip, KindNpm, KindStart, KindReady}
@@ -42,7 +43,7 @@ func TestParseFull(t *testing.T) {
 			t.Errorf("step %d: kind %s, want %s", i+1, s.Steps[i].Kind, k)
 		}
 	}
-	if s.Steps[1].As != "nobody" || s.Steps[1].Line != 5 {
+	if s.Steps[1].As != "nobody" || s.Steps[1].Line != 6 {
 		t.Errorf("step 2: as %q line %d", s.Steps[1].As, s.Steps[1].Line)
 	}
 	if c := s.Steps[2].Copy; c.Src != "app" || c.Dest != "/srv/app" || c.ToDir {
@@ -84,6 +85,7 @@ func TestParseErrors(t *testing.T) {
 		{"no kind", "from: base\nsteps:\n  - as: root\n", "step 1 has no kind"},
 		{"as on copy", "from: base\nsteps:\n  - copy: a /a\n    as: root\n", "as applies to run"},
 		{"missing from", "steps: []\n", "from is missing"},
+		{"network", "from: base\nnetwork: host\nsteps: []\n", "network must be none or internet"},
 		{"missing steps", "from: base\n", "steps is missing"},
 		{"bad from", "from: Bad Name\nsteps: []\n", "neither a template name"},
 		{"copy escape", "from: base\nsteps:\n  - copy: ../etc/passwd /x\n", "leaves the build context"},

@@ -24,6 +24,7 @@ func newTemplateBuildCommand(g *globals) *cobra.Command {
 		Long: `Build a new template version from a build spec (see docs/templates.md):
 
   from: base
+  network: internet        # for apt/pip/npm; default none
   steps:
     - apt: [curl]
     - copy: app /srv/app

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -29,12 +31,23 @@ type BuildBox struct {
 	s  *Service
 	e  *entry
 	id string
+	// With egress: the template's own /etc/resolv.conf (nil: it had
+	// none), put back before the layer is committed.
+	resolv    []byte
+	hadResolv bool
+	netOn     bool
 }
 
 // NewBuildBox starts a sandbox of the container tier on lowers (top
-// first) with the given defaults, no network, and the daemon's largest
-// resource limits.
-func (s *Service) NewBuildBox(ctx context.Context, lowers []string, env map[string]string, user string) (*BuildBox, error) {
+// first) with the given defaults and the daemon's largest resource
+// limits. egress is api.EgressNone ("" too) or api.EgressInternet.
+func (s *Service) NewBuildBox(ctx context.Context, lowers []string, env map[string]string, user, egress string) (*BuildBox, error) {
+	if egress != "" && egress != api.EgressNone && egress != api.EgressInternet {
+		return nil, errdefs.Invalid("a build's network must be %q or %q, got %q", api.EgressNone, api.EgressInternet, egress)
+	}
+	if egress == api.EgressInternet && s.net == nil {
+		return nil, errdefs.Precondition("network internet is not available to builds: this daemon's networking did not start (see its log)")
+	}
 	drv, ok := s.drivers[BuildIsolation]
 	if !ok {
 		return nil, errdefs.Precondition("template builds run on the %s tier, which this daemon does not run", BuildIsolation)
@@ -68,7 +81,80 @@ func (s *Service) NewBuildBox(ctx context.Context, lowers []string, env map[stri
 	if err != nil {
 		return nil, fmt.Errorf("starting a build sandbox: %w", err)
 	}
-	return &BuildBox{s: s, e: s.newEntry(rec.ID, "", drv, h), id: rec.ID}, nil
+	b := &BuildBox{s: s, e: s.newEntry(rec.ID, "", drv, h), id: rec.ID}
+	if egress == api.EgressInternet {
+		if err := b.connect(cctx, drv, h); err != nil {
+			_ = b.Close()
+			return nil, fmt.Errorf("connecting the build sandbox's network: %w", err)
+		}
+	}
+	return b, nil
+}
+
+// connect gives the box a veth with egress internet (as a warm pool
+// member gets one: no record holds the address, and recovery removes
+// veths of no sandbox) and points /etc/resolv.conf at its resolver,
+// keeping the template's own to put back before the commit.
+func (b *BuildBox) connect(ctx context.Context, drv driver.Driver, h *driver.Handle) error {
+	pol, err := network.ParsePolicy(api.EgressInternet, nil, nil)
+	if err != nil {
+		return err
+	}
+	sub, err := b.s.net.Attach(b.id, h.Pid, pol, network.Subnet{})
+	if err != nil {
+		return err
+	}
+	b.netOn = true
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/files?path=/etc/resolv.conf", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := b.e.guest.RoundTrip(req)
+	if err != nil {
+		return errdefs.Unavailable("build sandbox: guest agent: %v", err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		b.resolv, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		b.hadResolv = true
+	case resp.StatusCode == http.StatusNotFound:
+	default:
+		err = guestError(resp)
+	}
+	resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("reading the template's /etc/resolv.conf: %w", err)
+	}
+	return writeResolvConf(ctx, drv, h, sub)
+}
+
+// restoreResolv puts the template's /etc/resolv.conf back (or removes
+// the one connect wrote), so that the layer does not keep the build's
+// resolver address.
+func (b *BuildBox) restoreResolv(ctx context.Context) error {
+	if !b.netOn {
+		return nil
+	}
+	q := url.Values{"path": {"/etc/resolv.conf"}}
+	method, body := http.MethodDelete, io.Reader(nil)
+	if b.hadResolv {
+		method, body = http.MethodPut, bytes.NewReader(b.resolv)
+		q.Set("mode", "0644")
+		q.Set("user", "root")
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://guest/files?"+q.Encode(), body)
+	if err != nil {
+		return err
+	}
+	resp, err := b.e.guest.RoundTrip(req)
+	if err != nil {
+		return errdefs.Unavailable("build sandbox: guest agent: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound && !b.hadResolv {
+		return nil
+	}
+	return guestError(resp)
 }
 
 // ID is the box's sandbox id (its writable layer's name in the pool).
@@ -88,6 +174,9 @@ func (b *BuildBox) Close() error {
 func (b *BuildBox) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if err := b.restoreResolv(ctx); err != nil {
+		return fmt.Errorf("putting the template's /etc/resolv.conf back: %w", err)
+	}
 	b.e.guest.CloseIdleConnections()
 	return b.e.drv.Destroy(ctx, b.e.handle())
 }
