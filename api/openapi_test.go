@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // node is a YAML mapping key with its scalar value and child keys. The
@@ -277,6 +279,26 @@ func TestSpecSuccessSchemas(t *testing.T) {
 		if ok == 0 && op.get("responses", "204") == nil && op.get("responses", "101") == nil {
 			t.Errorf("%s documents no success response", r.Pattern())
 		}
+	}
+}
+
+// TestSpecIsYAML: the spec parses as YAML 1.2 in full, not only in the
+// subset parseYAMLKeys reads (a description such as `"now" to start`
+// once made the file unreadable to every OpenAPI tool).
+func TestSpecIsYAML(t *testing.T) {
+	b, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		OpenAPI string         `yaml:"openapi"`
+		Paths   map[string]any `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("openapi.yaml is not valid YAML: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.") || len(doc.Paths) == 0 {
+		t.Errorf("openapi.yaml: openapi %q, %d paths", doc.OpenAPI, len(doc.Paths))
 	}
 }
 
