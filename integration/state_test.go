@@ -344,9 +344,9 @@ func pcts(ds []time.Duration) (time.Duration, time.Duration) {
 // snapshot, fork of 1 and of 10 children (per child), reset to the
 // template and to a snapshot. It checks a forked child's data on each.
 // AGENTBOX_STATE_MEASURE=N sets the rounds (3 by default, which CI runs;
-// docs/state.md's figures are from N=50):
+// docs/state.md's figures are from N=30):
 //
-//	AGENTBOX_STATE_MEASURE=50 go test ./integration -run TestStateMeasure -v
+//	AGENTBOX_STATE_MEASURE=30 go test ./integration -run TestStateMeasure -v
 func TestStateMeasure(t *testing.T) {
 	needBase(t)
 	n := 3
@@ -354,9 +354,23 @@ func TestStateMeasure(t *testing.T) {
 		fmt.Sscan(v, &n)
 	}
 	ctx := context.Background()
-	report := func(tpl, what string, ds []time.Duration) {
-		a, b := pcts(ds)
-		t.Logf("%-8s %-34s p50 %7.2f ms  p99 %7.2f ms  (n=%d)", tpl, what, float64(a.Microseconds())/1000, float64(b.Microseconds())/1000, len(ds))
+	tpls := []string{"busybox", "base"}
+	ids, sums := map[string]string{}, map[string]string{}
+	for _, tpl := range tpls {
+		id := newSandbox(t, api.CreateSandboxRequest{Template: tpl, DiskMB: 1024})
+		mustSh(t, id, "dd if=/dev/urandom of=/root/blob bs=1M count=100 2>/dev/null && sync")
+		ids[tpl], sums[tpl] = id, mustSh(t, id, "md5sum /root/blob | cut -d' ' -f1")
+	}
+	// Every series alternates the templates round by round, so that the
+	// machine's load weighs on both alike.
+	ds := map[string][]time.Duration{}
+	var order []string
+	add := func(tpl, what string, d time.Duration) {
+		k := fmt.Sprintf("%-8s %s", tpl, what)
+		if _, ok := ds[k]; !ok {
+			order = append(order, k)
+		}
+		ds[k] = append(ds[k], d)
 	}
 	timed := func(f func() error) time.Duration {
 		t.Helper()
@@ -366,92 +380,114 @@ func TestStateMeasure(t *testing.T) {
 		}
 		return time.Since(t0)
 	}
-	for _, tpl := range []string{"busybox", "base"} {
-		id := newSandbox(t, api.CreateSandboxRequest{Template: tpl, DiskMB: 1024})
-		mustSh(t, id, "dd if=/dev/urandom of=/root/blob bs=1M count=100 2>/dev/null && sync")
-		sum := mustSh(t, id, "md5sum /root/blob | cut -d' ' -f1")
-		var pause, resume, snap, fork1, fork10 []time.Duration
-		for i := 0; i < n; i++ {
-			pause = append(pause, timed(func() error { _, err := env.client.PauseSandbox(ctx, id); return err }))
-			resume = append(resume, timed(func() error { _, err := env.client.ResumeSandbox(ctx, id); return err }))
-		}
-		for i := 0; i < n; i++ {
-			var sn *api.Snapshot
-			snap = append(snap, timed(func() (err error) { sn, err = env.client.CreateSnapshot(ctx, id, ""); return err }))
-			if err := env.client.DeleteSnapshot(ctx, sn.ID); err != nil {
-				t.Fatal(err)
+	rounds := func(what string, k int, f func(tpl, id string, i int) time.Duration) {
+		for i := 0; i < k; i++ {
+			for _, tpl := range tpls {
+				add(tpl, what, f(tpl, ids[tpl], i))
 			}
 		}
-		for i := 0; i < n; i++ {
+	}
+	rounds("pause", n, func(_, id string, _ int) time.Duration {
+		d := timed(func() error { _, err := env.client.PauseSandbox(ctx, id); return err })
+		_, _ = env.client.ResumeSandbox(ctx, id)
+		return d
+	})
+	rounds("resume", n, func(_, id string, _ int) time.Duration {
+		_, _ = env.client.PauseSandbox(ctx, id)
+		return timed(func() error { _, err := env.client.ResumeSandbox(ctx, id); return err })
+	})
+	rounds("snapshot (100 MB written)", n, func(_, id string, _ int) time.Duration {
+		var sn *api.Snapshot
+		d := timed(func() (err error) { sn, err = env.client.CreateSnapshot(ctx, id, ""); return err })
+		if err := env.client.DeleteSnapshot(ctx, sn.ID); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	})
+	fork := func(count int) func(tpl, id string, i int) time.Duration {
+		return func(tpl, id string, i int) time.Duration {
 			var kids []api.Sandbox
-			fork1 = append(fork1, timed(func() (err error) { kids, err = env.client.ForkSandbox(ctx, id, 1); return err }))
+			d := timed(func() (err error) { kids, err = env.client.ForkSandbox(ctx, id, count); return err })
 			if i == 0 {
-				if got := mustSh(t, kids[0].ID, "md5sum /root/blob | cut -d' ' -f1"); got != sum {
-					t.Fatalf("child's blob differs")
+				if got := mustSh(t, kids[0].ID, "md5sum /root/blob | cut -d' ' -f1"); got != sums[tpl] {
+					t.Fatalf("%s child's blob differs", tpl)
 				}
 			}
 			for _, k := range kids {
 				_ = env.client.DestroySandbox(ctx, k.ID)
 			}
+			return d / time.Duration(count)
 		}
-		for i := 0; i < max(1, n/5); i++ {
-			var kids []api.Sandbox
-			fork10 = append(fork10, timed(func() (err error) { kids, err = env.client.ForkSandbox(ctx, id, 10); return err })/10)
-			for _, k := range kids {
-				_ = env.client.DestroySandbox(ctx, k.ID)
-			}
-		}
-		report(tpl, "pause", pause)
-		report(tpl, "resume", resume)
-		report(tpl, "snapshot (100 MB written)", snap)
-		report(tpl, "fork, 1 child", fork1)
-		report(tpl, "fork, 10 children (per child)", fork10)
+	}
+	rounds("fork, 1 child", n, fork(1))
+	rounds("fork, 10 children (per child)", max(1, n/5), fork(10))
 
-		// Resets, as an RL loop does them: an episode (a command and a
-		// 100 ms think) between two resets. The first reset of a sandbox
-		// takes the full path; the rest switch to the standby init.
-		base, err := env.client.CreateSnapshot(ctx, id, "")
+	// Resets, as an RL loop does them: an episode (a command and a 100 ms
+	// think) before each. The first reset of a sandbox, and the first to
+	// another place, take the full path; the rest switch to the standby.
+	snaps := map[string]string{}
+	for _, tpl := range tpls {
+		sn, err := env.client.CreateSnapshot(ctx, ids[tpl], "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The sandbox started from the template: "" resets to it (and
-		// after a reset --to, "" would mean that snapshot).
-		for _, to := range []string{"", base.ID} {
-			var first time.Duration
-			var ds []time.Duration
-			for i := 0; i <= n; i++ {
-				mustSh(t, id, "echo episode > /tmp/e; echo x > /root/x")
-				time.Sleep(100 * time.Millisecond)
-				d := timed(func() error { _, err := env.client.ResetSandbox(ctx, id, to); return err })
-				if i == 0 {
-					first = d
-					continue
-				}
-				ds = append(ds, d)
-			}
-			want := "blob"
-			what := "reset to a snapshot (100 MB)"
-			if to == "" {
-				want, what = "", "reset to the template"
-			}
-			if got := mustSh(t, id, "ls /root; ls /tmp"); got != want {
-				t.Fatalf("after %s: %q, want %q", what, got, want)
-			}
-			report(tpl, what, ds)
-			t.Logf("%-8s %-34s %7.2f ms", tpl, "  (first of them: full path)", float64(first.Microseconds())/1000)
+		snaps[tpl] = sn.ID
+	}
+	// The sandboxes started from their template: "" resets to it (after a
+	// reset --to, "" would mean that snapshot).
+	for _, to := range []string{"", "snapshot"} {
+		what := "reset to the template"
+		if to != "" {
+			what = "reset to a snapshot (100 MB)"
 		}
-		var ds []time.Duration
+		rounds(what, n+1, func(tpl, id string, i int) time.Duration {
+			mustSh(t, id, "echo episode > /tmp/e; echo x > /root/x")
+			time.Sleep(100 * time.Millisecond)
+			ref := ""
+			if to != "" {
+				ref = snaps[tpl]
+			}
+			d := timed(func() error { _, err := env.client.ResetSandbox(ctx, id, ref); return err })
+			if i == 0 {
+				add(tpl, what+", first (full path)", d)
+				return -1
+			}
+			return d
+		})
+		for _, tpl := range tpls {
+			want := ""
+			if to != "" {
+				want = "blob"
+			}
+			if got := mustSh(t, ids[tpl], "ls /root; ls /tmp"); got != want {
+				t.Fatalf("%s after %s: %q, want %q", tpl, what, got, want)
+			}
+		}
+	}
+	// Back to back: n resets of one sandbox in a row, then the other's.
+	for _, tpl := range tpls {
 		for i := 0; i < n; i++ {
-			ds = append(ds, timed(func() error { _, err := env.client.ResetSandbox(ctx, id, ""); return err }))
+			add(tpl, "reset, back to back", timed(func() error { _, err := env.client.ResetSandbox(ctx, ids[tpl], ""); return err }))
 		}
-		report(tpl, "reset, back to back", ds)
-		if err := env.client.DestroySandbox(ctx, id); err != nil {
+	}
+	for _, k := range order {
+		var kept []time.Duration
+		for _, d := range ds[k] {
+			if d >= 0 {
+				kept = append(kept, d)
+			}
+		}
+		a, b := pcts(kept)
+		t.Logf("%-46s p50 %7.2f ms  p99 %7.2f ms  (n=%d)", k, float64(a.Microseconds())/1000, float64(b.Microseconds())/1000, len(kept))
+	}
+	for _, tpl := range tpls {
+		if err := env.client.DestroySandbox(ctx, ids[tpl]); err != nil {
 			t.Fatal(err)
 		}
-		if err := env.client.DeleteSnapshot(ctx, base.ID); err != nil {
+		if err := env.client.DeleteSnapshot(ctx, snaps[tpl]); err != nil {
 			t.Fatal(err)
 		}
-		assertNoTrace(t, id)
+		assertNoTrace(t, ids[tpl])
 	}
 }
 
