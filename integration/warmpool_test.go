@@ -161,8 +161,7 @@ func TestWarmPool(t *testing.T) {
 	waitPoolsFull(t)
 
 	// 4. Different cpu, memory and pids are set on the pool sandbox's
-	// cgroups; env, another disk size and another template are not pool
-	// matters (served cold).
+	// cgroups; another disk size is not a pool matter (served cold).
 	c := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", MemoryMB: 300, Pids: 100})
 	if served(0) != 3 {
 		t.Fatalf("create with other limits not served from the pool (served %d)", served(0))
@@ -173,10 +172,22 @@ func TestWarmPool(t *testing.T) {
 	if got := cgroupValue(t, "memory", c, "memory.limit_in_bytes"); got != fmt.Sprint(300<<20) {
 		t.Errorf("memory limit of a pool sandbox given 300 MB: %s", got)
 	}
-	newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Env: map[string]string{"X": "1"}})
+	// env is given to the pool sandbox's agent: execs see it over the
+	// template's.
+	waitPoolsFull(t)
+	withEnv := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Env: map[string]string{"X": "1", "PATH": "/bin:/usr/bin"}})
+	if served(0) != 4 {
+		t.Errorf("a create with env was not served from the pool (served %d)", served(0))
+	}
+	if got := mustSh(t, withEnv, `echo "$X $PATH"`); got != "1 /bin:/usr/bin" {
+		t.Errorf("env of a pool sandbox created with env: %q", got)
+	}
+	if sb, _ := env.client.GetSandbox(ctx, withEnv); sb == nil || sb.Env["X"] != "1" {
+		t.Errorf("the record lost the env: %+v", sb)
+	}
 	newSandbox(t, api.CreateSandboxRequest{Template: "busybox", DiskMB: 512})
-	if served(0) != 3 {
-		t.Errorf("a create with env or another disk size was served from the pool (served %d)", served(0))
+	if served(0) != 4 {
+		t.Errorf("a create with another disk size was served from the pool (served %d)", served(0))
 	}
 
 	// 5. Egress custom is served from the internet pool with its own

@@ -97,6 +97,10 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// coldDiskMB is the disk size of the cold lines' sandboxes, which no pool
+// of the default size serves.
+const coldDiskMB = 1000
+
 // benchMeta marks every sandbox the harness makes, so that a run cleans up
 // what an interrupted one left.
 const benchMeta = "agentbox-bench"
@@ -252,9 +256,10 @@ func createReq(template string) api.CreateSandboxRequest {
 		Isolation:  "container",
 		TTLSeconds: 900,
 		Metadata:   map[string]string{benchMeta: "1"},
-		// A pool never serves a request with env: the cold lines stay
-		// cold on a daemon with a warm pool (poolReq has none).
-		Env: map[string]string{"AGENTBOX_BENCH": "1"},
+		// A pool serves only its own disk size (default 1024): the cold
+		// lines stay cold on a daemon with a warm pool (poolReq asks for
+		// the default).
+		DiskMB: coldDiskMB,
 	}
 }
 

@@ -13,11 +13,11 @@ import (
 func execShell(script string) api.ExecRequest { return api.ExecRequest{Shell: script} }
 
 // poolReq is the create request of the warm pool lines: like createReq
-// but without env, which a pool never serves (createReq's env keeps the
-// cold lines cold on a daemon with a pool).
+// but with the daemon's default disk size, which a pool of the default
+// limits serves (createReq's keeps the cold lines cold).
 func poolReq(template string) api.CreateSandboxRequest {
 	req := createReq(template)
-	req.Env = nil
+	req.DiskMB = 0
 	return req
 }
 

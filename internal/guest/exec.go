@@ -105,7 +105,7 @@ func (s *Server) prepare(req *api.ExecRequest, streaming bool) (*execSpec, error
 	if err != nil {
 		return nil, fmt.Errorf("resolving user: %w", err)
 	}
-	env, err := buildEnv(s.cfg.Env, req.Env, u)
+	env, err := buildEnv(s.defaultEnv(), req.Env, u)
 	if err != nil {
 		return nil, err
 	}

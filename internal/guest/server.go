@@ -131,6 +131,7 @@ func NewServer(cfg Config) *Server {
 	s.registerPTY(mux)
 	mux.HandleFunc("GET /files/watch", s.handleWatch)
 	mux.HandleFunc("GET "+api.GuestDialPath, s.handleDial)
+	mux.HandleFunc("PUT "+api.GuestEnvPath, s.handleSetEnv) // setenv.go
 	files.Register(mux, files.Options{DefaultUser: cfg.User, Logger: s.log})
 	s.handler = mux
 	return s

@@ -1,8 +1,12 @@
 package sandbox
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,10 +25,11 @@ import (
 // ready. A create request that matches a pool claims one of them instead
 // of booting: the member's id becomes the sandbox's id (nobody has seen it
 // before, and its hostname is sbx-<id> already), the request's limits are
-// set on its cgroups when they differ, its egress rules are swapped in,
-// and everything else a request sets (env is not: a request with env is
-// served cold; metadata, TTL, on_timeout, idle timeout, auto_resume,
-// preview access) is the daemon's record, written as for any create.
+// set on its cgroups when they differ, its env is given to its agent
+// (PUT api.GuestEnvPath), its egress rules are swapped in, and everything
+// else a request sets (metadata, TTL, on_timeout, idle timeout,
+// auto_resume, preview access) is the daemon's record, written as for any
+// create.
 //
 // Members live only in memory: they have no store record until claimed,
 // so a restarted daemon finds their cgroups, layers, veths and run dirs
@@ -171,7 +176,7 @@ func (s *Service) claimWarm(rec *store.SandboxRecord, tpl *storage.Template, drv
 
 // matchWarm takes the first ready, live member of a pool that matches.
 func (s *Service) matchWarm(rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) *member {
-	if rec.Snapshot != "" || !sameLowers(rec.Lowers, tpl.LowerDirs()) || len(rec.Env) > 0 {
+	if rec.Snapshot != "" || !sameLowers(rec.Lowers, tpl.LowerDirs()) {
 		return nil
 	}
 	resize := drv.Capabilities().Resize
@@ -239,8 +244,15 @@ func (s *Service) bootWarm(ctx context.Context, rec *store.SandboxRecord) (h *dr
 	return m.h, true
 }
 
-// fitMember gives m rec's limits and egress policy.
+// fitMember gives m rec's limits, env and egress policy.
 func (s *Service) fitMember(ctx context.Context, m *member, rec *store.SandboxRecord) error {
+	if len(rec.Env) > 0 {
+		// The agent's default env was the template's; the request's goes
+		// over it as a cold boot would have put it (driverSpec).
+		if err := s.setGuestEnv(ctx, m, s.driverSpec(rec, m.tpl, "", "", "").Env); err != nil {
+			return fmt.Errorf("setting the sandbox's env: %w", err)
+		}
+	}
 	r := rec.Resources
 	if r.CPU != m.res.CPU || r.MemoryMB != m.res.MemoryMB || r.Pids != m.res.Pids {
 		rz, ok := m.drv.(driver.Resizer)
@@ -506,4 +518,40 @@ func (s *Service) Pools() []api.PoolStatus {
 		})
 	}
 	return out
+}
+
+// setGuestEnv replaces the default env of m's guest agent (PUT
+// api.GuestEnvPath, internal/guest/setenv.go).
+func (s *Service) setGuestEnv(ctx context.Context, m *member, env []string) error {
+	body, err := json.Marshal(api.GuestEnv{Env: env})
+	if err != nil {
+		return err
+	}
+	c, err := m.drv.DialGuest(ctx, m.h)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	} else {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	}
+	req, err := http.NewRequestWithContext(ctx, "PUT", "http://guest"+api.GuestEnvPath, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Close = true
+	if err := req.Write(c); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("guest agent answered %s (an agent older than the env route?)", resp.Status)
+	}
+	return nil
 }
