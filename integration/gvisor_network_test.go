@@ -136,6 +136,22 @@ func TestGvisorNetwork(t *testing.T) {
 		}
 		expectReach(t, "gvisor internet after pause to disk", id, map[string]bool{inet: true, ti.private + ":8080": false})
 	})
+	t.Run("reset", func(t *testing.T) {
+		// A reset boots a new init: a fresh namespace, the same address.
+		id := gv(&api.Network{Egress: api.EgressInternet, MaxConnections: 4})
+		sb, _ := env.client.GetSandbox(ctx, id)
+		after, err := env.client.ResetSandbox(ctx, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Network.Address != sb.Network.Address || after.Network.MaxConnections != 4 {
+			t.Errorf("after reset: %+v, was %+v", after.Network, sb.Network)
+		}
+		expectReach(t, "gvisor internet after reset", id, map[string]bool{inet: true, ti.private + ":8080": false})
+		if !nftHasConnLimit(t, id) {
+			t.Error("no connection limit after reset")
+		}
+	})
 	t.Run("fork with memory", func(t *testing.T) {
 		// Children restore the parent's memory into namespaces of their
 		// own, each with a new address: each must reach out from it.
