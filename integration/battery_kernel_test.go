@@ -49,7 +49,10 @@ func itemUnixSockets(t *testing.T, b *battery) {
 	found := b.hostile(t, id, api.ExecRequest{Shell: "find / -type s 2>/dev/null; true", TimeoutMs: 30000})
 	targets := []string{env.cfg.Socket, "/run/agentbox/agentbox.sock", "/var/run/docker.sock", "/run/docker.sock",
 		"/run/containerd/containerd.sock", "/run/systemd/private", "/run/dbus/system_bus_socket",
-		"/var/run/dbus/system_bus_socket", path, abstract, "@/containerd-shim/battery.sock"}
+		"/var/run/dbus/system_bus_socket", path, abstract, "@/containerd-shim/battery.sock",
+		// The guest agent's own channel on gvisor (its directory belongs
+		// to a uid no sandbox process has; absent on the container tier).
+		"/.agentbox/sock/guest.sock"}
 	got, _ := b.probe(t, id, "", append([]string{"connect"}, targets...)...)
 	var names []string
 	for i := range targets {
