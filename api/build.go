@@ -34,7 +34,13 @@ const (
 	BuildEventStepDone = "step_done" // a step ended: ExitCode, DurationMs, Layer
 	BuildEventDone     = "done"      // the build finished: Template
 	BuildEventError    = "error"     // the build failed: Error (and Step, ExitCode when a step failed)
+	// BuildEventKeepalive is sent after BuildKeepalive without another
+	// event (a quiet step), so that proxies keep the stream open.
+	BuildEventKeepalive = "keepalive"
 )
+
+// BuildKeepalive is how long a build's stream stays quiet at most.
+const BuildKeepalive = 15 * time.Second
 
 // BuildEvent is one line of a build's NDJSON stream.
 type BuildEvent struct {

@@ -17,7 +17,8 @@ import (
 // spec (admin only). buildContext, if not nil, is a tar stream (plain or
 // gzip) of the build context directory that copy steps read from.
 // onEvent, if not nil, receives every progress event (steps, their
-// output lines, their ends). It returns the template (the newest version
+// output lines, their ends, and a keepalive after 15 s without another).
+// It returns the template (the newest version
 // unchanged when nothing changed since the last build), or the error the
 // build ended with: a failing step's error names the step, its exit code
 // and its last output, and leaves no template version.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
@@ -100,6 +101,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	fl, _ := w.(http.Flusher)
 	var mu sync.Mutex
 	enc := json.NewEncoder(w)
+	last := time.Now()
 	send := func(ev api.BuildEvent) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -107,7 +109,28 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		if fl != nil {
 			fl.Flush()
 		}
+		last = time.Now()
 	}
+	// A quiet step (a long compile, a slow download) still shows life.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				mu.Lock()
+				quiet := time.Since(last) >= api.BuildKeepalive
+				mu.Unlock()
+				if quiet {
+					send(api.BuildEvent{Type: api.BuildEventKeepalive})
+				}
+			}
+		}
+	}()
 	req.Emit = send
 	b := &build.Builder{Pool: s.pool, Boxes: s.svc, Log: s.log}
 	t, err := b.Build(r.Context(), req)
