@@ -44,9 +44,9 @@ def rcode(resp):
     return resp[3] & 0x0F
 
 
-def udp_query(server, name, qtype=1):
+def udp_query(server, name, qtype=1, timeout=T):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(T)
+    s.settimeout(timeout)
     try:
         # connected, so that an ICMP reject fails the receive at once
         s.connect((server, 53))
@@ -153,7 +153,9 @@ def probe(p):
     if kind in ("dns", "dnstcp"):
         f = rest.split(":")
         qtype = {"A": 1, "TXT": 16}[f[2]] if len(f) > 2 else 1
-        return (udp_query if kind == "dns" else tcp_query)(f[0], f[1], qtype)
+        if kind == "dns":  # direct: blocked, and gVisor reports no ICMP for UDP
+            return udp_query(f[0], f[1], qtype, timeout=1.5)
+        return tcp_query(f[0], f[1], qtype)
     if kind == "query":
         name, _, qt = rest.partition(":")
         return udp_query(resolver(), name, {"A": 1, "TXT": 16, "AAAA": 28}[qt or "A"])
