@@ -17,7 +17,7 @@ from ._pty import AsyncPty, Pty
 from .errors import (AgentboxError, ConflictError, InternalError, InvalidArgumentError, NotFoundError,
                      NotSupportedError, PermissionDeniedError, ResourceExhaustedError, TimeoutError,
                      UnauthorizedError, UnavailableError)
-from .models import (ExecResult, FileInfo, Health, ProcessInfo, ProcessOutput, Resources, SandboxInfo,
+from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, Resources, SandboxInfo,
                      Snapshot, Template)
 from .sandbox import Client, Files, Process, Sandbox
 
@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Client", "AsyncClient", "Files", "AsyncFiles", "Process", "AsyncProcess",
-    "Pty", "AsyncPty", "ExecResult", "FileInfo", "Health", "ProcessInfo", "ProcessOutput", "Resources",
+    "Pty", "AsyncPty", "ExecResult", "FileInfo", "Health", "PoolStatus", "ProcessInfo", "ProcessOutput", "Resources",
     "SandboxInfo", "Snapshot", "Template", "AgentboxError", "NotFoundError", "InvalidArgumentError",
     "UnauthorizedError", "PermissionDeniedError", "TimeoutError", "ConflictError", "ResourceExhaustedError",
     "UnavailableError", "InternalError", "NotSupportedError",

@@ -22,7 +22,7 @@ from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_
 from ._http import AsyncHTTP
 from ._pty import AsyncPty, pty_body
 from .errors import InvalidArgumentError, NotFoundError, TimeoutError
-from .models import (ExecResult, FileInfo, Health, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
+from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
                      Template)
 from .sandbox import Files, Writable, _mode
 
@@ -50,6 +50,11 @@ class AsyncClient:
     async def health(self) -> Health:
         """The daemon's status."""
         return Health.from_dict(await self._http.json("GET", "/v1/health"))
+
+    async def pools(self) -> List[PoolStatus]:
+        """The warm pools: ready sandboxes per template and tier, creates served."""
+        d = await self._http.json("GET", "/v1/pools")
+        return [PoolStatus.from_dict(p) for p in d.get("pools") or []]
 
     async def templates(self) -> List[Template]:
         """The templates sandboxes can be created from."""

@@ -50,6 +50,33 @@ class Resources:
 
 
 @dataclass
+class PoolStatus:
+    """A warm pool (``GET /v1/pools``): sandboxes of one template, tier,
+    limits and egress booted ahead of time and handed out on create."""
+
+    template: str
+    isolation: str = ""
+    size: int = 0
+    ready: int = 0
+    resources: Resources = field(default_factory=Resources)
+    egress: str = "none"
+    served: int = 0
+    misses: int = 0
+    booted: int = 0
+    failures: int = 0
+    last_error: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "PoolStatus":
+        return cls(template=d.get("template", ""), isolation=d.get("isolation", ""),
+                   size=int(d.get("size", 0)), ready=int(d.get("ready", 0)),
+                   resources=Resources.from_dict(d.get("resources")), egress=d.get("egress", "none"),
+                   served=int(d.get("served", 0)), misses=int(d.get("misses", 0)),
+                   booted=int(d.get("booted", 0)), failures=int(d.get("failures", 0)),
+                   last_error=d.get("last_error", ""))
+
+
+@dataclass
 class SandboxInfo:
     """What the API shows of a sandbox (``GET /v1/sandboxes/{id}``)."""
 

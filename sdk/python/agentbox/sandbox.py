@@ -14,7 +14,7 @@ from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_
 from ._http import AsyncHTTP, SyncHTTP
 from ._pty import AsyncPty, LoopThread, Pty, pty_body
 from .errors import InvalidArgumentError, NotFoundError, TimeoutError
-from .models import (ExecResult, FileInfo, Health, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
+from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
                      Template)
 
 __all__ = ["Client", "Sandbox", "Files", "Process", "Pty"]
@@ -44,6 +44,10 @@ class Client:
     def health(self) -> Health:
         """The daemon's status."""
         return Health.from_dict(self._http.json("GET", "/v1/health"))
+
+    def pools(self) -> List[PoolStatus]:
+        """The warm pools: ready sandboxes per template and tier, creates served."""
+        return [PoolStatus.from_dict(p) for p in self._http.json("GET", "/v1/pools").get("pools") or []]
 
     def templates(self) -> List[Template]:
         """The templates sandboxes can be created from."""

@@ -208,3 +208,12 @@ def test_preview_url_refused(network, port, err):
     from agentbox._common import preview_url
     with pytest.raises(err):
         preview_url("sb1", network, port)
+
+
+def test_pool_status_from_dict():
+    from agentbox import PoolStatus
+    p = PoolStatus.from_dict({"template": "base", "isolation": "container", "size": 4, "ready": 3,
+                              "resources": {"cpu": 1, "memory_mb": 512, "disk_mb": 1024, "pids": 512},
+                              "egress": "internet", "served": 7, "misses": 1, "booted": 10, "failures": 0})
+    assert (p.template, p.size, p.ready, p.egress, p.served, p.misses, p.booted) == ("base", 4, 3, "internet", 7, 1, 10)
+    assert p.resources.memory_mb == 512 and p.last_error == ""
