@@ -3,9 +3,11 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
@@ -77,4 +79,47 @@ func TestTenantTemplateQuota(t *testing.T) {
 	}
 	gone(second)
 	t.Logf("template of %d bytes: refused at 1 MiB, accepted at 64 MiB; a second refused at 2 MiB and 1 MiB", tpl.SizeBytes)
+}
+
+// Two concurrent uploads by one tenant cannot both use what its quota
+// leaves: with room for one, exactly one is made.
+func TestTenantTemplateQuotaConcurrent(t *testing.T) {
+	ctx := context.Background()
+	_, c, _ := tenantKey(t, "tplrace", &api.Quotas{DiskMB: 3}) // room for one ~2 MB image
+	archive := filepath.Join(t.TempDir(), "img.tar")
+	if err := ocitest.WriteDockerArchive(archive, busyboxImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		name := fmt.Sprintf("tq-race-%d-%s", i, randHex(3))
+		t.Cleanup(func() { _ = env.client.RemoveTemplate(context.Background(), name) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Open(archive)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer f.Close()
+			_, errs[i] = c.UploadTemplate(ctx, api.ImportTemplateRequest{Name: name}, f)
+		}()
+	}
+	wg.Wait()
+	made, refused := 0, 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			made++
+		case errors.Is(err, errdefs.ErrResourceExhausted):
+			refused++
+		default:
+			t.Errorf("concurrent upload: %v", err)
+		}
+	}
+	if made != 1 || refused != 1 {
+		t.Errorf("two concurrent uploads with room for one: %d made, %d refused (%v)", made, refused, errs)
+	}
 }

@@ -59,6 +59,11 @@ type Server struct {
 	// The preview proxy's transport (ports.go).
 	previewOnce sync.Once
 	previewRT   http.RoundTripper
+
+	// uploads holds a *sync.Mutex per tenant: a tenant's template
+	// uploads run one at a time, so each sees what the one before it
+	// took of the disk quota (templates.go).
+	uploads sync.Map
 }
 
 // New returns the API handler.

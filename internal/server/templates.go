@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
@@ -42,8 +43,12 @@ func (s *Server) uploadTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	// A tenant's templates count against its disk quota.
+	// A tenant's templates count against its disk quota; its uploads
+	// take turns, so that concurrent ones cannot each use what is left.
 	if p := principal(ctx); !p.Admin {
+		mu, _ := s.uploads.LoadOrStore(p.Tenant, &sync.Mutex{})
+		mu.(*sync.Mutex).Lock()
+		defer mu.(*sync.Mutex).Unlock()
 		left, err := s.templateBytesLeft(ctx, p.Tenant)
 		if err != nil {
 			writeError(w, err)
