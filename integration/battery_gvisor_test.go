@@ -293,7 +293,7 @@ func itemMemoryBombGvisor(t *testing.T, b *battery) {
 					remains = append(remains, cgroupPath(ctrl, id))
 				}
 			}
-			if pidAlive(pid) {
+			if pidAlive(pid) && strings.Contains(cmdline(pid), "/sandboxes/"+id+"/") {
 				remains = append(remains, fmt.Sprintf("Sentry %d", pid))
 			}
 			remains = append(remains, mountsUnder(filepath.Join(env.cfg.RunDir, "sandboxes", id))...)
@@ -390,14 +390,19 @@ sleep 1005`
 			remains = append(remains, cgroupPath(ctrl, id))
 		}
 	}
-	for _, p := range append(hostDuring, sentry) {
-		if pidAlive(p) {
-			remains = append(remains, fmt.Sprintf("host pid %d (%s)", p, cmdline(p)))
+	runDir := filepath.Join(env.cfg.RunDir, "sandboxes", id)
+	// By command line, not by the pids seen before: a busy host recycles
+	// pids. runsc's processes name the sandbox's run dir in theirs.
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if p, err := strconv.Atoi(e.Name()); err == nil && pidAlive(p) && strings.Contains(cmdline(p), runDir+"/") {
+			remains = append(remains, fmt.Sprintf("host pid %d (%.80s)", p, cmdline(p)))
 		}
 	}
-	if m := mountsUnder(filepath.Join(env.cfg.RunDir, "sandboxes", id)); len(m) > 0 {
-		remains = append(remains, m...)
+	if pidAlive(sentry) && strings.Contains(cmdline(sentry), runDir+"/") {
+		remains = append(remains, fmt.Sprintf("the Sentry %d", sentry))
 	}
+	remains = append(remains, mountsUnder(runDir)...)
 	evidence(t, "after destroy: %v", remains)
 	if len(remains) > 0 {
 		t.Errorf("destroy left %v", remains)
