@@ -26,6 +26,7 @@ targets="
 ./internal/guest/files FuzzExtract
 ./internal/guest/files FuzzGuestFiles
 ./internal/build FuzzParseBuildSpec
+./internal/storage FuzzApplyLayer
 "
 failed=0
 while read -r pkg fn; do
