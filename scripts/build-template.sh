@@ -13,6 +13,8 @@
 #            -ipykernel (for data work; sandboxes have no internet to pip
 #            install them). Starts from base's cached rootfs (building base
 #            first if needed) and adds the packages with apt in a chroot.
+#   node     base plus Debian's nodejs, npm and node-typescript (`tsc`),
+#            built the same way as python from base's cached rootfs.
 #
 # The rootfs is built under $AGENTBOX_BUILD_DIR/NAME (default
 # /var/lib/agentbox/build/NAME) and imported with
@@ -25,7 +27,7 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: $0 base|busybox|python [--force] [--no-import]" >&2
+	echo "usage: $0 base|busybox|python|node [--force] [--no-import]" >&2
 	exit 2
 }
 
@@ -68,8 +70,8 @@ for arg in "$@"; do
 	esac
 done
 case $NAME in
-base | busybox | python) ;;
-*) die "unknown template \"$NAME\": this script builds \"base\", \"busybox\" or \"python\"" ;;
+base | busybox | python | node) ;;
+*) die "unknown template \"$NAME\": this script builds \"base\", \"busybox\", \"python\" or \"node\"" ;;
 esac
 [[ $(id -u) -eq 0 ]] || die "run as root (debootstrap, chroot and file ownership need it)"
 
@@ -224,13 +226,14 @@ apt_install_in() {
 		"$root"/var/log/apt/* "$root"/tmp/* "$root"/var/tmp/* "$root"/root/.cache
 }
 
-build_python() {
+# copy_base copies base's cached rootfs (building it first if needed) into
+# $NEW, the start of the templates made of base plus packages.
+copy_base() {
 	local base=$BUILD_ROOT/base
 	if [[ ! -d $base/bin ]]; then
 		log "the base rootfs is not built yet; building it first"
-		"$0" base --no-import || die "building base (which python starts from) failed"
+		"$0" base --no-import || die "building base (which $NAME starts from) failed"
 	fi
-	local pkgs=(python3-numpy python3-pandas python3-matplotlib python3-requests python3-ipykernel)
 	log "copying the base rootfs from $base into $NEW"
 	# base's lock keeps a concurrent rebuild of base from changing it mid-copy.
 	(
@@ -238,6 +241,11 @@ build_python() {
 		cp -a --one-file-system "$base" "$NEW"
 	) 8>"$BUILD_ROOT/.base.lock"
 	: >"$BUILD_ROOT/$NAME.debootstrap.log"
+}
+
+build_python() {
+	local pkgs=(python3-numpy python3-pandas python3-matplotlib python3-requests python3-ipykernel)
+	copy_base
 	log "installing ${pkgs[*]} with apt inside the rootfs"
 	apt_install_in "$NEW" "${pkgs[@]}"
 	# matplotlib's font cache (root's, in /root/.cache) is built once here,
@@ -245,6 +253,19 @@ build_python() {
 	chroot "$NEW" /usr/bin/env HOME=/root /usr/bin/python3 -c 'import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot, pandas' \
 		>>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 || die "pandas/matplotlib do not import in the new rootfs; see $BUILD_ROOT/$NAME.debootstrap.log"
 	rm -rf "$NEW"/tmp/*
+}
+
+build_node() {
+	# base has nodejs and npm already; they are named so that node keeps
+	# them if base's list changes. node-typescript is Debian's tsc.
+	local pkgs=(nodejs npm node-typescript)
+	copy_base
+	log "installing ${pkgs[*]} with apt inside the rootfs"
+	apt_install_in "$NEW" "${pkgs[@]}"
+	# A template that cannot compile a line of TypeScript is not kept.
+	chroot "$NEW" /bin/sh -c 'cd /tmp && echo "const n: number = 6 * 7; console.log(n);" >t.ts && tsc t.ts && test "$(node t.js)" = 42' \
+		>>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 || die "tsc or node do not work in the new rootfs; see $BUILD_ROOT/$NAME.debootstrap.log"
+	rm -rf "$NEW"/tmp/* "$NEW"/root/.npm
 }
 
 build_busybox() {

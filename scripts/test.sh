@@ -14,6 +14,7 @@ make -s build
 scripts/build-template.sh busybox --no-import
 scripts/build-template.sh base --no-import
 scripts/build-template.sh python --no-import
+scripts/build-template.sh node --no-import
 echo "==> go vet"
 go vet ./...
 echo "==> go test"
