@@ -8,9 +8,10 @@ export PATH=$PATH:/usr/local/go/bin
 scripts/install-deps.sh
 make -s build
 # The integration tests build their own templates in their own data dir,
-# except base and python, which they take from the build cache of
+# except base, python and node, which they take from the build cache of
 # scripts/build-template.sh (python: examples/data_analysis.py's pandas and
-# matplotlib; built from base's rootfs, a few minutes once per machine).
+# matplotlib; node: TestBuiltinTemplates' tsc; both built from base's rootfs,
+# a few minutes once per machine).
 scripts/build-template.sh busybox --no-import
 scripts/build-template.sh base --no-import
 scripts/build-template.sh python --no-import
