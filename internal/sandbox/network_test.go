@@ -27,8 +27,9 @@ func TestResolveNetwork(t *testing.T) {
 		{"domain chosen by the caller", &api.Network{PreviewDomain: "x"}, errdefs.ErrInvalidArgument, ""},
 		{"rules with none", &api.Network{Deny: []string{"10.0.0.0/8"}}, errdefs.ErrInvalidArgument, ""},
 		{"address chosen by the caller", &api.Network{Address: "10.200.0.2/30"}, errdefs.ErrInvalidArgument, ""},
-		{"domain rules not built", &api.Network{Egress: api.EgressCustom, Allow: []string{"example.org"}}, errdefs.ErrFailedPrecondition, ""},
-		{"wildcard domain not built", &api.Network{Egress: api.EgressInternet, Deny: []string{"*.example.com"}}, errdefs.ErrFailedPrecondition, ""},
+		{"domain allow", &api.Network{Egress: api.EgressCustom, Allow: []string{"example.org", "*.example.net"}}, nil, api.PreviewTokenMode},
+		{"wildcard domain deny", &api.Network{Egress: api.EgressInternet, Deny: []string{"*.example.com"}}, nil, api.PreviewTokenMode},
+		{"domain with a port", &api.Network{Egress: api.EgressCustom, Allow: []string{"example.org:443"}}, errdefs.ErrInvalidArgument, ""},
 		{"bad cidr", &api.Network{Egress: api.EgressCustom, Allow: []string{"10.0.0.0/33"}}, errdefs.ErrInvalidArgument, ""},
 		{"bad port", &api.Network{Egress: api.EgressCustom, Allow: []string{":70000"}}, errdefs.ErrInvalidArgument, ""},
 	}
