@@ -193,6 +193,11 @@ type Options struct {
 	CgroupParent string
 	// Seccomp turns the seccomp filter on (always, outside driver tests).
 	Seccomp bool
+	// RunRoot is the directory holding the service's per-sandbox RunDirs
+	// (<RunRoot>/sandboxes/<id>). Cleanup touches host state (mounts) only
+	// under it, so that daemons sharing a host never remove each other's.
+	// Empty (driver tests): any RunDir that looks like a sandbox's.
+	RunRoot string
 	Logger  *slog.Logger
 }
 

@@ -376,7 +376,7 @@ func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, e
 	if err != nil {
 		errs = append(errs, err)
 	}
-	for _, m := range leftoverMounts(keep) {
+	for _, m := range leftoverMounts(d.opts.RunRoot, keep) {
 		if err := unmount(m); err != nil {
 			errs = append(errs, err)
 			continue
@@ -387,8 +387,9 @@ func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, e
 }
 
 // leftoverMounts lists overlay mounts of this driver whose sandbox is not
-// in keep.
-func leftoverMounts(keep map[string]bool) []string {
+// in keep. With runRoot set, only mounts under runRoot/sandboxes count:
+// another daemon's sandboxes on the same host are not leftovers.
+func leftoverMounts(runRoot string, keep map[string]bool) []string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -412,6 +413,9 @@ func leftoverMounts(keep map[string]bool) []string {
 			continue
 		}
 		if filepath.Base(filepath.Dir(dir)) != "sandboxes" || keep[filepath.Base(dir)] {
+			continue
+		}
+		if runRoot != "" && filepath.Dir(dir) != filepath.Join(runRoot, "sandboxes") {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(dir, "runsc")); err != nil {

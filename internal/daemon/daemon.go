@@ -105,6 +105,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			UIDCount:     cfg.UIDCount,
 			CgroupParent: cfg.CgroupParent,
 			Seccomp:      true,
+			RunRoot:      cfg.RunDir,
 			Logger:       log.With("driver", name),
 		})
 		if err != nil {
