@@ -106,7 +106,32 @@ const (
 
 // Create implements driver.Driver.
 func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (*driver.Handle, error) {
-	return d.create(ctx, spec, "")
+	h, err := d.create(ctx, spec, "")
+	if err != nil && ctx.Err() == nil && strings.Contains(err.Error(), "waiting for sandbox to start: EOF") {
+		// About one boot in a few hundred dies before it reports to
+		// runsc create (seen under heavy load, cause not found yet). The
+		// failed attempt left nothing (its undo ran); its boot log is
+		// kept in the warning, and the sandbox is booted once more.
+		d.log.Warn("gvisor: runsc boot died before it was ready; retrying once", "id", spec.ID, "err", err, "boot_log", bootLog(spec.RunDir))
+		_ = os.RemoveAll(filepath.Join(spec.RunDir, "runsc"))
+		_ = os.RemoveAll(filepath.Join(spec.RunDir, "logs"))
+		return d.create(ctx, spec, "")
+	}
+	return h, err
+}
+
+// bootLog is the tail of runsc's own logs of a sandbox (--debug-log),
+// where a boot that failed says why.
+func bootLog(runDir string) string {
+	files, _ := filepath.Glob(filepath.Join(runDir, "logs", "*"))
+	var out []string
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		if s := lastLines(b, 6); s != "" {
+			out = append(out, filepath.Base(f)+": "+s)
+		}
+	}
+	return strings.Join(out, " | ")
 }
 
 // create is Create; with image set it restores the checkpoint there
@@ -163,6 +188,9 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	}
 	args := append([]string{"-c", `for f in $CGPROCS; do echo $$ > "$f" || exit 111; done; unset CGPROCS; exec "$@"`, "sh", runscPath()},
 		createFlags(root, spec)...)
+	// runsc's own logs (create, boot, gofer) at info level, for a boot
+	// that fails before the guest answers (bootLog).
+	args = append(args, "--debug-log="+filepath.Join(spec.RunDir, "logs")+"/")
 	if image == "" {
 		args = append(args, "create", "--bundle", bundle, spec.ID)
 	} else {
