@@ -52,7 +52,7 @@ battery:
 	scripts/build-template.sh busybox --no-import
 	scripts/build-template.sh base --no-import
 	rm -f $(BATTERY_REPORT)
-	AGENTBOX_BATTERY_REPORT=$(BATTERY_REPORT) $(GO) test -count=1 -timeout 30m -run 'TestBattery$$|TestPosture$$' ./integration/; \
+	AGENTBOX_BATTERY_REPORT=$(BATTERY_REPORT) $(GO) test -count=1 -timeout 30m -run 'TestBattery$$|TestBatteryAPI$$|TestPosture$$' ./integration/; \
 		rc=$$?; cat $(BATTERY_REPORT); exit $$rc
 
 # `make fuzz` runs every fuzz target for FUZZTIME each (scripts/fuzz.sh);
