@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/agentbox/agentbox/drivers/gvisor"
 )
 
 // baselines measures what starting a process costs on this machine
@@ -52,8 +54,51 @@ func (r *runner) baselines(ctx context.Context) {
 		r.runcBaseline(ctx, max(r.opts.N, 5))
 	}
 	if r.want("baseline/runsc") {
-		r.note("baseline/runsc: skipped (the gvisor issue adds it)")
+		r.runscBaseline(ctx, max(min(r.opts.N, 20), 5))
 	}
+}
+
+// runscBaseline measures `runsc run` of `true` in a busybox bundle: what a
+// platform built on gVisor pays per start. The flags are the gvisor
+// tier's (this host needs --ignore-cgroups; no network).
+func (r *runner) runscBaseline(ctx context.Context, n int) {
+	runsc := os.Getenv("AGENTBOX_RUNSC")
+	if runsc == "" {
+		runsc = gvisor.DefaultRunsc
+	}
+	if _, err := os.Stat(runsc); err != nil {
+		r.note("baseline/runsc: skipped, runsc is not installed at %s (scripts/install-runsc.sh)", runsc)
+		return
+	}
+	if _, err := os.Stat(filepath.Join(r.opts.RuncRootfs, "bin", "true")); err != nil {
+		r.note("baseline/runsc: skipped, no busybox root filesystem at %s (scripts/build-template.sh busybox builds it)", r.opts.RuncRootfs)
+		return
+	}
+	dir, err := os.MkdirTemp("", "agentbox-bench-runsc-")
+	if err != nil {
+		r.note("baseline/runsc: skipped: %v", err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	bundle, state := filepath.Join(dir, "bundle"), filepath.Join(dir, "state")
+	if err := writeRuncBundle(ctx, runsc, bundle, r.opts.RuncRootfs); err != nil {
+		r.note("baseline/runsc: skipped: %v", err)
+		return
+	}
+	i := 0
+	r.add(r.sample(ctx, "baseline/runsc", GroupBaseline, n, true, func(ctx context.Context) (time.Duration, error) {
+		i++
+		id := "agentbox-bench-runsc-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(i)
+		cmd := exec.CommandContext(ctx, runsc, "--root", state, "--ignore-cgroups", "--network=none", "run", "--bundle", bundle, id)
+		cmd.Dir = bundle
+		return timed(func() error {
+			if out, err := cmd.CombinedOutput(); err != nil {
+				_ = exec.Command(runsc, "--root", state, "delete", "--force", id).Run()
+				return fmt.Errorf("runsc run: %w: %s", err, out)
+			}
+			return nil
+		})
+	}))
 }
 
 // runcBaseline measures `runc run` of `true` in a busybox bundle: what a
@@ -95,7 +140,7 @@ func (r *runner) runcBaseline(ctx context.Context, n int) {
 }
 
 // writeRuncBundle makes an OCI bundle whose process is `true`, from the
-// default spec `runc spec` writes.
+// default spec `runc spec` (or `runsc spec`) writes.
 func writeRuncBundle(ctx context.Context, runc, bundle, rootfs string) error {
 	if err := os.MkdirAll(bundle, 0o755); err != nil {
 		return err

@@ -59,6 +59,11 @@ func judge(r *Report) []Budget {
 			lat(res.Name, "create p50 from the warm pool", p50, 2, "issue")
 		}
 	}
+	for _, res := range r.Results {
+		if res.Group == GroupLifecycle && strings.HasPrefix(res.Name, "create/") && strings.HasSuffix(res.Name, "(gvisor)") {
+			lat(res.Name, "create p50 (gvisor tier, cold)", p50, 150, "issue")
+		}
+	}
 	lat("pause", "pause p50", p50, 5, "issue")
 	lat("resume", "resume p50", p50, 5, "issue")
 	lat("fork/1", "fork p50 (1 child)", p50, 50, "issue")

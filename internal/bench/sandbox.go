@@ -74,6 +74,28 @@ func (r *runner) lifecycle(ctx context.Context) {
 		r.add(res)
 	}
 
+	// The gvisor tier, cold: runsc's boot is most of it (baseline/runsc).
+	if gname := "create/" + r.templates[0] + " (gvisor)"; r.want(gname) {
+		res := r.sample(ctx, gname, GroupLifecycle, max(min(r.opts.N, 20), 3), true, func(ctx context.Context) (time.Duration, error) {
+			req := createReq(r.templates[0])
+			req.Isolation = "gvisor"
+			var id string
+			d, err := timed(func() error {
+				sb, err := r.c.CreateSandbox(ctx, req)
+				if sb != nil {
+					id = sb.ID
+				}
+				return err
+			})
+			if id != "" {
+				_ = r.destroy(ctx, id)
+			}
+			return d, err
+		})
+		res.Floor = "baseline/runsc"
+		r.add(res)
+	}
+
 	name := "create-to-first-output"
 	if !r.want(name) {
 		return
