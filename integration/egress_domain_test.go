@@ -348,7 +348,8 @@ func egressDomains(t *testing.T, tier string, restart bool) {
 
 	t.Run("rules", func(t *testing.T) {
 		before, _ := testWebSeen()
-		expectProbes(t, id, []probeWant{
+		keepAlive := "keepalive:" + nameAllowed + "," + nameAllowed + "@" + w.web1
+		got := expectProbes(t, id, []probeWant{
 			{"resolve:" + nameAllowed, "ok:" + w.web1},
 			{"resolve:" + nameWildA, "ok:" + w.web2},
 			{"resolve:" + nameWildNo, "err:"}, // the more specific deny wins
@@ -361,6 +362,12 @@ func egressDomains(t *testing.T, tier string, restart bool) {
 			{"https:" + nameWildX + "@" + w.web2, hello(nameWildX, w.web2)},
 			{"https:" + nameDenied + "@" + w.web1, "err:"}, // the allowed IP with a denied SNI
 			{"http:" + nameDenied + "@" + w.web1, "err:HTTP/1.1_403"},
+			// every request of a kept-alive connection is checked, not
+			// only the first: the denied second one never reaches web1
+			{keepAlive, hello(nameAllowed, w.web1)}, // and a second hello, below
+			{"keepalive:" + nameAllowed + "," + nameDenied + "," + nameAllowed + "@" + w.web1, "err:1:HTTP/1.1_403"},
+			// pipelined: the answers before the denied request still come
+			{"pipeline:" + nameAllowed + "," + nameAllowed + "," + nameDenied + "@" + w.web1, "err:2:HTTP/1.1_403"},
 			{"https:" + nameWildNo + "@" + w.web2, "err:"},
 			{"https:" + nameOther + "@" + w.web3, "err:"}, // a name no rule allows
 			{"https:" + nameWildX + "@" + w.web3, "err:"}, // allowed, but web3 was not resolved for it
@@ -375,8 +382,14 @@ func egressDomains(t *testing.T, tier string, restart bool) {
 			{"query:" + nameDenied + ":TXT", "ok:rcode=3"},
 			{"query:" + nameAllowed + ":AAAA", "ok:rcode=0"},
 		})
+		if n := strings.Count(got[keepAlive], "hello_"+nameAllowed); n != 2 {
+			t.Errorf("%s: %q, want two answers on one connection", keepAlive, got[keepAlive])
+		}
 		// What this sandbox asked: denied names never reach the upstream.
-		queries, _ := testWebSeen()
+		queries, requests := testWebSeen()
+		if strings.Contains(requests, nameDenied+" /keepalive") {
+			t.Errorf("a denied later request on a kept-alive connection reached the web server:\n%s", requests)
+		}
 		queries = strings.TrimPrefix(queries, before)
 		for _, n := range []string{nameDenied, nameOther, nameWildNo} {
 			if strings.Contains(queries, n+" ") {
@@ -419,6 +432,7 @@ func egressDomains(t *testing.T, tier string, restart bool) {
 			{api.EgressKindDNS, nameDenied, api.VerdictDeny, "no allow rule"},
 			{api.EgressKindConnect, nameAllowed, api.VerdictAllow, "resolved for " + nameAllowed},
 			{api.EgressKindConnect, nameDenied, api.VerdictDeny, "no allow rule"},
+			{api.EgressKindConnect, nameDenied, api.VerdictDeny, "a later request on a kept-alive connection"},
 			{api.EgressKindConnect, nameOther, api.VerdictDeny, "no allow rule"},
 			{api.EgressKindConnect, nameWildX, api.VerdictDeny, "not resolved"},
 			// decided by the firewall, read back over NFLOG

@@ -2,7 +2,6 @@ package network
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,8 +25,9 @@ import (
 // AND the original destination (SO_ORIGINAL_DST) passes the address
 // rules or was resolved for an allowed name, then dials the destination
 // from the host and splices; otherwise it closes the connection (an HTTP
-// client gets a 403 first). Only the first request's Host of a kept-alive
-// HTTP connection is checked, as only the handshake of TLS is visible.
+// client gets a 403 first). On port 80 every request of a kept-alive
+// connection is checked the same way (relayHTTP, httprelay.go); of TLS
+// only the handshake is visible.
 
 // helloTimeout bounds the wait for the ClientHello or request head.
 const helloTimeout = 10 * time.Second
@@ -105,10 +104,14 @@ func (g *guard) proxyConn(c *net.TCPConn) {
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 	var head []byte
 	var name string
+	var br *bufio.Reader // port 80: the client's bytes after head
+	var req *http.Request
 	if dst.Port() == 443 {
 		head, name, err = readClientHello(c)
 	} else {
-		head, name, err = readHTTPHost(c)
+		br = bufio.NewReader(c)
+		head, req, err = readRequestHead(br)
+		name = requestName(req)
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	e.Name = name
@@ -137,10 +140,94 @@ func (g *guard) proxyConn(c *net.TCPConn) {
 	defer untrackUp()
 	e.Verdict, e.Reason = api.VerdictAllow, reason
 	g.record(e)
+	if req != nil {
+		g.relayHTTP(c, up.(*net.TCPConn), br, head, req, dst, e)
+		return
+	}
+	if br != nil { // not HTTP, allowed by the address rules
+		head = append(head, peekBuffered(br)...)
+	}
 	if _, err := up.Write(head); err != nil {
 		return
 	}
 	splice(c, up.(*net.TCPConn))
+}
+
+// peekBuffered returns (and consumes) what br holds already read.
+func peekBuffered(br *bufio.Reader) []byte {
+	b, _ := br.Peek(br.Buffered())
+	out := append([]byte(nil), b...)
+	_, _ = br.Discard(len(out))
+	return out
+}
+
+// relayHTTP carries a plain-HTTP connection whose first request (head,
+// req) was allowed: every later request's Host is decided like the
+// first's (same name rules, same original destination) before its bytes
+// go upstream, while responses are copied back as bytes. A denied
+// request is logged and ends the connection: the upstream's write side
+// is closed, responses to the requests before it are let through (for
+// up to helloTimeout), then the client gets a 403 and both sides close.
+// An allowed CONNECT or Upgrade request turns the rest into a splice.
+func (g *guard) relayHTTP(c, up *net.TCPConn, br *bufio.Reader, head []byte, req *http.Request,
+	dst netip.AddrPort, e api.EgressLogEntry) {
+	var mu sync.Mutex
+	denying := false
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(c, up)
+		mu.Lock()
+		if !denying {
+			_ = c.CloseWrite()
+		}
+		mu.Unlock()
+	}()
+	var denied string
+	logged := e.Name
+	end, _, _ := relayRequests(br, up, head, req, func(name string, perr error) bool {
+		e.Name = name
+		if _, err := netip.ParseAddr(name); err == nil {
+			name = ""
+		}
+		reason, ok := g.decide(dst, name, perr)
+		if !ok {
+			e.Verdict, e.Reason = api.VerdictDeny, reason+" (a later request on a kept-alive connection)"
+			g.record(e)
+			denied = reason
+			return false
+		}
+		if e.Name != logged { // each new name allowed once per connection
+			e.Verdict, e.Reason = api.VerdictAllow, reason
+			g.record(e)
+			logged = e.Name
+		}
+		return true
+	})
+	switch end {
+	case relaySplice:
+		if rest := peekBuffered(br); len(rest) > 0 {
+			if _, err := up.Write(rest); err != nil {
+				return
+			}
+		}
+		_, _ = io.Copy(up, c)
+		_ = up.CloseWrite()
+		<-done
+	case relayDenied:
+		mu.Lock()
+		denying = true
+		mu.Unlock()
+		_ = up.CloseWrite()
+		select {
+		case <-done:
+			fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nagentbox egress policy: %s\n", denied)
+		case <-time.After(helloTimeout):
+		}
+	default:
+		_ = up.CloseWrite()
+		<-done
+	}
 }
 
 // decide applies the policy to a connection to dst carrying name (or
@@ -327,36 +414,6 @@ func parseClientHello(b []byte) (string, error) {
 		return "", nil
 	}
 	return "", nil
-}
-
-// readHTTPHost reads an HTTP/1 request head and returns the bytes read
-// and its Host without the port.
-func readHTTPHost(r io.Reader) ([]byte, string, error) {
-	var raw []byte
-	buf := make([]byte, 4096)
-	for !bytes.Contains(raw, []byte("\r\n\r\n")) {
-		if len(raw) > maxHello {
-			return raw, "", errors.New("request head too large")
-		}
-		n, err := r.Read(buf)
-		raw = append(raw, buf[:n]...)
-		if err != nil {
-			if bytes.Contains(raw, []byte("\r\n\r\n")) {
-				break
-			}
-			return raw, "", fmt.Errorf("reading the request: %w", err)
-		}
-	}
-	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
-	if err != nil {
-		return raw, "", fmt.Errorf("not an HTTP request: %w", err)
-	}
-	host := req.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.Trim(host, "[]")
-	return raw, CanonicalName(host), nil
 }
 
 // splice copies both ways until both directions end, passing half-closes.

@@ -4,6 +4,9 @@
 #   https:NAME[@IP]        HTTPS GET with SNI NAME (to IP, or NAME resolved),
 #                          trusting /tmp/ca.pem
 #   http:NAME[@IP]         HTTP GET with Host NAME
+#   keepalive:N1,N2,...@IP HTTP GETs of /keepaliveI with Host NI, one after
+#                          another on one kept-alive connection to IP:80
+#   pipeline:N1,N2,...@IP  the same, all requests sent before any answer
 #   dns:SERVER:NAME[:TYPE] a raw UDP query for NAME sent to SERVER:53
 #   dnstcp:SERVER:NAME     the same over TCP
 #   dot:SERVER             a TCP connection to SERVER:853 (DNS over TLS)
@@ -124,6 +127,40 @@ def http(spec):
         return err(e)
 
 
+def keepalive(spec, pipeline=False):
+    names, _, ip = spec.partition("@")
+    try:
+        s = socket.create_connection((ip, 80), timeout=T)
+        f = s.makefile("rb")
+        out = []
+        reqs = [("GET /keepalive%d HTTP/1.1\r\nHost: %s\r\n\r\n" % (i, name)).encode()
+                for i, name in enumerate(names.split(","))]
+        if pipeline:
+            s.sendall(b"".join(reqs))
+        for i, r in enumerate(reqs):
+            if not pipeline:
+                s.sendall(r)
+            status = f.readline()
+            if not status:
+                return "err:%d:closed" % i
+            length = None
+            while True:
+                h = f.readline()
+                if h in (b"\r\n", b"\n", b""):
+                    break
+                k, _, v = h.decode().partition(":")
+                if k.strip().lower() == "content-length":
+                    length = int(v)
+            body = f.read(length) if length is not None else f.read()
+            if b" 200 " not in status:
+                return "err:%d:%s" % (i, status.decode().strip().replace(" ", "_"))
+            out.append(body.decode().strip().replace(" ", "_"))
+        s.close()
+        return "ok:" + ",".join(out)
+    except Exception as e:
+        return err(e)
+
+
 def doh(ip, body):
     try:
         ctx = ssl.create_default_context()
@@ -150,6 +187,8 @@ def probe(p):
         return https(rest)
     if kind == "http":
         return http(rest)
+    if kind in ("keepalive", "pipeline"):
+        return keepalive(rest, kind == "pipeline")
     if kind in ("dns", "dnstcp"):
         f = rest.split(":")
         qtype = {"A": 1, "TXT": 16}[f[2]] if len(f) > 2 else 1
