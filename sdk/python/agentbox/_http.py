@@ -8,6 +8,7 @@ from typing import Any, AsyncIterator, Dict, Iterator, Optional
 
 import httpx
 
+from ._calls import Call
 from ._common import DEFAULT_TIMEOUT, api_error, decode_json, headers, transport_error
 from ._config import Config, resolve
 
@@ -50,6 +51,13 @@ class SyncHTTP:
 
     def json(self, method: str, path: str, **kw: Any) -> Any:
         return decode_json(self.cfg, self.request(method, path, **kw), f"{method} {path}")
+
+    def call(self, c: Call) -> Any:
+        """Send a described call (_calls.py) and decode its answer."""
+        if c.decode is None:
+            body = self.request(c.method, c.path, **c.request_args())
+            return body if c.raw else None
+        return c.decode(self.json(c.method, c.path, **c.request_args()))
 
     @contextlib.contextmanager
     def stream(self, method: str, path: str, *, params: Optional[Dict[str, Any]] = None,
@@ -101,6 +109,13 @@ class AsyncHTTP:
 
     async def json(self, method: str, path: str, **kw: Any) -> Any:
         return decode_json(self.cfg, await self.request(method, path, **kw), f"{method} {path}")
+
+    async def call(self, c: Call) -> Any:
+        """Send a described call (_calls.py) and decode its answer."""
+        if c.decode is None:
+            body = await self.request(c.method, c.path, **c.request_args())
+            return body if c.raw else None
+        return c.decode(await self.json(c.method, c.path, **c.request_args()))
 
     @contextlib.asynccontextmanager
     async def stream(self, method: str, path: str, *, params: Optional[Dict[str, Any]] = None,

@@ -16,15 +16,16 @@ import os
 import tempfile
 from typing import IO, Any, AsyncIterator, Awaitable, Dict, Generator, List, Optional, Union
 
-from . import _archive, _build
-from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, list_params,
-                      sandbox_path, signal_name, to_bytes, preview_url, limits_body)
+from . import _archive, _build, _calls as calls
+from ._calls import file_query
+from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, preview_url, sandbox_path,
+                      to_bytes)
 from ._http import AsyncHTTP
 from ._pty import AsyncPty, pty_body
-from .errors import InvalidArgumentError, NotFoundError, TimeoutError
+from .errors import NotFoundError, TimeoutError
 from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
                      Template)
-from .sandbox import Files, Writable, _mode
+from .sandbox import Writable
 
 __all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncProcess"]
 
@@ -49,23 +50,19 @@ class AsyncClient:
 
     async def health(self) -> Health:
         """The daemon's status."""
-        return Health.from_dict(await self._http.json("GET", "/v1/health"))
+        return await self._http.call(calls.health())
 
     async def pools(self) -> List[PoolStatus]:
         """The warm pools: ready sandboxes per template and tier, creates served."""
-        d = await self._http.json("GET", "/v1/pools")
-        return [PoolStatus.from_dict(p) for p in d.get("pools") or []]
+        return await self._http.call(calls.pools())
 
     async def templates(self) -> List[Template]:
         """The templates sandboxes can be created from."""
-        d = await self._http.json("GET", "/v1/templates")
-        return [Template.from_dict(t) for t in d["templates"]]
+        return await self._http.call(calls.templates())
 
     async def template(self, name: str) -> Template:
         """The newest version of one template."""
-        if not name:
-            raise InvalidArgumentError("a template name is required")
-        return Template.from_dict(await self._http.json("GET", "/v1/templates/" + name))
+        return await self._http.call(calls.template(name))
 
     async def build_template(self, name: str, spec: Union[str, bytes], *, context_dir: Optional[str] = None,
                              on_event: Optional[Any] = None) -> Template:
@@ -98,21 +95,15 @@ class AsyncFiles:
         self._http = http
         self._id = sandbox_id
 
-    def _p(self, rest: str) -> str:
-        return sandbox_path(self._id, rest)
-
     async def write(self, path: str, data: Writable, *, mode: Optional[int] = None,
                     user: Optional[str] = None) -> FileInfo:
         """Write ``data`` (str, bytes or a binary file object) to ``path``,
         creating parent directories."""
-        q = Files._q(path, mode=_mode(mode), user=user)
-        return FileInfo.from_dict(await self._http.json("PUT", self._p("/files"), params=q,
-                                                        content=_content(data),
-                                                        content_type="application/octet-stream"))
+        return await self._http.call(calls.file_write(self._id, path, data, mode, user, _content))
 
     async def read(self, path: str) -> bytes:
         """The bytes of a regular file."""
-        return await self._http.request("GET", self._p("/files"), params=Files._q(path))
+        return await self._http.call(calls.file_read(self._id, path))
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The content of a text file."""
@@ -121,7 +112,7 @@ class AsyncFiles:
     async def read_to(self, path: str, f: IO[bytes]) -> int:
         """Stream a file into the binary file object ``f``; return the bytes copied."""
         n = 0
-        async with self._http.stream("GET", self._p("/files"), params=Files._q(path)) as resp:
+        async with self._http.stream("GET", sandbox_path(self._id, "/files"), params=file_query(path)) as resp:
             async for chunk in resp.aiter_bytes():
                 f.write(chunk)
                 n += len(chunk)
@@ -129,14 +120,11 @@ class AsyncFiles:
 
     async def list(self, path: str = ".", depth: int = 1) -> List[FileInfo]:
         """Entries of a directory, descending ``depth`` levels."""
-        if depth < 1:
-            raise InvalidArgumentError(f"depth must be 1 or more, got {depth}")
-        d = await self._http.json("GET", self._p("/files/list"), params=Files._q(path, depth=depth))
-        return [FileInfo.from_dict(e) for e in d.get("entries") or []]
+        return await self._http.call(calls.file_list(self._id, path, depth))
 
     async def stat(self, path: str) -> FileInfo:
         """Describe one file (a final symlink is not followed)."""
-        return FileInfo.from_dict(await self._http.json("GET", self._p("/files/stat"), params=Files._q(path)))
+        return await self._http.call(calls.file_stat(self._id, path))
 
     async def exists(self, path: str) -> bool:
         """Whether anything exists at ``path``."""
@@ -148,24 +136,15 @@ class AsyncFiles:
 
     async def mkdir(self, path: str, *, mode: Optional[int] = None, user: Optional[str] = None) -> FileInfo:
         """Create a directory and its parents (mkdir -p)."""
-        Files._q(path)
-        body: Dict[str, Any] = {"path": path}
-        if mode is not None:
-            body["mode"] = _mode(mode)
-        if user:
-            body["user"] = user
-        return FileInfo.from_dict(await self._http.json("POST", self._p("/files/mkdir"), json_body=body))
+        return await self._http.call(calls.file_mkdir(self._id, path, mode, user))
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove a file or an empty directory; with ``recursive``, a tree."""
-        await self._http.request("DELETE", self._p("/files"),
-                                 params=Files._q(path, recursive="true" if recursive else None))
+        await self._http.call(calls.file_remove(self._id, path, recursive))
 
     async def rename(self, src: str, dst: str) -> None:
         """Move a file or directory inside the sandbox."""
-        if not src or not dst:
-            raise InvalidArgumentError("rename wants both a source and a destination path")
-        await self._http.request("POST", self._p("/files/rename"), json_body={"from": src, "to": dst})
+        await self._http.call(calls.file_rename(self._id, src, dst))
 
 
 class AsyncProcess:
@@ -188,27 +167,20 @@ class AsyncProcess:
     def exit_code(self) -> Optional[int]:
         return self.info.exit_code
 
-    def _p(self, rest: str = "") -> str:
-        return sandbox_path(self._id, f"/processes/{self.pid}{rest}")
-
     async def wait(self, timeout: Optional[float] = None) -> ProcessInfo:
         """Wait for the process to end; TimeoutError if it still runs after ``timeout`` s."""
-        q = {} if timeout is None else {"timeout_ms": str(max(1, int(timeout * 1000)))}
-        self.info = ProcessInfo.from_dict(await self._http.json("POST", self._p("/wait"), params=q))
+        self.info = await self._http.call(calls.proc_wait(self._id, self.pid, timeout))
         if self.info.state == "running":
             raise TimeoutError(f"process {self.pid} still runs after {timeout} s")
         return self.info
 
     async def output(self, stdout_offset: int = 0, stderr_offset: int = 0) -> ProcessOutput:
         """Output from the given offsets (default: all the daemon holds)."""
-        q = {"stdout_offset": str(stdout_offset), "stderr_offset": str(stderr_offset)}
-        return ProcessOutput.from_dict(await self._http.json("GET", self._p("/output"), params=q))
+        return await self._http.call(calls.proc_output(self._id, self.pid, stdout_offset, stderr_offset))
 
     async def send_stdin(self, data: Data, eof: bool = False) -> None:
         """Write to the process's stdin; ``eof=True`` closes it after."""
-        q = {"eof": "true"} if eof else None
-        await self._http.request("POST", self._p("/stdin"), params=q, content=to_bytes(data),
-                                 content_type="application/octet-stream")
+        await self._http.call(calls.proc_stdin(self._id, self.pid, data, eof))
 
     async def close_stdin(self) -> None:
         """Close the process's stdin."""
@@ -216,16 +188,16 @@ class AsyncProcess:
 
     async def signal(self, sig: Union[str, int], tree: bool = False) -> None:
         """Send a signal; with ``tree``, to every process it started too."""
-        await self._http.request("POST", self._p("/signal"), json_body={"signal": signal_name(sig), "tree": tree})
+        await self._http.call(calls.proc_signal(self._id, self.pid, sig, tree))
 
     async def kill(self) -> None:
         """Kill the process and everything it started, wait for its end and
         drop it from the sandbox's list (later calls on it: NotFoundError)."""
-        await self._http.request("DELETE", self._p())
+        await self._http.call(calls.proc_kill(self._id, self.pid))
 
     async def refresh(self) -> ProcessInfo:
         """Re-read the process's info (state, exit code)."""
-        self.info = ProcessInfo.from_dict(await self._http.json("GET", self._p()))
+        self.info = await self._http.call(calls.proc_info(self._id, self.pid))
         return self.info
 
 
@@ -290,7 +262,7 @@ class AsyncSandbox:
         async def make() -> AsyncSandbox:
             http = AsyncHTTP.open(api_key, base_url, request_timeout)
             try:
-                info = SandboxInfo.from_dict(await http.json("POST", "/v1/sandboxes", json_body=body))
+                info = await http.call(calls.create(body))
             except BaseException:
                 await http.close()
                 raise
@@ -304,7 +276,7 @@ class AsyncSandbox:
         """Attach to an existing sandbox."""
         http = AsyncHTTP.open(api_key, base_url, request_timeout)
         try:
-            info = SandboxInfo.from_dict(await http.json("GET", sandbox_path(sandbox_id)))
+            info = await http.call(calls.info(sandbox_id))
         except BaseException:
             await http.close()
             raise
@@ -316,27 +288,24 @@ class AsyncSandbox:
         """Sandboxes the key can see, filtered by ``metadata`` and ``state``."""
         http = AsyncHTTP.open(api_key, base_url, None)
         try:
-            d = await http.json("GET", "/v1/sandboxes", params=list_params(metadata, state))
+            return await http.call(calls.sandboxes(metadata, state))
         finally:
             await http.close()
-        return [SandboxInfo.from_dict(s) for s in d.get("sandboxes") or []]
 
     async def info(self) -> SandboxInfo:
         """The sandbox as the daemon sees it now."""
-        self._info = SandboxInfo.from_dict(await self._http.json("GET", sandbox_path(self.id)))
+        self._info = await self._http.call(calls.info(self.id))
         return self._info
 
     async def set_ttl(self, seconds: Optional[int]) -> SandboxInfo:
         """Expire the sandbox ``seconds`` from now; None or -1 removes the TTL."""
-        secs = -1 if seconds is None or seconds < 0 else int(seconds)
-        self._info = SandboxInfo.from_dict(await self._http.json("PATCH", sandbox_path(self.id),
-                                                                 json_body={"ttl_seconds": secs}))
+        self._info = await self._http.call(calls.set_ttl(self.id, seconds))
         return self._info
 
     async def destroy(self) -> None:
         """Destroy the sandbox and everything in it (no error if already gone)."""
         try:
-            await self._http.request("DELETE", sandbox_path(self.id))
+            await self._http.call(calls.destroy(self.id))
         except NotFoundError:
             pass
 
@@ -360,8 +329,7 @@ class AsyncSandbox:
         plain functions or coroutine functions (awaited in order)."""
         body = exec_body(cmd, env, cwd, user, timeout, stdin)
         if on_stdout is None and on_stderr is None:
-            d = await self._http.json("POST", sandbox_path(self.id, "/exec"), json_body=body)
-            return ExecResult.from_dict(d)
+            return await self._http.call(calls.exec_(self.id, body))
         dec = StreamDecoder(on_stdout, on_stderr)
         line = json.dumps(body).encode() + b"\n"
         async with self._http.stream("POST", sandbox_path(self.id, "/exec/stream"), content=line,
@@ -376,23 +344,18 @@ class AsyncSandbox:
 
     async def start(self, cmd: Command, *, tag: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                     cwd: Optional[str] = None, user: Optional[str] = None,
-              timeout: Optional[float] = None) -> AsyncProcess:
+                    timeout: Optional[float] = None) -> AsyncProcess:
         """Start a background process and return at once."""
-        body = exec_body(cmd, env, cwd, user, timeout, None)
-        if tag:
-            body["tag"] = tag
-        d = await self._http.json("POST", sandbox_path(self.id, "/processes"), json_body=body)
-        return AsyncProcess(self._http, self.id, ProcessInfo.from_dict(d))
+        info = await self._http.call(calls.start(self.id, cmd, tag, env, cwd, user, timeout))
+        return AsyncProcess(self._http, self.id, info)
 
     async def processes(self) -> List[ProcessInfo]:
         """The background processes the sandbox's agent knows of."""
-        d = await self._http.json("GET", sandbox_path(self.id, "/processes"))
-        return [ProcessInfo.from_dict(x) for x in d.get("processes") or []]
+        return await self._http.call(calls.processes(self.id))
 
     async def process(self, ref: Union[int, str]) -> AsyncProcess:
         """Attach to a background process by pid or tag."""
-        d = await self._http.json("GET", sandbox_path(self.id, f"/processes/{ref}"))
-        return AsyncProcess(self._http, self.id, ProcessInfo.from_dict(d))
+        return AsyncProcess(self._http, self.id, await self._http.call(calls.process(self.id, ref)))
 
     async def pty(self, cols: int = 80, rows: int = 24, *, cmd: Optional[Command] = None,
                   env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
@@ -405,9 +368,7 @@ class AsyncSandbox:
         if os.path.isdir(local_path):
             f = await asyncio.to_thread(_archive.tar_dir, local_path)
             try:
-                await self._http.request("PUT", sandbox_path(self.id, "/files/archive"),
-                                         params=Files._q(remote_path), content=_achunks(f),
-                                         content_type="application/x-tar")
+                await self._http.call(calls.upload_archive(self.id, remote_path, _achunks(f)))
             finally:
                 f.close()
             return
@@ -423,7 +384,7 @@ class AsyncSandbox:
             return
         with tempfile.SpooledTemporaryFile(max_size=_archive.SPOOL) as f:
             async with self._http.stream("GET", sandbox_path(self.id, "/files/archive"),
-                                         params=Files._q(remote_path)) as resp:
+                                         params=file_query(remote_path)) as resp:
                 async for chunk in resp.aiter_bytes():
                     f.write(chunk)
             f.seek(0)
@@ -432,41 +393,29 @@ class AsyncSandbox:
     async def pause(self, to_disk: bool = False) -> SandboxInfo:
         """Freeze every process in the sandbox; ``to_disk=True`` (gvisor)
         checkpoints processes and memory to disk."""
-        body = {"to_disk": True} if to_disk else None
-        self._info = SandboxInfo.from_dict(await self._http.json("POST", sandbox_path(self.id, "/pause"), json_body=body))
+        self._info = await self._http.call(calls.pause(self.id, to_disk))
         return self._info
 
     async def resume(self) -> SandboxInfo:
         """Thaw a paused sandbox."""
-        self._info = SandboxInfo.from_dict(await self._http.json("POST", sandbox_path(self.id, "/resume")))
+        self._info = await self._http.call(calls.resume(self.id))
         return self._info
 
     async def snapshot(self, name: Optional[str] = None, memory: bool = False) -> Snapshot:
         """Save the sandbox's state (``memory=True``, gvisor: processes too)."""
-        body: Dict[str, Any] = {"name": name} if name else {}
-        if memory:
-            body["memory"] = True
-        d = await self._http.json("POST", sandbox_path(self.id, "/snapshots"), json_body=body)
-        return Snapshot.from_dict(d)
+        return await self._http.call(calls.snapshot(self.id, name, memory))
 
     async def reset(self, snapshot: Optional[str] = None) -> SandboxInfo:
         """Put the sandbox's files back to where it started (or to
         ``snapshot``), in place; running processes are ended."""
-        body = {"snapshot": snapshot} if snapshot else {}
-        self._info = SandboxInfo.from_dict(await self._http.json("POST", sandbox_path(self.id, "/reset"),
-                                                             json_body=body))
+        self._info = await self._http.call(calls.reset(self.id, snapshot))
         return self._info
 
     async def fork(self, count: int = 1, memory: bool = False) -> List["AsyncSandbox"]:
         """Make ``count`` copies of the sandbox (``memory=True``, gvisor:
         each goes on running its processes)."""
-        if count < 1:
-            raise InvalidArgumentError(f"count must be 1 or more, got {count}")
-        body: Dict[str, Any] = {"count": count}
-        if memory:
-            body["memory"] = True
-        d = await self._http.json("POST", sandbox_path(self.id, "/fork"), json_body=body)
-        return [AsyncSandbox(SandboxInfo.from_dict(s), self._http.clone()) for s in d.get("sandboxes") or []]
+        infos = await self._http.call(calls.fork(self.id, count, memory))
+        return [AsyncSandbox(s, self._http.clone()) for s in infos]
 
     async def url(self, port: int) -> str:
         """The preview URL of ``port`` served inside the sandbox; see
@@ -477,12 +426,10 @@ class AsyncSandbox:
                          deny: Optional[List[str]] = None, *, max_connections: int = 0,
                          bandwidth_mbit: int = 0) -> SandboxInfo:
         """Replace the sandbox's egress policy and limits; see ``Sandbox.set_egress``."""
-        body: Dict[str, Any] = {"egress": egress, "allow": list(allow or []), "deny": list(deny or [])}
-        body.update(limits_body(max_connections, bandwidth_mbit))
-        self._info = SandboxInfo.from_dict(await self._http.json("POST", sandbox_path(self.id, "/egress"),
-                                                                 json_body=body))
+        self._info = await self._http.call(calls.set_egress(self.id, egress, allow, deny, max_connections,
+                                                            bandwidth_mbit))
         return self._info
 
     async def egress_log(self) -> List[Dict[str, Any]]:
         """The sandbox's egress log, oldest first; see ``Sandbox.egress_log``."""
-        return list((await self._http.json("GET", sandbox_path(self.id, "/egress/log"))).get("entries") or [])
+        return await self._http.call(calls.egress_log(self.id))

@@ -8,22 +8,19 @@ import os
 import tempfile
 from typing import IO, Any, Dict, List, Optional, Union
 
-from . import _archive, _build
-from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, list_params,
-                      sandbox_path, signal_name, to_bytes, preview_url, limits_body)
+from . import _archive, _build, _calls as calls
+from ._calls import file_query
+from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, preview_url, sandbox_path,
+                      to_bytes)
 from ._http import AsyncHTTP, SyncHTTP
 from ._pty import AsyncPty, LoopThread, Pty, pty_body
-from .errors import InvalidArgumentError, NotFoundError, TimeoutError
+from .errors import NotFoundError, TimeoutError
 from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
                      Template)
 
 __all__ = ["Client", "Sandbox", "Files", "Process", "Pty"]
 
 Writable = Union[str, bytes, bytearray, memoryview, IO[bytes]]
-
-
-def _mode(mode: Optional[int]) -> Optional[str]:
-    return None if mode is None else "%04o" % (mode & 0o7777)
 
 
 def write_content(data: Writable) -> Any:
@@ -43,21 +40,19 @@ class Client:
 
     def health(self) -> Health:
         """The daemon's status."""
-        return Health.from_dict(self._http.json("GET", "/v1/health"))
+        return self._http.call(calls.health())
 
     def pools(self) -> List[PoolStatus]:
         """The warm pools: ready sandboxes per template and tier, creates served."""
-        return [PoolStatus.from_dict(p) for p in self._http.json("GET", "/v1/pools").get("pools") or []]
+        return self._http.call(calls.pools())
 
     def templates(self) -> List[Template]:
         """The templates sandboxes can be created from."""
-        return [Template.from_dict(t) for t in self._http.json("GET", "/v1/templates")["templates"]]
+        return self._http.call(calls.templates())
 
     def template(self, name: str) -> Template:
         """The newest version of one template."""
-        if not name:
-            raise InvalidArgumentError("a template name is required")
-        return Template.from_dict(self._http.json("GET", "/v1/templates/" + name))
+        return self._http.call(calls.template(name))
 
     def build_template(self, name: str, spec: Union[str, bytes], *, context_dir: Optional[str] = None,
                        on_event: Optional[Any] = None) -> Template:
@@ -96,29 +91,17 @@ class Files:
         self._http = http
         self._id = sandbox_id
 
-    def _p(self, rest: str) -> str:
-        return sandbox_path(self._id, rest)
-
-    @staticmethod
-    def _q(path: str, **extra: Any) -> Dict[str, str]:
-        if not path:
-            raise InvalidArgumentError("a path inside the sandbox is required")
-        q = {"path": path}
-        q.update({k: str(v) for k, v in extra.items() if v is not None})
-        return q
+    _q = staticmethod(file_query)
 
     def write(self, path: str, data: Writable, *, mode: Optional[int] = None,
               user: Optional[str] = None) -> FileInfo:
         """Write ``data`` (str, bytes or a binary file object, streamed) to
         ``path``, creating parent directories. ``mode`` e.g. 0o755."""
-        q = self._q(path, mode=_mode(mode), user=user)
-        return FileInfo.from_dict(self._http.json("PUT", self._p("/files"), params=q,
-                                                  content=write_content(data),
-                                                  content_type="application/octet-stream"))
+        return self._http.call(calls.file_write(self._id, path, data, mode, user, write_content))
 
     def read(self, path: str) -> bytes:
         """The bytes of a regular file."""
-        return self._http.request("GET", self._p("/files"), params=self._q(path))
+        return self._http.call(calls.file_read(self._id, path))
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The content of a text file."""
@@ -127,7 +110,7 @@ class Files:
     def read_to(self, path: str, f: IO[bytes]) -> int:
         """Stream a file into the binary file object ``f``; return the bytes copied."""
         n = 0
-        with self._http.stream("GET", self._p("/files"), params=self._q(path)) as resp:
+        with self._http.stream("GET", sandbox_path(self._id, "/files"), params=file_query(path)) as resp:
             for chunk in resp.iter_bytes():
                 f.write(chunk)
                 n += len(chunk)
@@ -135,14 +118,11 @@ class Files:
 
     def list(self, path: str = ".", depth: int = 1) -> List[FileInfo]:
         """Entries of a directory, descending ``depth`` levels (1: its own entries)."""
-        if depth < 1:
-            raise InvalidArgumentError(f"depth must be 1 or more, got {depth}")
-        d = self._http.json("GET", self._p("/files/list"), params=self._q(path, depth=depth))
-        return [FileInfo.from_dict(e) for e in d.get("entries") or []]
+        return self._http.call(calls.file_list(self._id, path, depth))
 
     def stat(self, path: str) -> FileInfo:
         """Describe one file (a final symlink is not followed)."""
-        return FileInfo.from_dict(self._http.json("GET", self._p("/files/stat"), params=self._q(path)))
+        return self._http.call(calls.file_stat(self._id, path))
 
     def exists(self, path: str) -> bool:
         """Whether anything exists at ``path``."""
@@ -154,24 +134,15 @@ class Files:
 
     def mkdir(self, path: str, *, mode: Optional[int] = None, user: Optional[str] = None) -> FileInfo:
         """Create a directory and its parents (mkdir -p)."""
-        self._q(path)
-        body: Dict[str, Any] = {"path": path}
-        if mode is not None:
-            body["mode"] = _mode(mode)
-        if user:
-            body["user"] = user
-        return FileInfo.from_dict(self._http.json("POST", self._p("/files/mkdir"), json_body=body))
+        return self._http.call(calls.file_mkdir(self._id, path, mode, user))
 
     def remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove a file or an empty directory; with ``recursive``, a tree."""
-        self._http.request("DELETE", self._p("/files"),
-                           params=self._q(path, recursive="true" if recursive else None))
+        self._http.call(calls.file_remove(self._id, path, recursive))
 
     def rename(self, src: str, dst: str) -> None:
         """Move a file or directory inside the sandbox."""
-        if not src or not dst:
-            raise InvalidArgumentError("rename wants both a source and a destination path")
-        self._http.request("POST", self._p("/files/rename"), json_body={"from": src, "to": dst})
+        self._http.call(calls.file_rename(self._id, src, dst))
 
 
 class Process:
@@ -195,28 +166,21 @@ class Process:
     def exit_code(self) -> Optional[int]:
         return self.info.exit_code
 
-    def _p(self, rest: str = "") -> str:
-        return sandbox_path(self._id, f"/processes/{self.pid}{rest}")
-
     def wait(self, timeout: Optional[float] = None) -> ProcessInfo:
         """Wait for the process to end and return its final info. Raises
         TimeoutError when it still runs after ``timeout`` seconds."""
-        q = {} if timeout is None else {"timeout_ms": str(max(1, int(timeout * 1000)))}
-        self.info = ProcessInfo.from_dict(self._http.json("POST", self._p("/wait"), params=q))
+        self.info = self._http.call(calls.proc_wait(self._id, self.pid, timeout))
         if self.info.state == "running":
             raise TimeoutError(f"process {self.pid} still runs after {timeout} s")
         return self.info
 
     def output(self, stdout_offset: int = 0, stderr_offset: int = 0) -> ProcessOutput:
         """Output from the given offsets (default: all the daemon holds)."""
-        q = {"stdout_offset": str(stdout_offset), "stderr_offset": str(stderr_offset)}
-        return ProcessOutput.from_dict(self._http.json("GET", self._p("/output"), params=q))
+        return self._http.call(calls.proc_output(self._id, self.pid, stdout_offset, stderr_offset))
 
     def send_stdin(self, data: Data, eof: bool = False) -> None:
         """Write to the process's stdin; ``eof=True`` closes it after."""
-        q = {"eof": "true"} if eof else None
-        self._http.request("POST", self._p("/stdin"), params=q, content=to_bytes(data),
-                           content_type="application/octet-stream")
+        self._http.call(calls.proc_stdin(self._id, self.pid, data, eof))
 
     def close_stdin(self) -> None:
         """Close the process's stdin."""
@@ -225,16 +189,16 @@ class Process:
     def signal(self, sig: Union[str, int], tree: bool = False) -> None:
         """Send a signal ("SIGTERM", "INT", signal.SIGINT or 15); with
         ``tree``, to every process it started too."""
-        self._http.request("POST", self._p("/signal"), json_body={"signal": signal_name(sig), "tree": tree})
+        self._http.call(calls.proc_signal(self._id, self.pid, sig, tree))
 
     def kill(self) -> None:
         """Kill the process and everything it started, wait for its end and
         drop it from the sandbox's list (later calls on it: NotFoundError)."""
-        self._http.request("DELETE", self._p())
+        self._http.call(calls.proc_kill(self._id, self.pid))
 
     def refresh(self) -> ProcessInfo:
         """Re-read the process's info (state, exit code)."""
-        self.info = ProcessInfo.from_dict(self._http.json("GET", self._p()))
+        self.info = self._http.call(calls.proc_info(self._id, self.pid))
         return self.info
 
 
@@ -293,7 +257,7 @@ class Sandbox:
         try:
             body = create_body(template, ttl_seconds, isolation, cpu, memory_mb, disk_mb, env, metadata,
                                network, snapshot, pids, on_timeout, auto_resume, idle_timeout)
-            info = SandboxInfo.from_dict(http.json("POST", "/v1/sandboxes", json_body=body))
+            info = http.call(calls.create(body))
         except BaseException:
             http.close()
             raise
@@ -305,7 +269,7 @@ class Sandbox:
         """Attach to an existing sandbox."""
         http = SyncHTTP.open(api_key, base_url, request_timeout)
         try:
-            info = SandboxInfo.from_dict(http.json("GET", sandbox_path(sandbox_id)))
+            info = http.call(calls.info(sandbox_id))
         except BaseException:
             http.close()
             raise
@@ -318,27 +282,24 @@ class Sandbox:
         ``state`` (e.g. "running")."""
         http = SyncHTTP.open(api_key, base_url, None)
         try:
-            d = http.json("GET", "/v1/sandboxes", params=list_params(metadata, state))
+            return http.call(calls.sandboxes(metadata, state))
         finally:
             http.close()
-        return [SandboxInfo.from_dict(s) for s in d.get("sandboxes") or []]
 
     def info(self) -> SandboxInfo:
         """The sandbox as the daemon sees it now."""
-        self._info = SandboxInfo.from_dict(self._http.json("GET", sandbox_path(self.id)))
+        self._info = self._http.call(calls.info(self.id))
         return self._info
 
     def set_ttl(self, seconds: Optional[int]) -> SandboxInfo:
         """Expire the sandbox ``seconds`` from now; None or -1 removes the TTL."""
-        secs = -1 if seconds is None or seconds < 0 else int(seconds)
-        self._info = SandboxInfo.from_dict(self._http.json("PATCH", sandbox_path(self.id),
-                                                           json_body={"ttl_seconds": secs}))
+        self._info = self._http.call(calls.set_ttl(self.id, seconds))
         return self._info
 
     def destroy(self) -> None:
         """Destroy the sandbox and everything in it (no error if already gone)."""
         try:
-            self._http.request("DELETE", sandbox_path(self.id))
+            self._http.call(calls.destroy(self.id))
         except NotFoundError:
             pass
 
@@ -368,7 +329,7 @@ class Sandbox:
         result holds all of it too."""
         body = exec_body(cmd, env, cwd, user, timeout, stdin)
         if on_stdout is None and on_stderr is None:
-            return ExecResult.from_dict(self._http.json("POST", sandbox_path(self.id, "/exec"), json_body=body))
+            return self._http.call(calls.exec_(self.id, body))
         dec = StreamDecoder(on_stdout, on_stderr)
         line = json.dumps(body).encode() + b"\n"
         with self._http.stream("POST", sandbox_path(self.id, "/exec/stream"), content=line,
@@ -383,21 +344,15 @@ class Sandbox:
               cwd: Optional[str] = None, user: Optional[str] = None,
               timeout: Optional[float] = None) -> Process:
         """Start a background process and return at once. ``tag`` names it."""
-        body = exec_body(cmd, env, cwd, user, timeout, None)
-        if tag:
-            body["tag"] = tag
-        d = self._http.json("POST", sandbox_path(self.id, "/processes"), json_body=body)
-        return Process(self._http, self.id, ProcessInfo.from_dict(d))
+        return Process(self._http, self.id, self._http.call(calls.start(self.id, cmd, tag, env, cwd, user, timeout)))
 
     def processes(self) -> List[ProcessInfo]:
         """The background processes the sandbox's agent knows of."""
-        d = self._http.json("GET", sandbox_path(self.id, "/processes"))
-        return [ProcessInfo.from_dict(x) for x in d.get("processes") or []]
+        return self._http.call(calls.processes(self.id))
 
     def process(self, ref: Union[int, str]) -> Process:
         """Attach to a background process by pid or tag."""
-        d = self._http.json("GET", sandbox_path(self.id, f"/processes/{ref}"))
-        return Process(self._http, self.id, ProcessInfo.from_dict(d))
+        return Process(self._http, self.id, self._http.call(calls.process(self.id, ref)))
 
     def pty(self, cols: int = 80, rows: int = 24, *, cmd: Optional[Command] = None,
             env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
@@ -420,9 +375,7 @@ class Sandbox:
         sandbox (a directory's content lands under ``remote_path``)."""
         if os.path.isdir(local_path):
             with _archive.tar_dir(local_path) as f:
-                self._http.request("PUT", sandbox_path(self.id, "/files/archive"),
-                                   params=Files._q(remote_path), content=_archive.chunks(f),
-                                   content_type="application/x-tar")
+                self._http.call(calls.upload_archive(self.id, remote_path, _archive.chunks(f)))
             return
         with open(local_path, "rb") as f:
             self.files.write(remote_path, f, mode=os.stat(local_path).st_mode & 0o777)
@@ -437,7 +390,7 @@ class Sandbox:
             return
         with tempfile.SpooledTemporaryFile(max_size=_archive.SPOOL) as f:
             with self._http.stream("GET", sandbox_path(self.id, "/files/archive"),
-                                   params=Files._q(remote_path)) as resp:
+                                   params=file_query(remote_path)) as resp:
                 for chunk in resp.iter_bytes():
                     f.write(chunk)
             f.seek(0)
@@ -449,42 +402,30 @@ class Sandbox:
         """Freeze every process in the sandbox. ``to_disk=True`` (gvisor
         tier) checkpoints processes and memory to disk and frees the host
         memory; ``resume()`` restores them."""
-        body = {"to_disk": True} if to_disk else None
-        self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/pause"), json_body=body))
+        self._info = self._http.call(calls.pause(self.id, to_disk))
         return self._info
 
     def resume(self) -> SandboxInfo:
         """Thaw a paused sandbox."""
-        self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/resume")))
+        self._info = self._http.call(calls.resume(self.id))
         return self._info
 
     def snapshot(self, name: Optional[str] = None, memory: bool = False) -> Snapshot:
         """Save the sandbox's state; ``Sandbox.create(snapshot=...)`` starts from it.
         ``memory=True`` (gvisor tier) captures processes and memory too."""
-        body: Dict[str, Any] = {"name": name} if name else {}
-        if memory:
-            body["memory"] = True
-        return Snapshot.from_dict(self._http.json("POST", sandbox_path(self.id, "/snapshots"), json_body=body))
+        return self._http.call(calls.snapshot(self.id, name, memory))
 
     def reset(self, snapshot: Optional[str] = None) -> SandboxInfo:
         """Put the sandbox's files back to where it started (or to
         ``snapshot``), in place; running processes are ended."""
-        body = {"snapshot": snapshot} if snapshot else {}
-        self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/reset"),
-                                                             json_body=body))
+        self._info = self._http.call(calls.reset(self.id, snapshot))
         return self._info
 
     def fork(self, count: int = 1, memory: bool = False) -> List["Sandbox"]:
         """Make ``count`` copies of the sandbox, each with its own connection.
         ``memory=True`` (gvisor tier): each copy goes on running the
         sandbox's processes."""
-        if count < 1:
-            raise InvalidArgumentError(f"count must be 1 or more, got {count}")
-        body: Dict[str, Any] = {"count": count}
-        if memory:
-            body["memory"] = True
-        d = self._http.json("POST", sandbox_path(self.id, "/fork"), json_body=body)
-        return [Sandbox(SandboxInfo.from_dict(s), self._http.clone()) for s in d.get("sandboxes") or []]
+        return [Sandbox(s, self._http.clone()) for s in self._http.call(calls.fork(self.id, count, memory))]
 
     def url(self, port: int) -> str:
         """The preview URL of ``port`` served inside the sandbox,
@@ -503,9 +444,7 @@ class Sandbox:
         connections see it at once (docs/network.md). ``max_connections``
         (connections open at once) and ``bandwidth_mbit`` (each way) change
         the sandbox's limits: 0 keeps one, -1 removes it."""
-        body: Dict[str, Any] = {"egress": egress, "allow": list(allow or []), "deny": list(deny or [])}
-        body.update(limits_body(max_connections, bandwidth_mbit))
-        self._info = SandboxInfo.from_dict(self._http.json("POST", sandbox_path(self.id, "/egress"), json_body=body))
+        self._info = self._http.call(calls.set_egress(self.id, egress, allow, deny, max_connections, bandwidth_mbit))
         return self._info
 
     def egress_log(self) -> List[Dict[str, Any]]:
@@ -514,7 +453,7 @@ class Sandbox:
         ``kind`` ("dns", "connect"), ``proto``, ``dest``, ``name``,
         ``qtype``, ``verdict`` ("allow", "deny"), ``reason`` and
         ``answers``. The last 1000 are kept."""
-        return list(self._http.json("GET", sandbox_path(self.id, "/egress/log")).get("entries") or [])
+        return self._http.call(calls.egress_log(self.id))
 
 
 async def _start_pty(http: SyncHTTP, sandbox_id: str, body: Dict[str, Any]) -> AsyncPty:

@@ -217,3 +217,50 @@ def test_pool_status_from_dict():
                               "egress": "internet", "served": 7, "misses": 1, "booted": 10, "failures": 0})
     assert (p.template, p.size, p.ready, p.egress, p.served, p.misses, p.booted) == ("base", 4, 3, "internet", 7, 1, 10)
     assert p.resources.memory_mb == 512 and p.last_error == ""
+
+
+@pytest.mark.parametrize("sync_name,async_name", [
+    ("Sandbox", "AsyncSandbox"), ("Files", "AsyncFiles"), ("Process", "AsyncProcess"), ("Client", "AsyncClient"),
+])
+def test_async_surface_matches_sync(sync_name, async_name):
+    # Both classes send the same _calls descriptions; their public methods
+    # must keep the same names and parameters.
+    import inspect
+    import agentbox
+    s, a = getattr(agentbox, sync_name), getattr(agentbox, async_name)
+
+    def methods(cls):
+        return {n: getattr(cls, n) for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n))}
+    sm, am = methods(s), methods(a)
+    assert sorted(sm) == sorted(am)
+    for name, fn in sm.items():
+        sp = [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+        ap = [(p.name, p.kind, p.default) for p in inspect.signature(am[name]).parameters.values()]
+        assert sp == ap, name
+        # AsyncSandbox.create returns an awaitable that also works in async with.
+        is_create = (async_name, name) == ("AsyncSandbox", "create")
+        assert inspect.iscoroutinefunction(am[name]) is not is_create, name
+
+
+def test_calls_describe_requests():
+    from agentbox import _calls as calls
+    from agentbox.models import SandboxInfo
+    c = calls.set_ttl("sb 1", None)
+    assert (c.method, c.path, c.json_body) == ("PATCH", "/v1/sandboxes/sb%201", {"ttl_seconds": -1})
+    assert calls.set_ttl("sb", 30).json_body == {"ttl_seconds": 30}
+    c = calls.fork("sb", 2, True)
+    assert c.json_body == {"count": 2, "memory": True}
+    assert [type(i) for i in c.decode({"sandboxes": [{"id": "a"}, {"id": "b"}]})] == [SandboxInfo, SandboxInfo]
+    assert calls.file_read("sb", "/a").raw and calls.destroy("sb").decode is None
+    assert calls.proc_wait("sb", 7, 0.5).params == {"timeout_ms": "500"}
+    assert calls.pools().decode({}) == []
+    made = []
+    with pytest.raises(InvalidArgumentError, match="path inside the sandbox"):
+        calls.file_write("sb", "", b"x", None, None, made.append)
+    assert made == []  # the path is checked before the content is made
+    c = calls.file_write("sb", "/a", b"x", 0o100755, "u", lambda d: d)
+    assert c.params == {"path": "/a", "mode": "0755", "user": "u"} and c.content == b"x"
+    for bad in (lambda: calls.fork("sb", 0, False), lambda: calls.file_list("sb", ".", 0),
+                lambda: calls.template(""), lambda: calls.file_rename("sb", "a", ""), lambda: calls.info("")):
+        with pytest.raises(InvalidArgumentError):
+            bad()
