@@ -67,6 +67,11 @@ type BootSpec struct {
 	Cgroups []BootCgroup `json:"cgroups,omitempty"`
 	// Seccomp turns on the seccomp filter (always, outside tests).
 	Seccomp bool `json:"seccomp"`
+	// ResolvConf, when set, is written to the sandbox's /etc/resolv.conf
+	// (as root, mode 0644, following a symlink inside the root) once the
+	// root is ready, before the guest serves: the resolver of a sandbox
+	// with egress. A failure is logged, not fatal.
+	ResolvConf string `json:"resolv_conf,omitempty"`
 }
 
 // BootCgroup is one inherited cgroup directory fd.

@@ -54,6 +54,18 @@ type Spec struct {
 	// drivers whose Capabilities say NetNSAtCreate; "" means a fresh
 	// namespace with only loopback.
 	NetNS string
+	// Started, when set, is called once by drivers that support it, from
+	// Create, as soon as the sandbox's init and its namespaces exist and
+	// before the guest answers, with the init's host pid: the service
+	// wires the sandbox's network into that namespace while the guest
+	// boots. It must return at once (start work, do not do it); drivers
+	// that never call it are fine, the service then connects the network
+	// after Create. It is not persisted.
+	Started func(pid int) `json:"-"`
+	// ResolvConf, when set, is the sandbox's /etc/resolv.conf, which
+	// drivers that call Started write at boot, before the guest answers;
+	// others ignore it (the service then writes the file after Create).
+	ResolvConf string `json:"-"`
 }
 
 // Handle identifies a running sandbox to its driver. It is persisted by the

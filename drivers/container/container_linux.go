@@ -296,11 +296,16 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, ctrls []string, h
 		ShmSizeMB: shmSize(spec.MemoryMB),
 		Cgroups:   bootCgs,
 		Seccomp:   d.opts.Seccomp,
+		// Written at boot, since this driver calls spec.Started.
+		ResolvConf: spec.ResolvConf,
 	}
 	if err := json.NewEncoder(bootW).Encode(&boot); err != nil {
 		return nil, nil, fmt.Errorf("sending boot spec: %w", err)
 	}
 	bootW.Close()
+	if spec.Started != nil {
+		spec.Started(pid) // the init's namespaces exist; the guest boots
+	}
 
 	h := &driver.Handle{ID: spec.ID, Pid: pid, Socket: sock}
 	h.PidStart, _ = guestconn.PidStartTime(pid)

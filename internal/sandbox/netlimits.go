@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
@@ -162,16 +163,108 @@ func (s *Service) unprepareNetNS(id string, spec *driver.Spec) {
 	}
 }
 
+// earlyNet is a network attach started from the driver's Started
+// callback, overlapping the guest's boot.
+type earlyNet struct {
+	started atomic.Bool
+	done    chan struct{}
+	err     error // set before done closes
+	// sub is the subnet reserved before Create (allocated: by
+	// attachNetEarly, released by undo when the attach never ran), whose
+	// resolver the driver writes into /etc/resolv.conf at boot.
+	sub       network.Subnet
+	allocated bool
+}
+
+// attachNetEarly sets spec.Started, for a sandbox with egress whose
+// network is not prepared before create (spec.NetNS), so that a driver
+// that calls it starts attachNet (veth, address, rules, limits) in the
+// new init's namespace while the guest boots. The subnet is reserved
+// now, so that the same driver writes /etc/resolv.conf at boot
+// (spec.ResolvConf) and the guest answers with it in place. It returns
+// nil when there is nothing to attach early.
+func (s *Service) attachNetEarly(ctx context.Context, rec *store.SandboxRecord, spec *driver.Spec) *earlyNet {
+	n := rec.Spec.Network
+	if spec.NetNS != "" || !hasEgress(n) || s.net == nil {
+		return nil
+	}
+	en := &earlyNet{done: make(chan struct{})}
+	var err error
+	if n.Address != "" {
+		en.sub, err = network.SubnetOf(n.Address)
+	} else {
+		// Attach (network.Pool.Allocate) then finds id's reservation.
+		en.sub, err = s.net.Pool().Allocate(rec.ID)
+		en.allocated = err == nil
+	}
+	if err != nil {
+		return nil // attachNet after Create reports it
+	}
+	spec.ResolvConf = resolvConf(en.sub)
+	spec.Started = func(pid int) {
+		if !en.started.CompareAndSwap(false, true) {
+			return
+		}
+		go func() {
+			defer close(en.done)
+			// No socket in the handle: resolv.conf waits for the guest.
+			en.err = s.attachNet(ctx, rec, &driver.Handle{ID: rec.ID, Pid: pid})
+		}()
+	}
+	return en
+}
+
+// wait joins the early attach; ran is false when the driver never called
+// Started (nil en too), so the network is still to attach.
+func (en *earlyNet) wait() (ran bool, err error) {
+	if en == nil || !en.started.Load() {
+		return false, nil
+	}
+	<-en.done
+	return true, en.err
+}
+
+// undo, after a failed Create, waits for the early attach and removes
+// what it made (a failed attachNet leaves nothing itself).
+func (en *earlyNet) undo(s *Service, id string) {
+	ran, err := en.wait()
+	switch {
+	case ran && err == nil:
+		if err := s.detachNet(id); err != nil {
+			s.log.Warn("detaching the network of a sandbox that failed to start", "sandbox", id, "err", err)
+		}
+	case en != nil && en.allocated: // a failed attach may not have reached Attach
+		s.net.Pool().Release(id)
+	}
+}
+
 // attachNetAfter connects a freshly started sandbox; when its network was
-// prepared before (spec.NetNS) only its /etc/resolv.conf is left to write,
-// now that its guest answers.
-func (s *Service) attachNetAfter(ctx context.Context, rec *store.SandboxRecord, h *driver.Handle, spec *driver.Spec) error {
-	if spec.NetNS == "" {
+// prepared before (spec.NetNS) or attached while it booted (early), only
+// its /etc/resolv.conf is left to write, now that its guest answers.
+func (s *Service) attachNetAfter(ctx context.Context, rec *store.SandboxRecord, h *driver.Handle, spec *driver.Spec, early *earlyNet) (err error) {
+	ran, err := early.wait()
+	if err != nil {
+		if early.allocated {
+			s.net.Pool().Release(rec.ID)
+		}
+		return err
+	}
+	if spec.NetNS == "" && !ran {
+		if early != nil && early.allocated {
+			defer func() { // attachNet holds it now, or let it go on error
+				if err != nil {
+					s.net.Pool().Release(rec.ID)
+				}
+			}()
+		}
 		return s.attachNet(ctx, rec, h)
 	}
 	sub, err := network.SubnetOf(rec.Spec.Network.Address)
 	if err != nil {
 		return err
+	}
+	if ran && sub == early.sub {
+		return nil // the driver wrote /etc/resolv.conf at boot
 	}
 	if drv := s.drivers[rec.Isolation]; drv == nil {
 		return nil

@@ -25,8 +25,7 @@ func writeResolvConf(ctx context.Context, drv driver.Driver, h *driver.Handle, s
 		DisableKeepAlives: true,
 	}
 	defer tr.CloseIdleConnections()
-	body := fmt.Sprintf("# Written by agentbox: the sandbox's resolver, which answers only the\n# names its egress policy allows (DNS to anywhere else is blocked).\nnameserver %s\noptions edns0\n", sub.Gateway)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://guest/files?path=/etc/resolv.conf&mode=0644&user=root", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://guest/files?path=/etc/resolv.conf&mode=0644&user=root", strings.NewReader(resolvConf(sub)))
 	if err != nil {
 		return err
 	}
@@ -40,4 +39,9 @@ func writeResolvConf(ctx context.Context, drv driver.Driver, h *driver.Handle, s
 		return fmt.Errorf("guest answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
 	return nil
+}
+
+// resolvConf is the /etc/resolv.conf of a sandbox whose subnet is sub.
+func resolvConf(sub network.Subnet) string {
+	return fmt.Sprintf("# Written by agentbox: the sandbox's resolver, which answers only the\n# names its egress policy allows (DNS to anywhere else is blocked).\nnameserver %s\noptions edns0\n", sub.Gateway)
 }

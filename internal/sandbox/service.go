@@ -317,12 +317,14 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 	if err := s.prepareNetNS(ctx, rec, drv, spec); err != nil { // netlimits.go
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
 	}
+	early := s.attachNetEarly(ctx, rec, spec) // netlimits.go
 	h, err := drv.Create(ctx, spec)
 	if err != nil {
+		early.undo(s, rec.ID)
 		s.unprepareNetNS(rec.ID, spec)
 		return nil, err
 	}
-	if err := s.attachNetAfter(ctx, rec, h, spec); err != nil {
+	if err := s.attachNetAfter(ctx, rec, h, spec, early); err != nil {
 		_ = drv.Destroy(context.WithoutCancel(ctx), h)
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
 	}

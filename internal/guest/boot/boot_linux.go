@@ -83,7 +83,46 @@ func Prepare(spec api.BootSpec) (*Prepared, error) {
 	if err := loopbackUp(); err != nil {
 		return nil, err
 	}
+	if spec.ResolvConf != "" {
+		if err := writeResolvConf(spec.ResolvConf); err != nil {
+			// As when the daemon writes it through the guest: the sandbox
+			// still works, only names do not resolve.
+			fmt.Fprintf(os.Stderr, "agentbox-guest: writing /etc/resolv.conf: %v\n", err)
+		}
+	}
 	return p, nil
+}
+
+// writeResolvConf writes body to /etc/resolv.conf of the new root (after
+// the pivot, so a symlink resolves inside it), as root with mode 0644,
+// like PUT /files does: never blocking on a fifo, only into a regular
+// file.
+func writeResolvConf(body string) error {
+	const name = "/etc/resolv.conf"
+	fd, err := unix.Open(name, unix.O_WRONLY|unix.O_CREAT|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s is not a regular file", name)
+	}
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		return err
+	}
+	if err := unix.Fchown(fd, 0, 0); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(fd, 0o644); err != nil {
+		return err
+	}
+	_, err = f.WriteString(body)
+	return err
 }
 
 // unshareCgroupAllThreads makes a new cgroup namespace and moves every
