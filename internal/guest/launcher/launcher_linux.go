@@ -181,8 +181,20 @@ func start(msg []byte, files []*os.File) (pid, pidfd int, err error) {
 	if err := cmd.Start(); err != nil {
 		return 0, -1, err
 	}
+	// The client gets a pidfd of its own, a separate open file: it makes
+	// its pidfd non-blocking to poll it, and that flag is per open file.
+	// Had it the clone's pidfd, which os.Process's wait shares (a dup),
+	// Wait's waitid would answer EAGAIN and leave the child a zombie. The
+	// child cannot be reaped (its pid reused) before pidfd_open: only
+	// the Wait below reaps it.
+	own, err := unix.PidfdOpen(cmd.Process.Pid, unix.PIDFD_NONBLOCK)
+	unix.Close(pidfd)
 	go func() { _ = cmd.Wait() }() // reap
-	return cmd.Process.Pid, pidfd, nil
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return 0, -1, fmt.Errorf("pidfd_open of the child: %w", err)
+	}
+	return cmd.Process.Pid, own, nil
 }
 
 // Client starts commands through a launcher process, starting (and after

@@ -141,3 +141,40 @@ func TestExitAndErrors(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// Every child is reaped even though the client makes the pidfd it got
+// non-blocking (watch polls it): the launcher's own wait must not share
+// that open file, or its waitid answers EAGAIN and the child stays a
+// zombie (a leak of one pid per sandbox, seen in the daemon).
+func TestReapsManyChildren(t *testing.T) {
+	requireRoot(t)
+	c := inProcess(t)
+	var pids []int
+	for i := 0; i < 30; i++ {
+		cmd := exec.Command("/bin/true")
+		cmd.Env = []string{}
+		pid, exited, err := c.Start(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("child %d: no exit seen", pid)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for {
+			b, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
+			if os.IsNotExist(err) || (err == nil && !strings.Contains(string(b), ") Z ")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pid %d is a zombie 10 s after it exited: the launcher did not reap it", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
