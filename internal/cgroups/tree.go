@@ -117,8 +117,8 @@ func killLoop(procs func() ([]int, error), freeze, thaw func() error) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %d processes still in the cgroup after SIGKILL (stuck in the kernel?): %v",
-				errdefs.ErrUnavailable, len(pids), pids)
+			return fmt.Errorf("%w: %d processes still in the cgroup after SIGKILL (stuck in the kernel?): %s",
+				errdefs.ErrUnavailable, len(pids), describePids(pids))
 		}
 		// A failed freeze still leaves SIGKILL, only with a race against
 		// forks, which the next round catches.
@@ -152,4 +152,32 @@ func waitFor(timeout time.Duration, check func() (bool, error)) error {
 		}
 		time.Sleep(sleep)
 	}
+}
+
+// describePids names each pid with its state and parent from
+// /proc/PID/status (a zombie whose parent never reaps it stays in a v1
+// cgroup), for the error of a kill that did not empty a cgroup.
+func describePids(pids []int) string {
+	var out []string
+	for _, p := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/status")
+		if err != nil {
+			out = append(out, strconv.Itoa(p))
+			continue
+		}
+		var name, state, ppid string
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			switch k {
+			case "Name":
+				name = strings.TrimSpace(v)
+			case "State":
+				state = strings.TrimSpace(v)
+			case "PPid":
+				ppid = strings.TrimSpace(v)
+			}
+		}
+		out = append(out, fmt.Sprintf("%d (%s, %s, parent %s)", p, name, state, ppid))
+	}
+	return strings.Join(out, ", ")
 }
