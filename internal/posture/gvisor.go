@@ -112,29 +112,7 @@ func checkGvisorProcess(pid int, id string, hostNS map[string]string, files *san
 		v, err := strconv.ParseUint(st[c], 16, 64)
 		add(c, st[c], fmt.Sprintf("within %016x (gVisor's, in the sandbox's user namespace)", gvisorCaps), err == nil && v&^gvisorCaps == 0)
 	}
-	var ids []string
-	inRange := true
-	for _, u := range append(strings.Fields(st["Uid"]), strings.Fields(st["Gid"])...) {
-		n, err := strconv.Atoi(u)
-		ids = append(ids, u)
-		if err != nil || n < o.UIDBase || n >= o.UIDBase+o.UIDCount {
-			inRange = false
-		}
-	}
-	add("host uids/gids", strings.Join(ids, " "), fmt.Sprintf("in [%d, %d)", o.UIDBase, o.UIDBase+o.UIDCount), inRange)
-	for _, ns := range gvisorNamespaces {
-		got, err := os.Readlink(filepath.Join(dir, "ns", ns))
-		add(ns+" namespace", got, "not the host's "+hostNS[ns], err == nil && got != hostNS[ns])
-	}
-	um, _ := os.ReadFile(filepath.Join(dir, "uid_map"))
-	gotMap := strings.Join(strings.Fields(string(um)), " ")
-	wantMap := fmt.Sprintf("0 %d %d", o.UIDBase, o.UIDCount)
-	add("uid_map", gotMap, wantMap, gotMap == wantMap)
-	cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
-	want := "/" + o.CgroupParent + "/" + id
-	for _, ctrl := range cgroupControllers(string(cg)) {
-		add(ctrl+" cgroup", cgroupOf(string(cg), ctrl), want+"[/...]", under(cgroupOf(string(cg), ctrl), want))
-	}
+	want := checkConfinement(add, dir, st, id, gvisorNamespaces, hostNS, o)
 	n, outside := gvisorFDs(dir, id, want, files)
 	add("open fds", fmt.Sprintf("%d, outside the sandbox: %s", n, strings.Join(outside, " ")), "none outside the sandbox", len(outside) == 0)
 	return pp, true

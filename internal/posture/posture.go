@@ -119,29 +119,7 @@ func checkProcess(pid int, isInit bool, id string, hostNS map[string]string, o O
 		v, err := strconv.ParseUint(st[c], 16, 64)
 		add(c, st[c], "0", err == nil && v == 0)
 	}
-	var ids []string
-	inRange := true
-	for _, u := range append(strings.Fields(st["Uid"]), strings.Fields(st["Gid"])...) {
-		n, err := strconv.Atoi(u)
-		ids = append(ids, u)
-		if err != nil || n < o.UIDBase || n >= o.UIDBase+o.UIDCount {
-			inRange = false
-		}
-	}
-	add("host uids/gids", strings.Join(ids, " "), fmt.Sprintf("in [%d, %d)", o.UIDBase, o.UIDBase+o.UIDCount), inRange)
-	for _, ns := range namespaces {
-		got, err := os.Readlink(filepath.Join(dir, "ns", ns))
-		add(ns+" namespace", got, "not the host's "+hostNS[ns], err == nil && got != hostNS[ns])
-	}
-	um, _ := os.ReadFile(filepath.Join(dir, "uid_map"))
-	gotMap := strings.Join(strings.Fields(string(um)), " ")
-	wantMap := fmt.Sprintf("0 %d %d", o.UIDBase, o.UIDCount)
-	add("uid_map", gotMap, wantMap, gotMap == wantMap)
-	cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
-	want := "/" + o.CgroupParent + "/" + id
-	for _, ctrl := range cgroupControllers(string(cg)) {
-		add(ctrl+" cgroup", cgroupOf(string(cg), ctrl), want+"[/...]", under(cgroupOf(string(cg), ctrl), want))
-	}
+	checkConfinement(add, dir, st, id, namespaces, hostNS, o)
 	if !isInit {
 		ents, _ := os.ReadDir(filepath.Join(dir, "fd"))
 		var fds []string
@@ -216,4 +194,35 @@ func status(path string) (map[string]string, error) {
 		}
 	}
 	return m, nil
+}
+
+// checkConfinement adds the checks every host process of a sandbox must
+// pass, whatever its tier: host uids and gids in the sandbox's range, its
+// own namespaces (those of nsList), the sandbox's uid map, and the
+// sandbox's cgroups. It returns the cgroup path they must be under.
+func checkConfinement(add func(name, got, want string, pass bool), dir string, st map[string]string, id string, nsList []string, hostNS map[string]string, o Options) string {
+	var ids []string
+	inRange := true
+	for _, u := range append(strings.Fields(st["Uid"]), strings.Fields(st["Gid"])...) {
+		n, err := strconv.Atoi(u)
+		ids = append(ids, u)
+		if err != nil || n < o.UIDBase || n >= o.UIDBase+o.UIDCount {
+			inRange = false
+		}
+	}
+	add("host uids/gids", strings.Join(ids, " "), fmt.Sprintf("in [%d, %d)", o.UIDBase, o.UIDBase+o.UIDCount), inRange)
+	for _, ns := range nsList {
+		got, err := os.Readlink(filepath.Join(dir, "ns", ns))
+		add(ns+" namespace", got, "not the host's "+hostNS[ns], err == nil && got != hostNS[ns])
+	}
+	um, _ := os.ReadFile(filepath.Join(dir, "uid_map"))
+	gotMap := strings.Join(strings.Fields(string(um)), " ")
+	wantMap := fmt.Sprintf("0 %d %d", o.UIDBase, o.UIDCount)
+	add("uid_map", gotMap, wantMap, gotMap == wantMap)
+	cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
+	want := "/" + o.CgroupParent + "/" + id
+	for _, ctrl := range cgroupControllers(string(cg)) {
+		add(ctrl+" cgroup", cgroupOf(string(cg), ctrl), want+"[/...]", under(cgroupOf(string(cg), ctrl), want))
+	}
+	return want
 }
