@@ -9,13 +9,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/driver/drivertest"
 )
 
 // TestDriverRoundTrip creates a runsc sandbox on the busybox rootfs that
@@ -36,22 +36,12 @@ func TestDriverRoundTrip(t *testing.T) {
 	}
 	// Names of this run only: other runs may share the host.
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1000000)
-	parent := "agentbox-gvisor-test-" + suffix
-	guest := filepath.Join(t.TempDir(), "agentbox-guest")
-	build := exec.Command("go", "build", "-o", guest, "../../cmd/agentbox-guest")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the guest: %v\n%s", err, out)
-	}
+	parent := drivertest.CgroupParent(t)
+	guest := drivertest.BuildGuest(t)
 	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: 1000000, UIDCount: 65536})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "unified"} {
-			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, parent))
-		}
-	})
 	tmp, _ := os.MkdirTemp("/var/tmp", "gvisor-test-")
 	defer os.RemoveAll(tmp)
 	spec := &driver.Spec{ID: "gvtest" + suffix, Hostname: "gvtest", Layers: []string{lower},

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/driver/drivertest"
 )
 
 // TestDriverNetNS runs a sandbox in a prepared network namespace (what the
@@ -67,22 +68,12 @@ func TestDriverNetNS(t *testing.T) {
 		c.Close()
 	}()
 
-	parent := "agentbox-gvisor-test-" + suffix
-	guest := filepath.Join(t.TempDir(), "agentbox-guest")
-	build := exec.Command("go", "build", "-o", guest, "../../cmd/agentbox-guest")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the guest: %v\n%s", err, out)
-	}
+	parent := drivertest.CgroupParent(t)
+	guest := drivertest.BuildGuest(t)
 	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: 1000000, UIDCount: 65536})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "unified"} {
-			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, parent))
-		}
-	})
 	tmp, _ := os.MkdirTemp("/var/tmp", "gvisor-test-")
 	defer os.RemoveAll(tmp)
 	spec := &driver.Spec{ID: "gvn" + suffix, Hostname: "gvn", Layers: []string{lower},
