@@ -264,6 +264,23 @@ func createReq(template string) api.CreateSandboxRequest {
 }
 
 // destroy removes a sandbox, outliving ctx's cancellation.
+// createThenDestroy times one create of req and destroys the sandbox
+// untimed: a sample of the lines that measure create alone.
+func (r *runner) createThenDestroy(ctx context.Context, req api.CreateSandboxRequest) (time.Duration, error) {
+	var id string
+	d, err := timed(func() error {
+		sb, err := r.c.CreateSandbox(ctx, req)
+		if sb != nil {
+			id = sb.ID
+		}
+		return err
+	})
+	if id != "" {
+		_ = r.destroy(ctx, id)
+	}
+	return d, err
+}
+
 func (r *runner) destroy(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

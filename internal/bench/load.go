@@ -16,18 +16,7 @@ func (r *runner) throughput(ctx context.Context) {
 	t := r.templates[0]
 	if r.want("throughput/creates") {
 		res := r.load(ctx, "throughput/creates", func(ctx context.Context, _ int) (time.Duration, error) {
-			var id string
-			d, err := timed(func() error {
-				sb, err := r.c.CreateSandbox(ctx, createReq(t))
-				if sb != nil {
-					id = sb.ID
-				}
-				return err
-			})
-			if id != "" {
-				_ = r.destroy(ctx, id)
-			}
-			return d, err
+			return r.createThenDestroy(ctx, createReq(t))
 		})
 		res.RateUnit = "creates/s"
 		res.Note = "each client creates, then destroys; latencies are of the create"

@@ -57,18 +57,7 @@ func (r *runner) lifecycle(ctx context.Context) {
 		res := r.sample(ctx, ename, GroupLifecycle, r.opts.N, true, func(ctx context.Context) (time.Duration, error) {
 			req := createReq(r.templates[0])
 			req.Network = &api.Network{Egress: api.EgressInternet}
-			var id string
-			d, err := timed(func() error {
-				sb, err := r.c.CreateSandbox(ctx, req)
-				if sb != nil {
-					id = sb.ID
-				}
-				return err
-			})
-			if id != "" {
-				_ = r.destroy(ctx, id)
-			}
-			return d, err
+			return r.createThenDestroy(ctx, req)
 		})
 		res.Floor = "baseline/namespaces"
 		r.add(res)
@@ -79,18 +68,7 @@ func (r *runner) lifecycle(ctx context.Context) {
 		res := r.sample(ctx, gname, GroupLifecycle, max(min(r.opts.N, 20), 3), true, func(ctx context.Context) (time.Duration, error) {
 			req := createReq(r.templates[0])
 			req.Isolation = "gvisor"
-			var id string
-			d, err := timed(func() error {
-				sb, err := r.c.CreateSandbox(ctx, req)
-				if sb != nil {
-					id = sb.ID
-				}
-				return err
-			})
-			if id != "" {
-				_ = r.destroy(ctx, id)
-			}
-			return d, err
+			return r.createThenDestroy(ctx, req)
 		})
 		res.Floor = "baseline/runsc"
 		r.add(res)
