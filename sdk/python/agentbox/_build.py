@@ -45,38 +45,39 @@ def prepare(name: str, spec: Union[str, bytes], context_dir: Optional[str]) -> "
     return data, ctx
 
 
+def _handle(line: bytes, on_event: Optional[Callable[[BuildEvent], None]]) -> Optional[Dict[str, Any]]:
+    """One NDJSON event: the template of "done", the typed error of
+    "error" raised, anything else handed to on_event (None returned)."""
+    if not line.strip():
+        return None
+    ev = json.loads(line)
+    t = ev.get("type")
+    if t == "done":
+        return ev["template"]
+    if t == "error":
+        e = ev.get("error") or {}
+        raise error_from_code(e.get("code", "internal"), e.get("message", "the build failed"), 400)
+    if on_event is not None:
+        on_event(ev)
+    return None
+
+
 def follow(lines: Iterator[bytes], on_event: Optional[Callable[[BuildEvent], None]]) -> Dict[str, Any]:
     """Read the NDJSON events to the end: the template of "done", or the
     typed error of "error"."""
     for line in lines:
-        if not line.strip():
-            continue
-        ev = json.loads(line)
-        t = ev.get("type")
-        if t == "done":
-            return ev["template"]
-        if t == "error":
-            e = ev.get("error") or {}
-            raise error_from_code(e.get("code", "internal"), e.get("message", "the build failed"), 400)
-        if on_event is not None:
-            on_event(ev)
+        tpl = _handle(line, on_event)
+        if tpl is not None:
+            return tpl
     raise UnavailableError("the daemon closed the build's stream before it ended")
 
 
 async def afollow(lines: Any, on_event: Optional[Callable[[BuildEvent], None]]) -> Dict[str, Any]:
     """follow, for an async iterator of lines."""
     async for line in lines:
-        if not line.strip():
-            continue
-        ev = json.loads(line)
-        t = ev.get("type")
-        if t == "done":
-            return ev["template"]
-        if t == "error":
-            e = ev.get("error") or {}
-            raise error_from_code(e.get("code", "internal"), e.get("message", "the build failed"), 400)
-        if on_event is not None:
-            on_event(ev)
+        tpl = _handle(line, on_event)
+        if tpl is not None:
+            return tpl
     raise UnavailableError("the daemon closed the build's stream before it ended")
 
 
