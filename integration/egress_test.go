@@ -195,21 +195,7 @@ func TestEgress(t *testing.T) {
 	for _, a := range []string{ti.pub, ti.pub2, ti.private, ti.linkLocal} {
 		hostGet(t, a+":8080")
 	}
-	hostLn, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hostLn.Close()
-	go func() {
-		for {
-			c, err := hostLn.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	hostPort := strconv.Itoa(hostLn.Addr().(*net.TCPAddr).Port)
+	hostPort := hostListener(t)
 	var hostIPs []string
 	addrs, _ := net.InterfaceAddrs()
 	for _, a := range addrs {
@@ -361,4 +347,26 @@ func logCreateCost(t *testing.T) {
 		return d[len(d)/2]
 	}
 	t.Logf("create (busybox, median of %d): egress none %v, internet %v", n, med(none), med(inet))
+}
+
+// hostListener listens on every host address on a free port that accepts
+// and closes connections, for the tests' "the host is unreachable"
+// probes (a connect that succeeds is a hole), and returns the port.
+func hostListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -29,21 +28,7 @@ func TestGvisorNetwork(t *testing.T) {
 	needBase(t)
 	ctx := context.Background()
 	ti := newTestInternet(t)
-	hostLn, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hostLn.Close()
-	go func() {
-		for {
-			c, err := hostLn.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	hostPort := strconv.Itoa(hostLn.Addr().(*net.TCPAddr).Port)
+	hostPort := hostListener(t)
 	inet := ti.pub + ":8080"
 	gv := func(n *api.Network) string {
 		return newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "gvisor", Network: n})
