@@ -15,8 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -429,26 +427,7 @@ func mountsUnder(dir string) []string {
 func itemKillAllGvisor(t *testing.T, b *battery) {
 	id := b.sandbox(t, api.CreateSandboxRequest{Pids: 256})
 	sentry := sandboxPid(t, id)
-	var sleepers []*exec.Cmd
-	var wg sync.WaitGroup
-	for _, uid := range []int{-1, env.cfg.UIDBase, env.cfg.UIDBase + 1000} {
-		c := exec.Command("sleep", "120")
-		if uid >= 0 {
-			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
-		}
-		if err := c.Start(); err != nil {
-			t.Fatalf("host sleeper: %v", err)
-		}
-		sleepers = append(sleepers, c)
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = c.Wait() }()
-	}
-	defer func() {
-		for _, c := range sleepers {
-			_ = c.Process.Kill()
-		}
-		wg.Wait()
-	}()
+	sleepers := hostSleepers(t)
 	storm := goExec(id, api.ExecRequest{Shell: `for i in $(seq 60); do sh -c 'sleep 0 & sleep 0 & exec sleep 2' & done; sleep 2.5`, TimeoutMs: 10000})
 	time.Sleep(1200 * time.Millisecond)
 	during := len(sentryCmds(sentryProcs(t, id)))

@@ -465,26 +465,7 @@ func itemKillAll(t *testing.T, b *battery) {
 	pid := sandboxPid(t, id)
 	// Host sleepers: one as root, one with the very host uid of the
 	// sandbox's root, one with the host uid of its user 1000.
-	var sleepers []*exec.Cmd
-	var wg sync.WaitGroup
-	for _, uid := range []int{-1, env.cfg.UIDBase, env.cfg.UIDBase + 1000} {
-		c := exec.Command("sleep", "120")
-		if uid >= 0 {
-			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
-		}
-		if err := c.Start(); err != nil {
-			t.Fatalf("host sleeper: %v", err)
-		}
-		sleepers = append(sleepers, c)
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = c.Wait() }()
-	}
-	defer func() {
-		for _, c := range sleepers {
-			_ = c.Process.Kill()
-		}
-		wg.Wait()
-	}()
+	sleepers := hostSleepers(t)
 	storm := goExec(id, api.ExecRequest{Shell: `for i in $(seq 60); do sh -c 'sleep 0 & sleep 0 & exec sleep 2' & done; sleep 2.5`, TimeoutMs: 10000})
 	time.Sleep(1200 * time.Millisecond)
 	zombies := 0
@@ -527,4 +508,33 @@ func itemKillAll(t *testing.T, b *battery) {
 	if zombiesAfter > 0 {
 		t.Errorf("%d zombies remain in the sandbox 0.5 s later", zombiesAfter)
 	}
+}
+
+// hostSleepers starts `sleep 120` on the host as root, as the sandbox's
+// root's host uid (uid_base) and as its user 1000's (uid_base+1000), for
+// item 08's verdict that a kill -9 -1 inside reaches none of them; they
+// are killed and reaped when t ends.
+func hostSleepers(t *testing.T) []*exec.Cmd {
+	t.Helper()
+	var sleepers []*exec.Cmd
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		for _, c := range sleepers {
+			_ = c.Process.Kill()
+		}
+		wg.Wait()
+	})
+	for _, uid := range []int{-1, env.cfg.UIDBase, env.cfg.UIDBase + 1000} {
+		c := exec.Command("sleep", "120")
+		if uid >= 0 {
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		}
+		if err := c.Start(); err != nil {
+			t.Fatalf("host sleeper: %v", err)
+		}
+		sleepers = append(sleepers, c)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = c.Wait() }()
+	}
+	return sleepers
 }
