@@ -30,6 +30,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"sync"
 	"syscall"
 
@@ -187,14 +188,59 @@ func start(msg []byte, files []*os.File) (pid, pidfd int, err error) {
 	// Wait's waitid would answer EAGAIN and leave the child a zombie. The
 	// child cannot be reaped (its pid reused) before pidfd_open: only
 	// the Wait below reaps it.
-	own, err := unix.PidfdOpen(cmd.Process.Pid, unix.PIDFD_NONBLOCK)
+	pid = cmd.Process.Pid
+	own, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	unix.Close(pidfd)
-	go func() { _ = cmd.Wait() }() // reap
+	// Reaped by reapChildren, not by a cmd.Wait per child (a thread
+	// blocked in waitid for every live sandbox).
+	_ = cmd.Process.Release()
+	adopt(pid)
 	if err != nil {
-		_ = cmd.Process.Kill()
+		_ = unix.Kill(pid, unix.SIGKILL)
 		return 0, -1, fmt.Errorf("pidfd_open of the child: %w", err)
 	}
-	return cmd.Process.Pid, own, nil
+	return pid, own, nil
+}
+
+// The launcher's children, reaped when they exit: on every SIGCHLD each
+// known pid is waited for with WNOHANG. Only pids it started are waited
+// for (never wait4(-1)), so a process that runs Serve in-process (the
+// tests) keeps its other children to itself.
+var (
+	childMu   sync.Mutex
+	children  = map[int]bool{}
+	reapStart sync.Once
+)
+
+// adopt records pid as a child to reap, and reaps at once what already
+// exited (its SIGCHLD may have come before it was recorded).
+func adopt(pid int) {
+	reapStart.Do(func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, unix.SIGCHLD)
+		go func() {
+			for range ch {
+				reapChildren()
+			}
+		}()
+	})
+	childMu.Lock()
+	children[pid] = true
+	childMu.Unlock()
+	reapChildren()
+}
+
+// reapChildren waits for every known child that has exited.
+func reapChildren() {
+	childMu.Lock()
+	defer childMu.Unlock()
+	for pid := range children {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		if got == pid || err == unix.ECHILD {
+			delete(children, pid)
+		}
+	}
 }
 
 // Client starts commands through a launcher process, starting (and after
