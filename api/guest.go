@@ -31,13 +31,23 @@ type GuestInfo struct {
 	Uptime  string `json:"uptime"`
 }
 
-// GuestSocketEnv names the environment variable that carries the number of
-// the inherited listening socket fd to the guest agent.
-const GuestSocketEnv = "AGENTBOX_GUEST_FD"
+// The boot channel. The container driver starts `agentbox-guest init` with
+// fd 3 one end of a unix stream socket pair, possibly long before it knows
+// which sandbox the process will become (pre-spawned inits, docs/
+// PERFORMANCE.md). When it does, it sends one message and closes its end:
+// a BootSpec as JSON, with SCM_RIGHTS on its first byte carrying, in this
+// order, the guest's listening socket, the sandbox's log file (the agent's
+// new stdout and stderr), then for each entry of BootSpec.Cgroups its
+// workload and home directories. BootFiles counts the files before the
+// cgroup directories.
+const (
+	BootChannelFD = 3
+	BootFiles     = 2
+)
 
 // BootSpec is what the container driver hands the guest agent on the boot
-// pipe when it starts it as `agentbox-guest init`: how to build the
-// sandbox's root before serving. Paths are host paths, seen before
+// channel when it gives an `agentbox-guest init` its sandbox: how to build
+// the sandbox's root before serving. Paths are host paths, seen before
 // pivot_root.
 type BootSpec struct {
 	SandboxID string `json:"sandbox_id"`
@@ -58,7 +68,7 @@ type BootSpec struct {
 	// ShmSizeMB and TmpSizeMB size /dev/shm (a tmpfs, counted in the
 	// sandbox's memory).
 	ShmSizeMB int64 `json:"shm_size_mb"`
-	// Cgroups are directory fds, inherited from the daemon, of the
+	// Cgroups describe the directories, passed with the spec, of the
 	// sandbox's own cgroups (one per v1 hierarchy the guest uses, "pids"
 	// and "freezer", or the one v2 directory with Controller ""). They are
 	// delegated to the sandbox's root, so the guest can put each exec in a
@@ -67,6 +77,11 @@ type BootSpec struct {
 	Cgroups []BootCgroup `json:"cgroups,omitempty"`
 	// Seccomp turns on the seccomp filter (always, outside tests).
 	Seccomp bool `json:"seccomp"`
+	// SeccompFilter is the filter as classic BPF (struct sock_filter, 8
+	// bytes each, host byte order), assembled once by the daemon
+	// (harden.Program) rather than at every boot; empty: the guest
+	// assembles it itself.
+	SeccompFilter []byte `json:"seccomp_filter,omitempty"`
 	// ResolvConf, when set, is written to the sandbox's /etc/resolv.conf
 	// (as root, mode 0644, following a symlink inside the root) once the
 	// root is ready, before the guest serves: the resolver of a sandbox
@@ -74,13 +89,10 @@ type BootSpec struct {
 	ResolvConf string `json:"resolv_conf,omitempty"`
 }
 
-// BootCgroup is one inherited cgroup directory fd.
+// BootCgroup is one hierarchy's pair of cgroup directories passed with the
+// spec: the workload's (execs go into a child of it, or into it when
+// NoChild) and the agent's own, above it.
 type BootCgroup struct {
-	// FD is the workload's cgroup dir in this hierarchy: execs go into a
-	// child of it (or into it, when NoChild).
-	FD int `json:"fd"`
-	// HomeFD is the agent's own cgroup dir, above the workload.
-	HomeFD     int    `json:"home_fd"`
 	Controller string `json:"controller"`
 	NoChild    bool   `json:"no_child,omitempty"`
 }

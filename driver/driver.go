@@ -210,7 +210,11 @@ type Options struct {
 	// under it, so that daemons sharing a host never remove each other's.
 	// Empty (driver tests): any RunDir that looks like a sandbox's.
 	RunRoot string
-	Logger  *slog.Logger
+	// Prespawn is how many sandbox inits a driver that can start them
+	// ahead of a create keeps waiting (container tier; 0: none, each
+	// create starts its own).
+	Prespawn int
+	Logger   *slog.Logger
 }
 
 // Constructor builds a driver from the daemon's options.

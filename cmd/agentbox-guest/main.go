@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -53,44 +52,46 @@ func main() {
 	}
 }
 
+// run is `agentbox-guest init`: PID 1 of a container-tier sandbox.
 func run() error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	bootPipe := os.NewFile(3, "boot")
-	spec, err := boot.ReadSpec(bootPipe)
+	// Everything before Receive is the same for every sandbox, so the
+	// daemon may start this process before it has a sandbox for it (a
+	// pre-spawned init) and it waits there. The bounding set does not
+	// touch the effective set: the mounts below still work.
+	if err := harden.DropBoundingSet(); err != nil {
+		return err
+	}
+	r, err := boot.Receive(api.BootChannelFD)
 	if err != nil {
 		return err
 	}
-	bootPipe.Close()
-	fdNum, err := strconv.Atoi(os.Getenv(api.GuestSocketEnv))
-	if err != nil {
-		return fmt.Errorf("%s not set: the daemon passes the guest socket", api.GuestSocketEnv)
+	unix.Close(api.BootChannelFD)
+	// From here on our output is the sandbox's log.
+	for _, fd := range []int{1, 2} {
+		if err := unix.Dup3(r.Log, fd, 0); err != nil {
+			return fmt.Errorf("the sandbox's log: %w", err)
+		}
 	}
-	lnFile := os.NewFile(uintptr(fdNum), "guest.sock")
+	unix.Close(r.Log)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	lnFile := os.NewFile(uintptr(r.Listener), "guest.sock")
 	ln, err := net.FileListener(lnFile)
 	if err != nil {
 		return fmt.Errorf("guest socket: %w", err)
 	}
 	lnFile.Close()
-	os.Unsetenv(api.GuestSocketEnv)
 
-	prep, err := boot.Prepare(spec)
+	prep, err := boot.Prepare(r)
 	if err != nil {
 		return err
 	}
+	spec := prep.Spec
 	// Nothing of ours is readable or traceable from the sandbox's processes.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl dumpable: %w", err)
 	}
-	if err := harden.NoNewPrivs(); err != nil {
+	if err := hardenInit(spec); err != nil {
 		return err
-	}
-	if err := harden.DropBoundingSet(); err != nil {
-		return err
-	}
-	if spec.Seccomp {
-		if err := harden.InstallSeccomp(); err != nil {
-			return err
-		}
 	}
 	var cgs []guest.CgroupDir
 	for _, c := range prep.CgroupFDs {
@@ -105,4 +106,20 @@ func run() error {
 		Version: version.Version,
 	})
 	return srv.Serve(ln)
+}
+
+// hardenInit gives every thread no_new_privs and, unless a driver test
+// turned it off, the seccomp filter the daemon assembled for it.
+func hardenInit(spec api.BootSpec) error {
+	if !spec.Seccomp {
+		return harden.NoNewPrivs()
+	}
+	if len(spec.SeccompFilter) == 0 {
+		return harden.InstallSeccomp()
+	}
+	prog, err := harden.DecodeFilter(spec.SeccompFilter)
+	if err != nil {
+		return err
+	}
+	return harden.InstallFilter(prog)
 }

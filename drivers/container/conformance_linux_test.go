@@ -16,10 +16,14 @@ func TestConformance(t *testing.T) {
 	const uidBase = 1000000
 	drivertest.Suite(t, drivertest.Config{
 		New: func(t testing.TB) driver.Driver {
-			d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, Seccomp: true})
+			// Two inits kept waiting, as the daemon does: the suite's
+			// sandboxes come from them and, when they run out, from inits
+			// started on the spot.
+			d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, Seccomp: true, Prespawn: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { d.Close() })
 			return d
 		},
 		Layers:       []string{drivertest.BusyboxRootfs(t, uidBase)},

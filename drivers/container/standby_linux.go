@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
+	"github.com/agentbox/agentbox/internal/cgroups"
 )
 
 // Standby inits (driver.Standby): a sandbox's next init, booted next to
@@ -39,10 +40,9 @@ func (d *Driver) Prepare(ctx context.Context, spec *driver.Spec) (*driver.Handle
 		return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
 	}
 	v1 := d.cg.Version() == 1
-	ctrls := []string{""}
-	var addProc func(int) error
+	ctrls, addProc := []string{""}, cg.AddProc
 	if v1 {
-		ctrls, addProc = v1Controllers, cg.AddProc
+		ctrls = v1Controllers
 	}
 	home, work := map[string]string{}, map[string]string{}
 	for c, p := range cg.Paths() {
@@ -50,6 +50,7 @@ func (d *Driver) Prepare(ctx context.Context, spec *driver.Spec) (*driver.Handle
 		home[c] = p
 		if !v1 {
 			home[c] = filepath.Join(p, "agent")
+			addProc = func(pid int) error { return cgroups.AddProcTo(home[c], pid) }
 		}
 	}
 	h, exited, err := d.spawn(ctx, spec, ctrls, home, work, addProc)

@@ -56,6 +56,10 @@ type Config struct {
 	// cgroups (every sandbox start and exec) does not wait for an RCU
 	// grace period (internal/daemon/favordynmods_linux.go). Default true.
 	CgroupFavorDynmods bool `toml:"cgroup_favordynmods"`
+	// PrespawnInits (prespawn_inits) is how many container-tier sandbox
+	// inits the daemon keeps started ahead of a create, waiting for their
+	// sandbox (drivers/container/prespawn_linux.go). Default 2.
+	PrespawnInits int `toml:"prespawn_inits"`
 	// StorageSizeGB (storage_size_gb) is the size of the sparse loop file
 	// backing the btrfs storage pool. Default 64.
 	StorageSizeGB int64 `toml:"storage_size_gb"`
@@ -120,6 +124,7 @@ func Default() Config {
 
 		// Cheap cgroup migrations (internal/daemon/favordynmods_linux.go).
 		CgroupFavorDynmods: true,
+		PrespawnInits:      2,
 
 		Defaults: Sandbox{
 			TTL:      10 * time.Minute,

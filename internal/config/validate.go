@@ -72,6 +72,9 @@ func (c Config) Validate() error {
 	if c.ReapInterval < minReapInterval || c.ReapInterval > maxReapInterval {
 		v.addf("reap_interval must be between %s and %s, got %s", minReapInterval, fmtDuration(maxReapInterval), c.ReapInterval)
 	}
+	if c.PrespawnInits < 0 || c.PrespawnInits > 64 {
+		v.addf("prespawn_inits must be between 0 and 64, got %d", c.PrespawnInits)
+	}
 	if c.MaxRequestBodyMB < 1 || c.MaxRequestBodyMB > 1024 {
 		v.addf("max_request_body_mb must be between 1 and 1024, got %d", c.MaxRequestBodyMB)
 	}

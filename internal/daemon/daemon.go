@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -106,6 +107,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			CgroupParent: cfg.CgroupParent,
 			Seccomp:      true,
 			RunRoot:      cfg.RunDir,
+			Prespawn:     cfg.PrespawnInits,
 			Logger:       log.With("driver", name),
 		})
 		if err != nil {
@@ -113,6 +115,9 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			continue
 		}
 		drivers[name] = d
+		if c, ok := d.(io.Closer); ok {
+			defer c.Close() // inits waiting for a sandbox, helper processes
+		}
 	}
 	if len(drivers) == 0 {
 		return errors.New("no isolation tier is available on this host; see the warnings above")

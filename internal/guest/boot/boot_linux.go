@@ -1,5 +1,5 @@
 // Package boot turns the guest agent's first process into a sandbox's init:
-// it reads the BootSpec from the daemon, builds the root filesystem inside
+// it receives the BootSpec from the daemon, builds the root filesystem inside
 // the sandbox's own user and mount namespaces (overlay, /proc, /dev, /sys,
 // masked paths), pivots into it, detaches the host's tree, hardens the
 // process (no_new_privs, empty bounding set, seccomp) and hands over to the
@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -38,21 +37,99 @@ type CgroupFD struct {
 	NoChild    bool
 }
 
-// ReadSpec reads the BootSpec from r (the boot pipe); the daemon writes it
-// only after it has placed this process in the sandbox's cgroups, so the
-// read doubles as the go-ahead.
-func ReadSpec(r io.Reader) (api.BootSpec, error) {
-	var spec api.BootSpec
-	dec := json.NewDecoder(io.LimitReader(r, 1<<20))
-	if err := dec.Decode(&spec); err != nil {
-		return spec, fmt.Errorf("reading boot spec: %w", err)
+// Received is what the daemon sends on the boot channel when it gives
+// this process its sandbox (api.BootChannelFD).
+type Received struct {
+	Spec api.BootSpec
+	// Listener is the guest's listening socket, Log the sandbox's log
+	// file (to become stdout and stderr).
+	Listener, Log int
+	// cgroups holds the workload and home directory of each entry of
+	// Spec.Cgroups, in order.
+	cgroups []int
+}
+
+// maxSpec bounds the boot spec (its env comes from an API request).
+const maxSpec = 4 << 20
+
+// Receive waits on the boot channel fd for the daemon's one message: the
+// spec and its files. A pre-spawned init blocks here until it is given a
+// sandbox; EOF before any byte means the daemon is gone (or never meant
+// to use this process), and is an error to exit on. The fds it returns
+// are close-on-exec.
+func Receive(fd int) (*Received, error) {
+	buf := make([]byte, 64<<10)
+	// Room for the most files a spec names: listener, log and two per
+	// v1 hierarchy.
+	oob := make([]byte, unix.CmsgSpace(4*(api.BootFiles+2*8)))
+	n, oobn, _, _, err := recvmsgRetry(fd, buf, oob)
+	if err != nil {
+		return nil, fmt.Errorf("reading the boot channel: %w", err)
 	}
-	return spec, nil
+	if n == 0 {
+		return nil, errors.New("the boot channel closed before a sandbox was assigned (the daemon stopped)")
+	}
+	files, err := rightsOf(oob[:oobn])
+	if err != nil {
+		return nil, err
+	}
+	body := append([]byte(nil), buf[:n]...)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the boot spec: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		if body = append(body, buf[:n]...); len(body) > maxSpec {
+			return nil, fmt.Errorf("boot spec over %d bytes", maxSpec)
+		}
+	}
+	r := &Received{}
+	if err := json.Unmarshal(body, &r.Spec); err != nil {
+		return nil, fmt.Errorf("reading boot spec: %w", err)
+	}
+	if want := api.BootFiles + 2*len(r.Spec.Cgroups); len(files) != want {
+		return nil, fmt.Errorf("boot channel: got %d files, the spec needs %d", len(files), want)
+	}
+	r.Listener, r.Log, r.cgroups = files[0], files[1], files[api.BootFiles:]
+	return r, nil
+}
+
+func recvmsgRetry(fd int, p, oob []byte) (n, oobn, flags int, from unix.Sockaddr, err error) {
+	for {
+		n, oobn, flags, from, err = unix.Recvmsg(fd, p, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// rightsOf returns the fds of the SCM_RIGHTS messages in oob.
+func rightsOf(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("boot channel: %w", err)
+	}
+	var fds []int
+	for i := range msgs {
+		got, err := unix.ParseUnixRights(&msgs[i])
+		if err != nil {
+			return nil, fmt.Errorf("boot channel: %w", err)
+		}
+		fds = append(fds, got...)
+	}
+	return fds, nil
 }
 
 // Prepare builds the sandbox's root and pivots into it. It must run as the
 // first process of fresh user, mount, pid, uts, ipc and net namespaces.
-func Prepare(spec api.BootSpec) (*Prepared, error) {
+func Prepare(r *Received) (*Prepared, error) {
+	spec := r.Spec
 	p := &Prepared{Spec: spec}
 	// A cgroup namespace rooted at the cgroups the daemon just put us in.
 	if err := unshareCgroupAllThreads(); err != nil {
@@ -72,10 +149,8 @@ func Prepare(spec api.BootSpec) (*Prepared, error) {
 	if err := mountSpecial(spec); err != nil {
 		return nil, err
 	}
-	for _, c := range spec.Cgroups {
-		p.CgroupFDs = append(p.CgroupFDs, CgroupFD{FD: c.FD, HomeFD: c.HomeFD, Controller: c.Controller, NoChild: c.NoChild})
-		unix.CloseOnExec(c.FD)
-		unix.CloseOnExec(c.HomeFD)
+	for i, c := range spec.Cgroups {
+		p.CgroupFDs = append(p.CgroupFDs, CgroupFD{FD: r.cgroups[2*i], HomeFD: r.cgroups[2*i+1], Controller: c.Controller, NoChild: c.NoChild})
 	}
 	if err := pivot(spec.Rootfs); err != nil {
 		return nil, err

@@ -1,7 +1,9 @@
 package harden
 
 import (
+	"encoding/binary"
 	"fmt"
+	"runtime"
 	"slices"
 	"syscall"
 	"unsafe"
@@ -26,8 +28,22 @@ func InstallSeccompAllowing(allow ...string) error {
 	if err != nil {
 		return err
 	}
-	if err := NoNewPrivs(); err != nil {
-		return err
+	return InstallFilter(prog)
+}
+
+// InstallFilter is InstallSeccomp with a filter assembled beforehand
+// (Program, DecodeFilter), so that a boot does not pay for assembling it.
+func InstallFilter(prog []syscall.SockFilter) error {
+	if len(prog) == 0 || len(prog) > unix.BPF_MAXINSNS {
+		return fmt.Errorf("%w: a seccomp program of %d instructions", errInternal, len(prog))
+	}
+	// no_new_privs on this thread only: with TSYNC the kernel sets it on
+	// every thread it gives the filter to (seccomp_sync_threads), so one
+	// stop of the world fewer than an all-threads prctl.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("setting no_new_privs: %w", wrapErrno(err))
 	}
 	fprog := syscall.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	r, _, e := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
@@ -42,6 +58,32 @@ func InstallSeccompAllowing(allow ...string) error {
 			errInternal, r)
 	}
 	return nil
+}
+
+// EncodeFilter is prog as bytes for api.BootSpec.SeccompFilter (struct
+// sock_filter in host byte order); DecodeFilter reads it back.
+func EncodeFilter(prog []syscall.SockFilter) []byte {
+	b := make([]byte, 0, 8*len(prog))
+	for _, in := range prog {
+		b = binary.NativeEndian.AppendUint16(b, in.Code)
+		b = append(b, in.Jt, in.Jf)
+		b = binary.NativeEndian.AppendUint32(b, in.K)
+	}
+	return b
+}
+
+// DecodeFilter parses EncodeFilter's bytes.
+func DecodeFilter(b []byte) ([]syscall.SockFilter, error) {
+	if len(b) == 0 || len(b)%8 != 0 || len(b)/8 > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("%w: a seccomp filter of %d bytes (want a multiple of 8, at most %d instructions)",
+			errInternal, len(b), unix.BPF_MAXINSNS)
+	}
+	prog := make([]syscall.SockFilter, len(b)/8)
+	for i := range prog {
+		in := b[8*i:]
+		prog[i] = syscall.SockFilter{Code: binary.NativeEndian.Uint16(in), Jt: in[2], Jf: in[3], K: binary.NativeEndian.Uint32(in[4:])}
+	}
+	return prog, nil
 }
 
 // Program returns the filter as classic BPF, ready for seccomp(2).

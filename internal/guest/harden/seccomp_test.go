@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -314,4 +315,25 @@ func TestPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d allowed, %d conditional, %d denied; %d BPF instructions", len(r.Allowed), len(r.Conditional), len(r.Denied), len(prog))
+}
+
+// The filter the daemon assembles once travels in the boot spec as bytes
+// and comes back the same; malformed lengths are refused.
+func TestFilterEncoding(t *testing.T) {
+	prog, err := Program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeFilter(EncodeFilter(prog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, prog) {
+		t.Fatalf("decoded filter differs from the assembled one (%d vs %d instructions)", len(got), len(prog))
+	}
+	for _, n := range []int{0, 7, 8*unix.BPF_MAXINSNS + 8} {
+		if _, err := DecodeFilter(make([]byte, n)); err == nil {
+			t.Errorf("DecodeFilter of %d bytes: no error", n)
+		}
+	}
 }

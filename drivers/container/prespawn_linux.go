@@ -1,0 +1,262 @@
+package container
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/drivers/internal/guestconn"
+)
+
+// Pre-spawned inits. Everything a sandbox's init does before it reads its
+// boot spec is the same for every sandbox: the clone into fresh user, pid,
+// mount, uts, ipc and net namespaces with the uid map, the exec of the
+// guest binary and its runtime's start, and the drop of the capability
+// bounding set (42 stops of the world). The driver keeps a few such
+// processes waiting on their boot channel (api.BootChannelFD), so that a
+// create only places one in its cgroups and sends it the spec; a create
+// that finds none starts one on the spot, the same way. A waiting init
+// belongs to no sandbox: it has no files, no cgroup of a sandbox and no
+// network but its own empty namespace, and it exits when the daemon goes
+// (its boot channel closes). docs/PERFORMANCE.md measures what it saves.
+
+// initProc is an init started ahead of its sandbox.
+type initProc struct {
+	pid      int
+	pidStart uint64
+	exited   chan struct{}
+	// boot is our end of its boot channel; -1 once given or closed.
+	boot int
+	// out is its stdout and stderr until it gets its sandbox's log (a
+	// memfd): why it exited, if it did before that.
+	out *os.File
+}
+
+// output is what p printed before it was given a sandbox, for errors.
+func (p *initProc) output() string {
+	b, _ := io.ReadAll(io.NewSectionReader(p.out, 0, 4096))
+	if b = bytes.TrimSpace(b); len(b) == 0 {
+		return ""
+	}
+	return ": " + string(b)
+}
+
+// discard ends p, which was never given a sandbox.
+func (p *initProc) discard() {
+	p.closeBoot() // it exits on EOF
+	select {
+	case <-p.exited:
+	default:
+		_ = unix.Kill(p.pid, unix.SIGKILL)
+	}
+	<-p.exited
+	p.out.Close()
+}
+
+// prespawn holds the driver's waiting inits.
+type prespawn struct {
+	// ready has room for the number kept waiting (driver.Options.Prespawn).
+	ready chan *initProc
+
+	mu      sync.Mutex
+	filling bool
+	closed  bool
+}
+
+// takeInit returns a waiting init, or starts one if none is ready, and
+// starts refilling.
+func (d *Driver) takeInit() (*initProc, error) {
+	defer d.refill()
+	for {
+		select {
+		case p := <-d.pre.ready:
+			select {
+			case <-p.exited:
+				d.log.Warn("a pre-spawned sandbox init exited while waiting" + p.output())
+				p.discard()
+				continue
+			default:
+				return p, nil
+			}
+		default:
+			return d.startInit()
+		}
+	}
+}
+
+// refill starts inits in the background, one at a time, until the pool is
+// full; at most one refill runs.
+func (d *Driver) refill() {
+	pre := &d.pre
+	pre.mu.Lock()
+	defer pre.mu.Unlock()
+	if pre.filling || pre.closed || cap(pre.ready) == 0 {
+		return
+	}
+	pre.filling = true
+	go func() {
+		for {
+			pre.mu.Lock()
+			if pre.closed || len(pre.ready) == cap(pre.ready) {
+				pre.filling = false
+				pre.mu.Unlock()
+				return
+			}
+			pre.mu.Unlock()
+			p, err := d.startInit()
+			if err != nil {
+				d.log.Warn("pre-spawning a sandbox init", "err", err)
+				pre.mu.Lock()
+				pre.filling = false
+				pre.mu.Unlock()
+				return
+			}
+			pre.mu.Lock()
+			if pre.closed {
+				pre.mu.Unlock()
+				p.discard()
+				continue
+			}
+			pre.ready <- p // room: only this goroutine adds
+			pre.mu.Unlock()
+		}
+	}()
+}
+
+// closePrespawn ends every waiting init and stops refills.
+func (d *Driver) closePrespawn() {
+	pre := &d.pre
+	pre.mu.Lock()
+	pre.closed = true
+	pre.mu.Unlock()
+	for {
+		select {
+		case p := <-pre.ready:
+			p.discard()
+		default:
+			return
+		}
+	}
+}
+
+// startInit starts `agentbox-guest init` in fresh namespaces, waiting for
+// its boot spec.
+func (d *Driver) startInit() (_ *initProc, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("boot channel: %w", err)
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "boot")
+	defer theirs.Close()
+	mfd, err := unix.MemfdCreate("agentbox-init", unix.MFD_CLOEXEC)
+	if err != nil {
+		unix.Close(fds[0])
+		return nil, fmt.Errorf("init output: %w", err)
+	}
+	out := os.NewFile(uintptr(mfd), "init-output")
+	defer func() {
+		if err != nil {
+			unix.Close(fds[0])
+			out.Close()
+		}
+	}()
+
+	cmd := exec.Command(d.guest, "init")
+	cmd.Args[0] = "agentbox-guest" // not the host path
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{theirs} // fd 3: api.BootChannelFD
+	base, count := d.opts.UIDBase, d.opts.UIDCount
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setsid: true,
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: count}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: count}},
+		GidMappingsEnableSetgroups: true,
+		// Become uid 0 of the new user namespace before exec, so the guest
+		// starts as the sandbox's root (host uid UIDBase) with its
+		// capabilities in that namespace only.
+		Credential: &syscall.Credential{Uid: 0, Gid: 0},
+	}
+	pid, exited, err := d.startGuest(cmd) // through the launcher (launch_linux.go)
+	if err != nil {
+		return nil, fmt.Errorf("starting guest agent: %w", err)
+	}
+	p := &initProc{pid: pid, exited: exited, boot: fds[0], out: out}
+	p.pidStart, _ = guestconn.PidStartTime(pid)
+	return p, nil
+}
+
+// giveInit takes an init (takeInit), moves it into the sandbox's cgroups
+// with addProc and gives it boot and files. An init that died while it
+// waited (its channel is closed: EPIPE) is passed over for another.
+func (d *Driver) giveInit(boot *api.BootSpec, files []*os.File, addProc func(int) error) (*initProc, error) {
+	for attempt := 0; ; attempt++ {
+		p, err := d.takeInit()
+		if err != nil {
+			return nil, err
+		}
+		if err = addProc(p.pid); err != nil {
+			err = fmt.Errorf("placing sandbox in its cgroup: %w", err)
+		} else {
+			err = p.give(boot, files)
+		}
+		if err == nil {
+			return p, nil
+		}
+		gone := errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.ESRCH)
+		err = fmt.Errorf("%w%s", err, p.output())
+		p.discard()
+		if !gone || attempt == 2 {
+			return nil, err
+		}
+		d.log.Warn("a pre-spawned sandbox init was gone; taking another", "err", err)
+	}
+}
+
+// give hands p its sandbox: spec, then the listener, the log and the
+// cgroup directories (api.BootChannelFD's message), and closes the
+// channel.
+func (p *initProc) give(spec *api.BootSpec, files []*os.File) error {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	defer p.closeBoot()
+	if err := unix.Sendmsg(p.boot, body[:1], unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL); err != nil {
+		return fmt.Errorf("sending boot spec: %w", err)
+	}
+	for rest := body[1:]; len(rest) > 0; {
+		n, err := unix.SendmsgN(p.boot, rest, nil, nil, unix.MSG_NOSIGNAL)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sending boot spec: %w", err)
+		}
+		rest = rest[n:]
+	}
+	return nil
+}
+
+func (p *initProc) closeBoot() {
+	if p.boot >= 0 {
+		unix.Close(p.boot)
+		p.boot = -1
+	}
+}

@@ -1,0 +1,183 @@
+package container
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/driver/drivertest"
+)
+
+// waiting lists the pids of the driver's inits waiting for a sandbox
+// (it takes them out of the pool and puts them back).
+func waiting(d *Driver) []int {
+	var ps []*initProc
+	for {
+		select {
+		case p := <-d.pre.ready:
+			ps = append(ps, p)
+			continue
+		default:
+		}
+		break
+	}
+	var pids []int
+	for _, p := range ps {
+		pids = append(pids, p.pid)
+		d.pre.ready <- p
+	}
+	return pids
+}
+
+func waitFull(t *testing.T, d *Driver) []int {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		d.pre.mu.Lock()
+		full := len(d.pre.ready) == cap(d.pre.ready) && !d.pre.filling
+		d.pre.mu.Unlock()
+		if full {
+			return waiting(d)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool of waiting inits did not refill within 20 s (%d of %d)", len(d.pre.ready), cap(d.pre.ready))
+		}
+	}
+}
+
+// statusField reads one field of /proc/PID/status.
+func statusField(t *testing.T, pid int, key string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
+	return ""
+}
+
+// A create takes an init that was started ahead of it and the pool fills
+// again; a waiting init has already dropped its bounding set, belongs to
+// no sandbox cgroup, runs as the sandbox uid range in its own namespaces;
+// one that died while waiting is passed over; Close ends the waiting ones.
+func TestPrespawnedInits(t *testing.T) {
+	guest := drivertest.BuildGuest(t)
+	parent := drivertest.CgroupParent(t)
+	const uidBase = 1000000
+	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, Seccomp: true, Prespawn: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	layers := []string{drivertest.BusyboxRootfs(t, uidBase)}
+
+	pids := waitFull(t, d)
+	for _, pid := range pids {
+		if got := statusField(t, pid, "CapBnd"); got != "0000000000000000" {
+			t.Errorf("waiting init %d: CapBnd %s, want empty", pid, got)
+		}
+		if got := statusField(t, pid, "Uid"); !strings.HasPrefix(got, strconv.Itoa(uidBase)+"\t") {
+			t.Errorf("waiting init %d: Uid %q, want the sandbox range's root %d", pid, got, uidBase)
+		}
+		self, _ := os.Readlink("/proc/self/ns/net")
+		if ns, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net"); ns == self || ns == "" {
+			t.Errorf("waiting init %d: net namespace %q, want its own", pid, ns)
+		}
+		cg, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+		if strings.Contains(string(cg), parent) {
+			t.Errorf("waiting init %d is already in a sandbox cgroup:\n%s", pid, cg)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	create := func(id string) *driver.Handle {
+		t.Helper()
+		tmp, err := os.MkdirTemp("/var/tmp", "prespawn-") // reachable by the sandbox's uids
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(tmp) })
+		if err := os.Chmod(tmp, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		spec := &driver.Spec{ID: id, Hostname: "sbx-" + id, Layers: layers,
+			UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"),
+			RunDir: filepath.Join(tmp, "run"), Env: []string{"PATH=/bin"},
+			User: "root", Workdir: "/", CPU: 1, MemoryMB: 128, Pids: 64}
+		for _, dir := range []string{spec.UpperDir, spec.WorkDir} {
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(dir, uidBase, uidBase); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.MkdirAll(spec.RunDir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		h, err := d.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Destroy(context.Background(), h) })
+		if got, err := drivertest.Exec(ctx, d, h, "hostname; cat /proc/self/status | grep CapBnd"); err != nil ||
+			!strings.Contains(got.Stdout, "sbx-"+id) || !strings.Contains(got.Stdout, "0000000000000000") {
+			t.Fatalf("exec in sandbox %s: %+v, %v", id, got, err)
+		}
+		return h
+	}
+	id := "pre" + strconv.FormatInt(time.Now().UnixNano()%1000000, 10)
+	h := create(id)
+	if !slices.Contains(pids, h.Pid) {
+		t.Errorf("sandbox init %d is not one of the waiting inits %v", h.Pid, pids)
+	}
+	after := waitFull(t, d)
+	if slices.Contains(after, h.Pid) || len(after) != 2 {
+		t.Errorf("waiting inits after a create: %v (the used one was %d)", after, h.Pid)
+	}
+
+	// Kill every waiting init: the next create passes over them.
+	for _, pid := range after {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+	for _, pid := range after {
+		waitGoneTest(t, pid)
+	}
+	h2 := create(id + "b")
+	if slices.Contains(after, h2.Pid) {
+		t.Errorf("a dead waiting init (%d) was handed a sandbox", h2.Pid)
+	}
+
+	last := waitFull(t, d)
+	d.Close()
+	for _, pid := range last {
+		waitGoneTest(t, pid)
+	}
+}
+
+// waitGoneTest waits until pid is no longer a live process.
+func waitGoneTest(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil || strings.Contains(string(b), ") Z") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still runs 10 s later", pid)
+		}
+	}
+}
