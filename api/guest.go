@@ -45,6 +45,13 @@ const (
 	BootFiles     = 2
 )
 
+// BootStageEnv names the environment variable that gives `agentbox-guest
+// init` an empty host directory, the same for every init, on which it
+// mounts, in its own mount namespace and before it has a sandbox, a tmpfs
+// holding the sandbox's /proc, /dev and /sys, to be moved into the root
+// once it has one.
+const BootStageEnv = "AGENTBOX_STAGE_DIR"
+
 // BootSpec is what the container driver hands the guest agent on the boot
 // channel when it gives an `agentbox-guest init` its sandbox: how to build
 // the sandbox's root before serving. Paths are host paths, seen before

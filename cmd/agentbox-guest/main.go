@@ -56,9 +56,15 @@ func main() {
 func run() error {
 	// Everything before Receive is the same for every sandbox, so the
 	// daemon may start this process before it has a sandbox for it (a
-	// pre-spawned init) and it waits there. The bounding set does not
-	// touch the effective set: the mounts below still work.
+	// pre-spawned init) and it waits there, its /proc, /dev and /sys
+	// ready. The bounding set does not touch the effective set: the
+	// mounts still work.
 	if err := harden.DropBoundingSet(); err != nil {
+		return err
+	}
+	stage := os.Getenv(api.BootStageEnv)
+	os.Unsetenv(api.BootStageEnv)
+	if err := boot.Stage(stage); err != nil {
 		return err
 	}
 	r, err := boot.Receive(api.BootChannelFD)
@@ -81,7 +87,7 @@ func run() error {
 	}
 	lnFile.Close()
 
-	prep, err := boot.Prepare(r)
+	prep, err := boot.Prepare(r, stage)
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,9 @@ type Driver struct {
 	// seccompFilter is the guest's filter, assembled once (a boot would
 	// spend ~0.6 ms of CPU on it).
 	seccompFilter []byte
+	// stage is the empty directory every init mounts its staged /proc,
+	// /dev and /sys over, in its own mount namespace (api.BootStageEnv).
+	stage string
 
 	mu sync.Mutex
 	// exited holds, per sandbox id, a channel closed when its init exits.
@@ -93,6 +96,13 @@ func New(o driver.Options) (*Driver, error) {
 		return nil, fmt.Errorf("container driver: cgroups: %w", err)
 	}
 	d := &Driver{opts: o, log: o.Logger, cg: mgr, guest: o.GuestBinary, exited: map[string]chan struct{}{}}
+	d.stage = filepath.Join(o.RunRoot, "stage")
+	if o.RunRoot == "" {
+		d.stage = filepath.Join(os.TempDir(), "agentbox-stage")
+	}
+	if err := os.MkdirAll(d.stage, 0o755); err != nil {
+		return nil, fmt.Errorf("container driver: the inits' stage directory: %w", err)
+	}
 	if o.Seccomp {
 		prog, err := harden.Program()
 		if err != nil {

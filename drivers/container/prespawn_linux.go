@@ -27,7 +27,10 @@ import (
 // that finds none starts one on the spot, the same way. A waiting init
 // belongs to no sandbox: it has no files, no cgroup of a sandbox and no
 // network but its own empty namespace, and it exits when the daemon goes
-// (its boot channel closes). docs/PERFORMANCE.md measures what it saves.
+// (its boot channel closes). It also mounts, in its own mount namespace,
+// the sandbox's /proc, /dev and /sys on a tmpfs over the driver's stage
+// directory (internal/guest/boot.Stage), to be moved into the root when
+// it has one. docs/PERFORMANCE.md measures what it saves.
 
 // initProc is an init started ahead of its sandbox.
 type initProc struct {
@@ -172,7 +175,7 @@ func (d *Driver) startInit() (_ *initProc, err error) {
 
 	cmd := exec.Command(d.guest, "init")
 	cmd.Args[0] = "agentbox-guest" // not the host path
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", api.BootStageEnv + "=" + d.stage}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3: api.BootChannelFD

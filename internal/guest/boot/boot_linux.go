@@ -126,9 +126,10 @@ func rightsOf(oob []byte) ([]int, error) {
 	return fds, nil
 }
 
-// Prepare builds the sandbox's root and pivots into it. It must run as the
-// first process of fresh user, mount, pid, uts, ipc and net namespaces.
-func Prepare(r *Received) (*Prepared, error) {
+// Prepare builds the sandbox's root on what Stage made in the directory
+// stage and pivots into it. It must run as the first process of fresh
+// user, mount, pid, uts, ipc and net namespaces.
+func Prepare(r *Received, stage string) (*Prepared, error) {
 	spec := r.Spec
 	p := &Prepared{Spec: spec}
 	// A cgroup namespace rooted at the cgroups the daemon just put us in.
@@ -140,22 +141,16 @@ func Prepare(r *Received) (*Prepared, error) {
 			return nil, fmt.Errorf("sethostname: %w", err)
 		}
 	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, fmt.Errorf("making mounts private: %w", err)
-	}
 	if err := mountOverlay(spec); err != nil {
 		return nil, err
 	}
-	if err := mountSpecial(spec); err != nil {
+	if err := enterStage(stage, spec); err != nil {
 		return nil, err
 	}
 	for i, c := range spec.Cgroups {
 		p.CgroupFDs = append(p.CgroupFDs, CgroupFD{FD: r.cgroups[2*i], HomeFD: r.cgroups[2*i+1], Controller: c.Controller, NoChild: c.NoChild})
 	}
 	if err := pivot(spec.Rootfs); err != nil {
-		return nil, err
-	}
-	if err := loopbackUp(); err != nil {
 		return nil, err
 	}
 	if spec.ResolvConf != "" {
@@ -251,8 +246,33 @@ var (
 	devices       = []string{"null", "zero", "full", "random", "urandom", "tty"}
 )
 
-func mountSpecial(spec api.BootSpec) error {
-	root := spec.Rootfs
+// Stage does what every sandbox's root needs and no sandbox decides, so
+// that a pre-spawned init does it before it is given one: it makes the
+// mount tree private, brings up lo, and builds on a tmpfs over the empty
+// directory dir the sandbox's /proc (of its pid namespace, paths masked,
+// /proc/sys read-only), /dev (a read-only tmpfs with the safe devices,
+// devpts, mqueue) and /sys (of its net namespace, read-only, paths
+// masked). enterStage moves them into the root.
+func Stage(dir string) error {
+	if dir == "" {
+		return fmt.Errorf("%s not set: the daemon passes the stage directory", api.BootStageEnv)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+		return fmt.Errorf("mounting the stage on %s: %w", dir, err)
+	}
+	if err := stageSpecial(dir); err != nil {
+		return err
+	}
+	return loopbackUp()
+}
+
+// staged are the mounts Stage makes, moved into the root in this order.
+var staged = []string{"/proc", "/dev", "/sys"}
+
+func stageSpecial(root string) error {
 	in := func(p string) string { return filepath.Join(root, p) }
 	mkdir := func(p string) error {
 		if err := os.MkdirAll(in(p), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
@@ -260,7 +280,7 @@ func mountSpecial(spec api.BootSpec) error {
 		}
 		return nil
 	}
-	for _, d := range []string{"/proc", "/dev", "/sys", "/tmp"} {
+	for _, d := range staged {
 		if err := mkdir(d); err != nil {
 			return err
 		}
@@ -290,13 +310,6 @@ func mountSpecial(spec api.BootSpec) error {
 		"newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return fmt.Errorf("mounting /dev/pts: %w", err)
 	}
-	shm := spec.ShmSizeMB
-	if shm <= 0 {
-		shm = 64
-	}
-	if err := unix.Mount("shm", in("/dev/shm"), "tmpfs", noexec, fmt.Sprintf("mode=1777,size=%dm", shm)); err != nil {
-		return fmt.Errorf("mounting /dev/shm: %w", err)
-	}
 	if err := unix.Mount("mqueue", in("/dev/mqueue"), "mqueue", noexec, ""); err != nil {
 		// Not essential: leave the directory empty.
 		_ = os.Remove(in("/dev/mqueue"))
@@ -313,6 +326,8 @@ func mountSpecial(spec api.BootSpec) error {
 			return fmt.Errorf("mounting /sys: %w", err)
 		}
 	}
+	// Read-only from here on; /dev/shm is mounted on its directory later,
+	// sized for the sandbox.
 	if err := unix.Mount("", in("/dev"), "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_RDONLY, "mode=755,size=65536k"); err != nil {
 		return fmt.Errorf("remounting /dev read-only: %w", err)
 	}
@@ -339,6 +354,31 @@ func mountSpecial(spec api.BootSpec) error {
 		if err := unix.Mount("", in(p), "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|noexec, ""); err != nil {
 			return fmt.Errorf("making %s read-only: %w", p, err)
 		}
+	}
+	return nil
+}
+
+// enterStage moves Stage's /proc, /dev and /sys (each with the mounts on
+// it) into the sandbox's root and mounts its /dev/shm, sized for it.
+func enterStage(stage string, spec api.BootSpec) error {
+	root := spec.Rootfs
+	for _, d := range append(staged, "/tmp") {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("mkdir %s: %w", d, err)
+		}
+	}
+	for _, d := range staged {
+		if err := unix.Mount(filepath.Join(stage, d), filepath.Join(root, d), "", unix.MS_MOVE, ""); err != nil {
+			return fmt.Errorf("moving %s into the root: %w", d, err)
+		}
+	}
+	shm := spec.ShmSizeMB
+	if shm <= 0 {
+		shm = 64
+	}
+	if err := unix.Mount("shm", filepath.Join(root, "/dev/shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
+		fmt.Sprintf("mode=1777,size=%dm", shm)); err != nil {
+		return fmt.Errorf("mounting /dev/shm: %w", err)
 	}
 	return nil
 }
