@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 
@@ -20,7 +21,14 @@ import (
 	"github.com/agentbox/agentbox/internal/version"
 )
 
+// main runs on the main thread (see init), the one whose capability sets
+// /proc/PID/status shows: `init` empties its bounding set there.
+func init() { runtime.LockOSThread() }
+
 func main() {
+	if len(os.Args) < 2 || os.Args[1] != "init" {
+		runtime.UnlockOSThread()
+	}
 	if len(os.Args) == 2 && os.Args[1] == "hook" {
 		// Run by runsc inside a gvisor sandbox around a checkpoint
 		// (checkpoint.go).
@@ -57,9 +65,13 @@ func run() error {
 	// Everything before Receive is the same for every sandbox, so the
 	// daemon may start this process before it has a sandbox for it (a
 	// pre-spawned init) and it waits there, its /proc, /dev and /sys
-	// ready. The bounding set does not touch the effective set: the
-	// mounts still work.
-	if err := harden.DropBoundingSet(); err != nil {
+	// ready. The bounding set: the main thread's here, every other
+	// thread's before it forks a sandbox process (guest's reaper), which
+	// is all that reaches a child; the effective set stays, so the mounts
+	// still work.
+	err := harden.DropBoundingSetOnThread()
+	runtime.UnlockOSThread()
+	if err != nil {
 		return err
 	}
 	stage := os.Getenv(api.BootStageEnv)

@@ -269,6 +269,7 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, ctrls []string, h
 		UpperDir:  spec.UpperDir,
 		WorkDir:   spec.WorkDir,
 		Rootfs:    rootfs,
+		Volatile:  spec.Volatile,
 		Env:       spec.Env,
 		User:      spec.User,
 		Workdir:   spec.Workdir,
@@ -353,19 +354,21 @@ func (d *Driver) Exited(h *driver.Handle) <-chan struct{} {
 	return ch
 }
 
-// Destroy implements driver.Driver.
+// Destroy implements driver.Driver. It kills the init and waits for it
+// first: the kernel ends every other process of the sandbox's pid
+// namespace before the init is gone, so the cgroups are empty by then and
+// their kill loop (the safety net) has nothing to chase.
 func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	if h.Pid > 0 && guestconn.Alive(h) {
 		_ = unix.Kill(h.Pid, unix.SIGKILL)
+		if d.frozen(h.ID) {
+			// A frozen init takes its SIGKILL only once thawed (v1).
+			if cg, err := d.cg.Open(h.ID); err == nil {
+				_ = cg.Thaw()
+			}
+		}
 	}
 	var errs []error
-	if cg, err := d.cg.Open(h.ID); err == nil {
-		if err := cg.Destroy(); err != nil {
-			errs = append(errs, fmt.Errorf("removing cgroup: %w", err))
-		}
-	} else if !errors.Is(err, errdefs.ErrNotFound) {
-		errs = append(errs, err)
-	}
 	d.mu.Lock()
 	ch, ours := d.exited[h.ID]
 	delete(d.exited, h.ID)
@@ -378,6 +381,13 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 		}
 	} else if h.Pid > 0 {
 		waitGone(ctx, h)
+	}
+	if cg, err := d.cg.Open(h.ID); err == nil {
+		if err := cg.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("removing cgroup: %w", err))
+		}
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		errs = append(errs, err)
 	}
 	if h.Socket != "" {
 		_ = os.Remove(h.Socket)

@@ -443,3 +443,36 @@ func FuzzExecRequest(f *testing.F) {
 		}
 	})
 }
+
+// Every process the agent starts, from whichever of its threads, has no
+// capabilities: each forking thread empties its bounding set first
+// (harden.DropBoundingSetOnThread in the reaper). Concurrent execs run
+// on many threads; as root here, a thread that skipped the drop would
+// hand its child a full set.
+func TestExecsStartWithoutCapabilities(t *testing.T) {
+	requireRoot(t)
+	g := newTestGuest(t, Config{})
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		bad []string
+	)
+	for i := 0; i < 32; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := g.mustExec(t, api.ExecRequest{Shell: "grep -E '^Cap(Bnd|Eff|Prm|Amb|Inh)' /proc/self/status"})
+			for _, l := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+				if !strings.HasSuffix(l, "\t0000000000000000") {
+					mu.Lock()
+					bad = append(bad, l)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Errorf("exec'd processes have capabilities (%d lines), e.g. %q", len(bad), bad[0])
+	}
+}

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"runtime"
 	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/guest/harden"
 )
 
 // The reaper owns every child of this process. When the agent is PID 1,
@@ -91,8 +94,16 @@ func (r *reaper) reapAll() {
 }
 
 // start forks and execs argv0 and registers the child under mu, returning
-// its pid and the channel that receives its wait status exactly once.
+// its pid and the channel that receives its wait status exactly once. The
+// fork happens on a thread whose capability bounding set is empty, so
+// the child starts without capabilities whatever its uid (every process
+// of a sandbox starts here).
 func (r *reaper) start(argv0 string, argv []string, attr *syscall.ProcAttr) (int, <-chan syscall.WaitStatus, error) {
+	runtime.LockOSThread() // the fork inherits this thread's sets
+	defer runtime.UnlockOSThread()
+	if err := harden.DropBoundingSetOnThread(); err != nil {
+		return 0, nil, err
+	}
 	ch := make(chan syscall.WaitStatus, 1)
 	r.mu.Lock()
 	pid, err := syscall.ForkExec(argv0, argv, attr)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -59,8 +60,47 @@ func DropBoundingSet() error {
 	return nil
 }
 
+// DropBoundingSetOnThread is DropBoundingSet for the calling thread alone:
+// a few plain prctl calls instead of one stop of the world per
+// capability (42 of them cost ~2.5 ms and ~6 ms of CPU in a fresh
+// process here). Children inherit the sets of the thread that forks them,
+// so a process that calls it on its main thread and on every thread
+// before that thread forks (holding it with runtime.LockOSThread until
+// the fork is done) starts every child without capabilities, while its
+// other threads, which never exec, keep theirs. Once done on a thread it
+// returns after one prctl.
+func DropBoundingSetOnThread() error {
+	last := lastCap()
+	// The drops go in ascending order, so the last one tells.
+	if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(last), 0, 0, 0); err == nil && in == 0 {
+		return nil
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clearing the ambient capability set: %w", wrapErrno(err))
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("reading capabilities: %w", wrapErrno(err))
+	}
+	if data[0].Inheritable != 0 || data[1].Inheritable != 0 {
+		data[0].Inheritable, data[1].Inheritable = 0, 0
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			return fmt.Errorf("clearing the inheritable capability set: %w", wrapErrno(err))
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, wrapErrno(err))
+		}
+	}
+	return nil
+}
+
 // lastCap is the highest capability number this kernel knows.
-func lastCap() int {
+var lastCap = sync.OnceValue(readLastCap)
+
+func readLastCap() int {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
 	if err == nil {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 && n < 64 {
