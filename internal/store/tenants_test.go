@@ -68,6 +68,9 @@ func TestTenants(t *testing.T) {
 	if err := s.DeleteTenant(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.GetTenant(ctx, "acme"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("GetTenant after DeleteTenant = %v, want ErrNotFound", err)
+	}
 	if _, err := s.KeyByHash(ctx, []byte("h")); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("key of a deleted tenant still valid: %v", err)
 	}
