@@ -222,26 +222,40 @@ func exited(m *member) bool {
 	}
 }
 
-// bootWarm is boot for a claimed member: it sets the request's limits and
-// egress rules on it and returns its handle. ok is false when rec.ID is
-// not a claimed member (boot then boots cold). If the member cannot be
-// fitted to the request it is destroyed and boot boots cold with the
-// same id.
-func (s *Service) bootWarm(ctx context.Context, rec *store.SandboxRecord) (h *driver.Handle, ok bool) {
+// bootWarm takes the member claimWarm gave rec's id and fits it to rec's
+// limits, env and egress rules. It returns nil when rec.ID is not a
+// claimed member, or when the member cannot be fitted (it is destroyed,
+// and the create boots cold with the same id).
+func (s *Service) bootWarm(ctx context.Context, rec *store.SandboxRecord) *member {
 	w := &s.warm
 	w.mu.Lock()
 	m := w.claimed[rec.ID]
 	delete(w.claimed, rec.ID)
 	w.mu.Unlock()
 	if m == nil {
-		return nil, false
+		return nil
 	}
 	if err := s.fitMember(ctx, m, rec); err != nil {
 		s.log.Warn("warm pool sandbox could not take the request's settings; booting cold", "sandbox", m.id, "err", err)
 		s.dropMember(m, "unfit")
-		return nil, false
+		return nil
 	}
-	return m.h, true
+	return m
+}
+
+// recordWarm writes the record of a fitted member m, once and as
+// running with its handle: until that write the store does not know the
+// sandbox, so a crash before it leaves leftovers that the next start
+// removes, and one after it a running sandbox that the next start
+// re-adopts. If the write fails m is destroyed (it ran the request's
+// settings; it never goes back to the pool).
+func (s *Service) recordWarm(ctx context.Context, rec *store.SandboxRecord, m *member) (*entry, error) {
+	rec.State, rec.Handle = api.StateRunning, m.h
+	if err := s.st.CreateSandbox(ctx, rec); err != nil {
+		s.dropMember(m, "store write failed")
+		return nil, err
+	}
+	return s.entryOf(rec, m.drv, m.h), nil
 }
 
 // fitMember gives m rec's limits, env and egress policy.
