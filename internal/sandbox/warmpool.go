@@ -37,8 +37,8 @@ import (
 // A claimed member leaves the pool at once and is either handed out or,
 // if the request fails before its sandbox is recorded, put back (nothing
 // has run in it). Refills run one at a time in the background and wait
-// while cold creates are in flight, so the pool never competes with a
-// request for the CPU.
+// while creates are in flight, cold or served from a pool, so the pool
+// never competes with a request for the CPU.
 
 // warmPools is the service's set of pools.
 type warmPools struct {
@@ -49,9 +49,9 @@ type warmPools struct {
 	closed  bool
 
 	kick chan struct{} // wakes the filler
-	// cold counts creates in flight that did not get a member; refills
-	// wait for it to be zero.
-	cold atomic.Int64
+	// busy counts creates in flight; refills wait for it to be zero, and
+	// the last create to finish wakes the filler.
+	busy atomic.Int64
 }
 
 // warmPool is one [[pool]] entry and its ready members.
@@ -139,24 +139,28 @@ func wantNet(n *api.Network) string {
 // claimWarm looks for a ready member that can serve rec (a create request
 // resolved into its record, not yet stored) and, if one matches, gives
 // rec the member's id and address. The returned func must run when the
-// create returns: it puts an unused member back, and ends the cold
-// create's count otherwise.
+// create returns: it puts an unused member back, and ends the create's
+// count of those in flight (the last one wakes the filler).
 func (s *Service) claimWarm(rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) (done func()) {
 	w := &s.warm
+	// A refill's boot would take the CPU from this create's own work
+	// (its record, its answer): it waits for the count to drop to zero.
+	w.busy.Add(1)
+	finished := func() {
+		if w.busy.Add(-1) == 0 {
+			w.wake()
+		}
+	}
 	m := s.matchWarm(rec, tpl, drv)
 	if m == nil {
-		w.cold.Add(1)
-		return func() {
-			if w.cold.Add(-1) == 0 {
-				w.wake()
-			}
-		}
+		return finished
 	}
 	rec.ID = m.id
 	if hasEgress(rec.Spec.Network) && m.sub.Prefix.IsValid() {
 		rec.Spec.Network.Address = m.sub.String()
 	}
 	return func() {
+		defer finished()
 		w.mu.Lock()
 		if w.claimed[m.id] != m { // booted (or dropped): it is the sandbox's now
 			w.mu.Unlock()
@@ -204,11 +208,9 @@ func (s *Service) matchWarm(rec *store.SandboxRecord, tpl *storage.Template, drv
 			}
 			w.claimed[m.id] = m
 			p.served++
-			w.wake()
 			return m
 		}
 		p.misses++
-		w.wake()
 	}
 	return nil
 }
@@ -321,8 +323,8 @@ func (s *Service) fillWarm() {
 			s.sweepWarm()
 		}
 		for {
-			if w.cold.Load() > 0 {
-				break // a request is booting; the last one to finish wakes us
+			if w.busy.Load() > 0 {
+				break // a create is in flight; the last one to finish wakes us
 			}
 			p := w.nextToFill()
 			if p == nil {
