@@ -308,6 +308,13 @@ func (s *Service) dropMember(m *member, why string) {
 	}
 }
 
+// refillSettle is how long the filler waits after the last create in
+// flight has returned before it boots a refill. A refill started at once
+// took the CPU from the end of that create's request, which doubled a
+// pool create's latency as the client sees it (2.7 ms against 1.3 ms p50
+// in the bench on 2 CPUs).
+const refillSettle = 10 * time.Millisecond
+
 // fillWarm refills the pools, one sandbox at a time, until Close.
 func (s *Service) fillWarm() {
 	defer s.wg.Done()
@@ -319,6 +326,13 @@ func (s *Service) fillWarm() {
 		case <-s.stop:
 			return
 		case <-w.kick:
+			// The create that woke us has returned, but its answer and
+			// audit entry are still being written: let them go first.
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(refillSettle):
+			}
 		case <-t.C:
 			s.sweepWarm()
 		}
