@@ -588,13 +588,20 @@ ttl = "10m"
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The daemon that is killed keeps a warm pool, so that creates served
+	// from it are cut short too; the one started after it has none, so
+	// every layer left must belong to a recorded sandbox.
+	poolPath := filepath.Join(filepath.Dir(env.cfg.DataDir), "crash-pool.toml")
+	if err := os.WriteFile(poolPath, []byte(conf+"[[pool]]\ntemplate = \"busybox\"\nsize = 4\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	rounds := 2
 	if v := os.Getenv("AGENTBOX_CRASH_ROUNDS"); v != "" {
 		fmt.Sscan(v, &rounds)
 	}
 	restartDaemon(t, func() {
 		for r := 0; r < rounds; r++ {
-			crashRound(t, cfgPath, r)
+			crashRound(t, poolPath, cfgPath, r)
 		}
 	})
 }
@@ -625,9 +632,20 @@ func startExternal(t *testing.T, cfgPath string) (*exec.Cmd, *client.Client) {
 	}
 }
 
-func crashRound(t *testing.T, cfgPath string, round int) {
+// crashRound kills a daemon started with killedCfg and checks what one
+// started with cfgPath makes of its state.
+func crashRound(t *testing.T, killedCfg, cfgPath string, round int) {
 	ctx := context.Background()
-	d, c := startExternal(t, cfgPath)
+	d, c := startExternal(t, killedCfg)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ps, err := c.Pools(ctx)
+		if err == nil && len(ps) == 1 && ps[0].Ready == ps[0].Size {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("round %d: the pool of the daemon to kill did not fill: %+v, %v", round, ps, err)
+		}
+	}
 	// The data dir is the package's: what earlier tests left (a paused
 	// sandbox, a snapshot of another sandbox) is not this round's to judge.
 	before, err := c.ListSnapshots(ctx)

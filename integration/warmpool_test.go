@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,6 +231,36 @@ func TestWarmPool(t *testing.T) {
 	}
 	if after := pools(t)[0]; after.Served != before.Served || after.Ready != before.Ready {
 		t.Errorf("a refused create took a pool sandbox: before %+v, after %+v", before, after)
+	}
+	// Concurrent creates served from the pool cannot both take the last
+	// slot: the record is written once, running, and the quota counts it
+	// from then on, the reservation until then.
+	_, tc2, _ := tenantKey(t, "poolrace", &api.Quotas{Sandboxes: 1})
+	var (
+		wg       sync.WaitGroup
+		okN, nok atomic.Int32
+	)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := tc2.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox"})
+			switch {
+			case err == nil:
+				okN.Add(1)
+				if sb.State != api.StateRunning || sb.Pid == 0 {
+					t.Errorf("a create from the pool answered %+v, want running with its pid", sb)
+				}
+			case errors.Is(err, errdefs.ErrResourceExhausted):
+				nok.Add(1)
+			default:
+				t.Errorf("concurrent create from the pool: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if okN.Load() != 1 || nok.Load() != 3 {
+		t.Errorf("4 concurrent creates from the pool with 1 slot: %d created, %d refused", okN.Load(), nok.Load())
 	}
 
 	// 7. A template whose only users are pool sandboxes can be removed:

@@ -152,9 +152,7 @@ func (s *Service) adopt(ctx context.Context, rec *store.SandboxRecord, drv drive
 	if err := drv.Adopt(ctx, rec.Handle); err != nil {
 		return nil, err
 	}
-	e := s.newEntry(rec.ID, rec.Tenant, drv, rec.Handle)
-	e.autoResume = rec.Spec.AutoResume
-	e.idle = idleTimeout(&rec.Spec)
+	e := s.entryOf(rec, drv, rec.Handle)
 	if rec.State == api.StatePaused {
 		e.paused.Store(true)
 		if canPause {

@@ -208,7 +208,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		rec.ExpiresAt = &exp
 	}
 	// A matching warm pool sandbox is handed out instead of a cold boot
-	// (warmpool.go): it gives rec its id, and boot takes it.
+	// (warmpool.go): it gives rec its id, and bootWarm takes it.
 	defer s.claimWarm(rec, tpl, drv)()
 	// The sandbox outlives this request: build it on a context of its own.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
@@ -217,39 +217,17 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	if err != nil {
 		return nil, err
 	}
-	err = s.st.CreateSandboxFromSnapshot(cctx, rec)
-	release()
-	if err != nil {
-		return nil, err
-	}
-	bootDrv, restored := drv, false
-	if snap != nil && snap.Isolation == r.Isolation {
-		if dir := s.memoryOf(snap.ID, drv); dir != "" {
-			bootDrv, restored = restoring{drv, dir}, true // memsnap.go
-		}
-	}
-	e, err := s.start(cctx, rec, tpl, bootDrv, false)
-	if err == nil {
-		e.drv = drv
+	var (
+		e        *entry
+		restored bool
+	)
+	if m := s.bootWarm(cctx, rec); m != nil {
+		e, err = s.recordWarm(cctx, rec, m)
+		release()
+	} else {
+		e, restored, err = s.createCold(cctx, rec, tpl, snap, drv, release)
 	}
 	if err != nil {
-		s.log.Warn("create failed", "sandbox", rec.ID, "err", err)
-		_ = s.st.UpdateSandbox(cctx, rec.ID, func(r *store.SandboxRecord) error {
-			r.State = api.StateFailed
-			r.Error = err.Error()
-			return nil
-		})
-		return nil, fmt.Errorf("creating sandbox: %w", err)
-	}
-	var out *store.SandboxRecord
-	err = s.st.UpdateSandbox(cctx, rec.ID, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
-		r.Handle = e.handle()
-		out = r
-		return nil
-	})
-	if err != nil {
-		s.teardown(e, "store update failed")
 		return nil, err
 	}
 	s.mu.Lock()
@@ -259,14 +237,57 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	// The template's start command and readiness check (start.go); a
 	// sandbox restored with memory runs them already.
 	if restored {
-		return toAPI(out), nil
+		return toAPI(rec), nil
 	}
 	if err := s.startTemplate(ctx, e, tpl); err != nil {
 		_ = s.Destroy(context.WithoutCancel(ctx), "", rec.ID)
 		return nil, err
 	}
 	s.log.Debug("created", "sandbox", rec.ID, "tenant", tenant, "template", tpl.Name+"@"+tpl.Version)
-	return toAPI(out), nil
+	return toAPI(rec), nil
+}
+
+// createCold records rec as creating, boots it and records it running;
+// release drops the quota reservation once the record counts. On error
+// the record says failed and nothing else is left. restored: it was
+// restored with memory from its snapshot.
+func (s *Service) createCold(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, snap *store.SnapshotRecord,
+	drv driver.Driver, release func()) (e *entry, restored bool, err error) {
+	err = s.st.CreateSandboxFromSnapshot(ctx, rec)
+	release()
+	if err != nil {
+		return nil, false, err
+	}
+	bootDrv := drv
+	if snap != nil && snap.Isolation == rec.Isolation {
+		if dir := s.memoryOf(snap.ID, drv); dir != "" {
+			bootDrv, restored = restoring{drv, dir}, true // memsnap.go
+		}
+	}
+	e, err = s.start(ctx, rec, tpl, bootDrv, false)
+	if err != nil {
+		s.log.Warn("create failed", "sandbox", rec.ID, "err", err)
+		_ = s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
+			r.State = api.StateFailed
+			r.Error = err.Error()
+			return nil
+		})
+		return nil, false, fmt.Errorf("creating sandbox: %w", err)
+	}
+	e.drv = drv
+	var out *store.SandboxRecord
+	err = s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
+		r.State = api.StateRunning
+		r.Handle = e.handle()
+		out = r
+		return nil
+	})
+	if err != nil {
+		s.teardown(e, "store update failed")
+		return nil, false, err
+	}
+	*rec = *out
+	return e, restored, nil
 }
 
 // start builds the sandbox's layer and run dir and starts its driver; on
@@ -277,18 +298,20 @@ func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *stor
 	if err != nil {
 		return nil, err
 	}
+	return s.entryOf(rec, drv, h), nil
+}
+
+// entryOf is the live entry of rec, whose init is h.
+func (s *Service) entryOf(rec *store.SandboxRecord, drv driver.Driver, h *driver.Handle) *entry {
 	e := s.newEntry(rec.ID, rec.Tenant, drv, h)
 	e.autoResume = rec.Spec.AutoResume
 	e.idle = idleTimeout(&rec.Spec)
-	return e, nil
+	return e
 }
 
 // boot makes the run dir and (unless keepLayer) the writable layer, and
 // starts the sandbox's init on rec.Lowers; on error nothing it made is left.
 func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver, keepLayer bool) (_ *driver.Handle, err error) {
-	if h, ok := s.bootWarm(ctx, rec); ok {
-		return h, nil
-	}
 	dir := s.runDir(rec.ID)
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("creating run dir: %w", err)

@@ -21,19 +21,23 @@ type AuditRecord struct {
 
 // AppendAudit inserts recs in one transaction.
 func (s *Store) AppendAudit(ctx context.Context, recs []AuditRecord) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	return s.writeTx(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO audit (time, key_id, tenant, method, path, sandbox_id, status, remote)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-		if err != nil {
+	insert := func(stmt *sql.Stmt, r AuditRecord) error {
+		if _, err := stmt.ExecContext(ctx, toMS(r.Time), r.KeyID, r.Tenant, r.Method, r.Path, r.SandboxID, r.Status, r.Remote); err != nil {
 			return dbErr("writing audit log", err)
 		}
-		defer stmt.Close()
+		return nil
+	}
+	switch len(recs) {
+	case 0:
+		return nil
+	case 1: // one statement is a transaction of its own
+		return insert(s.stmts.insertAudit, recs[0])
+	}
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		stmt := tx.StmtContext(ctx, s.stmts.insertAudit)
 		for _, r := range recs {
-			if _, err := stmt.ExecContext(ctx, toMS(r.Time), r.KeyID, r.Tenant, r.Method, r.Path, r.SandboxID, r.Status, r.Remote); err != nil {
-				return dbErr("writing audit log", err)
+			if err := insert(stmt, r); err != nil {
+				return err
 			}
 		}
 		return nil

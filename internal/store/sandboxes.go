@@ -79,6 +79,9 @@ func (s *Store) CreateSandbox(ctx context.Context, rec *SandboxRecord) error {
 		}
 		return errdefs.New(errdefs.ErrAlreadyExists, "sandbox %s already exists", rec.ID)
 	}
+	var d usageDelta
+	d.change(nil, rec)
+	s.usage.apply(d)
 	return nil
 }
 
@@ -220,11 +223,13 @@ func (s *Store) ListSandboxes(ctx context.Context, f Filter) ([]*SandboxRecord, 
 // and must not change the id; CreatedAt is kept and UpdatedAt is set to
 // now.
 func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*SandboxRecord) error) error {
-	return s.writeTx(ctx, func(tx *sql.Tx) error {
+	var d usageDelta
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		rec, err := scanSandbox(tx.StmtContext(ctx, s.stmts.getSandboxW).QueryRowContext(ctx, id), id)
 		if err != nil {
 			return err
 		}
+		d.change(rec, nil)
 		created := rec.CreatedAt
 		if err := fn(rec); err != nil {
 			return err
@@ -242,21 +247,34 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*SandboxRe
 		if _, err := tx.StmtContext(ctx, s.stmts.updateSandbox).ExecContext(ctx, args...); err != nil {
 			return dbErr("updating sandbox "+id, err)
 		}
+		d.change(nil, rec)
 		return nil
 	})
+	if err == nil {
+		s.usage.apply(d)
+	}
+	return err
 }
 
 // DeleteSandbox removes the sandbox and its events. Deleting a missing
 // sandbox is an error wrapping errdefs.ErrNotFound.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
-	res, err := s.stmts.deleteSandbox.ExecContext(ctx, id)
-	if err != nil {
-		return dbErr("deleting sandbox "+id, err)
+	var d usageDelta
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		rec, err := scanSandbox(tx.StmtContext(ctx, s.stmts.getSandboxW).QueryRowContext(ctx, id), id)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.StmtContext(ctx, s.stmts.deleteSandbox).ExecContext(ctx, id); err != nil {
+			return dbErr("deleting sandbox "+id, err)
+		}
+		d.change(rec, nil)
+		return nil
+	})
+	if err == nil {
+		s.usage.apply(d)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return errdefs.NotFound("sandbox %s not found", id)
-	}
-	return nil
+	return err
 }
 
 // Expired returns the ids of running or paused sandboxes whose ExpiresAt is

@@ -255,7 +255,7 @@ func (s *Store) CreateSandboxFromSnapshot(ctx context.Context, rec *SandboxRecor
 	if rec.Snapshot == "" {
 		return s.CreateSandbox(ctx, rec)
 	}
-	return s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		var state string
 		err := tx.QueryRowContext(ctx, `SELECT state FROM snapshots WHERE id = ?`, rec.Snapshot).Scan(&state)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && state != SnapshotReady) {
@@ -280,17 +280,25 @@ func (s *Store) CreateSandboxFromSnapshot(ctx context.Context, rec *SandboxRecor
 		}
 		return nil
 	})
+	if err == nil {
+		var d usageDelta
+		d.change(nil, rec)
+		s.usage.apply(d)
+	}
+	return err
 }
 
 // UpdateSandboxes applies fn to each sandbox in ids in one transaction:
 // all change or none (fork flips its children to running this way).
 func (s *Store) UpdateSandboxes(ctx context.Context, ids []string, fn func(*SandboxRecord) error) error {
-	return s.writeTx(ctx, func(tx *sql.Tx) error {
+	var d usageDelta
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		for _, id := range ids {
 			rec, err := scanSandbox(tx.StmtContext(ctx, s.stmts.getSandboxW).QueryRowContext(ctx, id), id)
 			if err != nil {
 				return err
 			}
+			d.change(rec, nil)
 			created := rec.CreatedAt
 			if err := fn(rec); err != nil {
 				return err
@@ -304,7 +312,12 @@ func (s *Store) UpdateSandboxes(ctx context.Context, ids []string, fn func(*Sand
 			if _, err := tx.StmtContext(ctx, s.stmts.updateSandbox).ExecContext(ctx, args...); err != nil {
 				return dbErr("updating sandbox "+id, err)
 			}
+			d.change(nil, rec)
 		}
 		return nil
 	})
+	if err == nil {
+		s.usage.apply(d)
+	}
+	return err
 }

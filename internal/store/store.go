@@ -11,6 +11,12 @@
 // under a millisecond; a power cut can lose the last commits but never
 // corrupts the file.
 //
+// One Store, in the daemon, is the file's only writer: the tenants and
+// each tenant's usage are kept in memory next to their rows, loaded at
+// Open and changed by the Store's own writes (tenants.go, usage.go), so
+// a quota check reads nothing. Open the file from another process only
+// to read it.
+//
 // Times are stored as unix milliseconds, so they come back truncated to
 // the millisecond and in UTC.
 package store
@@ -44,6 +50,11 @@ type Store struct {
 	r    *sql.DB // a few read-only connections
 
 	stmts statements
+
+	// usage is every tenant's usage, moved by each sandbox write (usage.go).
+	usage usage
+	// tenants are the tenant records (tenants.go).
+	tenants tenantCache
 }
 
 // Open opens (creating if needed, mode 0600) the SQLite file at path and
@@ -90,6 +101,14 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	r.SetConnMaxIdleTime(0)
 	s.r = r
 	if err := s.prepare(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.usage.load(ctx, s); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.tenants.load(ctx, s); err != nil {
 		s.Close()
 		return nil, err
 	}

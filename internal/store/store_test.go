@@ -331,6 +331,10 @@ func TestReopenPersists(t *testing.T) {
 	if err := s.AddEvent(ctx, Event{SandboxID: "keep", Kind: "created"}); err != nil {
 		t.Fatal(err)
 	}
+	tenant := &TenantRecord{Name: "acme", Quotas: Quotas{Sandboxes: 3, CPU: 1.5}}
+	if err := s.CreateTenant(ctx, tenant); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -352,6 +356,9 @@ func TestReopenPersists(t *testing.T) {
 	}
 	if ev, err := s.Events(ctx, "keep", 0); err != nil || len(ev) != 1 {
 		t.Errorf("events after reopen = %v, %v", ev, err)
+	}
+	if tn, err := s.GetTenant(ctx, "acme"); err != nil || !reflect.DeepEqual(tn, tenant) {
+		t.Errorf("tenant after reopen = %+v, %v; want %+v", tn, err, tenant)
 	}
 	for _, f := range []string{path, path + "-wal", path + "-shm"} {
 		fi, err := os.Stat(f)

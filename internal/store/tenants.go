@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/errdefs"
@@ -35,6 +36,55 @@ type Usage struct {
 
 const tenantColumns = `name, sandboxes, cpu, memory_mb, disk_mb, created_at`
 
+// tenantCache holds every tenant record, so that the quota check of each
+// create reads no row: loaded at Open, changed by CreateTenant, SetQuotas
+// and DeleteTenant once they have committed.
+type tenantCache struct {
+	mu     sync.Mutex
+	byName map[string]TenantRecord
+}
+
+func (c *tenantCache) load(ctx context.Context, s *Store) error {
+	rows, err := s.w.QueryContext(ctx, `SELECT `+tenantColumns+` FROM tenants`)
+	if err != nil {
+		return dbErr("listing tenants", err)
+	}
+	defer rows.Close()
+	by := map[string]TenantRecord{}
+	for rows.Next() {
+		t, err := scanTenant(rows)
+		if err != nil {
+			return err
+		}
+		by[t.Name] = *t
+	}
+	if err := rows.Err(); err != nil {
+		return dbErr("listing tenants", err)
+	}
+	c.mu.Lock()
+	c.byName = by
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *tenantCache) get(name string) (TenantRecord, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.byName[name]
+	return t, ok
+}
+
+// set stores t, or removes name when t is nil.
+func (c *tenantCache) set(name string, t *TenantRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t == nil {
+		delete(c.byName, name)
+		return
+	}
+	c.byName[name] = *t
+}
+
 // CreateTenant inserts t. An existing name is an error wrapping
 // errdefs.ErrAlreadyExists.
 func (s *Store) CreateTenant(ctx context.Context, t *TenantRecord) error {
@@ -50,17 +100,18 @@ func (s *Store) CreateTenant(ctx context.Context, t *TenantRecord) error {
 		}
 		return errdefs.New(errdefs.ErrAlreadyExists, "tenant %q already exists", t.Name)
 	}
+	s.tenants.set(t.Name, t)
 	return nil
 }
 
 // GetTenant returns the tenant named name, or an error wrapping
-// errdefs.ErrNotFound.
+// errdefs.ErrNotFound. It reads no row (tenantCache).
 func (s *Store) GetTenant(ctx context.Context, name string) (*TenantRecord, error) {
-	t, err := scanTenant(s.r.QueryRowContext(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE name = ?`, name))
-	if errors.Is(err, sql.ErrNoRows) {
+	t, ok := s.tenants.get(name)
+	if !ok {
 		return nil, errdefs.NotFound("tenant %q not found; list them with `agentbox tenant ls`", name)
 	}
-	return t, err
+	return &t, nil
 }
 
 // ListTenants returns every tenant by name.
@@ -94,6 +145,10 @@ func (s *Store) SetQuotas(ctx context.Context, name string, q Quotas) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return errdefs.NotFound("tenant %q not found", name)
 	}
+	if t, ok := s.tenants.get(name); ok {
+		t.Quotas = q
+		s.tenants.set(name, &t)
+	}
 	return nil
 }
 
@@ -101,7 +156,7 @@ func (s *Store) SetQuotas(ctx context.Context, name string, q Quotas) error {
 // transaction. It is refused while the tenant has sandboxes that are not
 // destroyed or snapshots: remove those first.
 func (s *Store) DeleteTenant(ctx context.Context, name string) error {
-	return s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		var n int64
 		if err := tx.QueryRowContext(ctx, `SELECT
 			(SELECT count(*) FROM sandboxes WHERE tenant = ? AND state NOT IN ('destroyed', 'failed')) +
@@ -124,23 +179,18 @@ func (s *Store) DeleteTenant(ctx context.Context, name string) error {
 		}
 		return nil
 	})
+	if err == nil {
+		s.tenants.set(name, nil)
+	}
+	return err
 }
 
 // TenantUsage sums what tenant's sandboxes hold: count, CPU and memory of
-// those creating, running or paused; disk of every one not destroyed.
+// those creating, running or paused; disk of every one not destroyed,
+// failed or being destroyed. It reads no rows: the store keeps the sums
+// as it writes the records (usage.go).
 func (s *Store) TenantUsage(ctx context.Context, tenant string) (Usage, error) {
-	var u Usage
-	err := s.r.QueryRowContext(ctx, `SELECT
-		coalesce(sum(state IN ('creating', 'running', 'paused')), 0),
-		coalesce(sum(CASE WHEN state IN ('creating', 'running', 'paused') THEN json_extract(resources, '$.cpu') END), 0.0),
-		coalesce(sum(CASE WHEN state IN ('creating', 'running', 'paused') THEN json_extract(resources, '$.memory_mb') END), 0),
-		coalesce(sum(json_extract(resources, '$.disk_mb')), 0)
-		FROM sandboxes WHERE tenant = ? AND state NOT IN ('destroyed', 'failed', 'destroying')`, tenant).
-		Scan(&u.Sandboxes, &u.CPU, &u.MemoryMB, &u.DiskMB)
-	if err != nil {
-		return u, dbErr("summing usage of tenant "+tenant, err)
-	}
-	return u, nil
+	return s.usage.of(tenant), nil
 }
 
 func scanTenant(row scanner) (*TenantRecord, error) {

@@ -68,6 +68,9 @@ func TestTenants(t *testing.T) {
 	if err := s.DeleteTenant(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.GetTenant(ctx, "acme"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("GetTenant after DeleteTenant = %v, want ErrNotFound", err)
+	}
 	if _, err := s.KeyByHash(ctx, []byte("h")); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("key of a deleted tenant still valid: %v", err)
 	}
@@ -97,5 +100,12 @@ func TestAudit(t *testing.T) {
 	}
 	if one, _ := s.ListAudit(ctx, "", 1); len(one) != 1 || one[0].ID != all[0].ID {
 		t.Errorf("limit 1 = %+v", one)
+	}
+	// One record goes in without a transaction around it.
+	if err := s.AppendAudit(ctx, []AuditRecord{{Time: now, KeyID: "key_c", Tenant: "c", Method: "POST", Path: "/v1/keys", Status: 201}}); err != nil {
+		t.Fatal(err)
+	}
+	if one, _ := s.ListAudit(ctx, "", 1); len(one) != 1 || one[0].KeyID != "key_c" || one[0].ID <= all[0].ID {
+		t.Errorf("newest after appending one = %+v", one)
 	}
 }
