@@ -26,6 +26,7 @@ type statements struct {
 	revokeKey     *sql.Stmt
 	touchKey      *sql.Stmt
 	insertEvent   *sql.Stmt
+	insertAudit   *sql.Stmt
 
 	// read pool
 	getSandbox *sql.Stmt
@@ -55,6 +56,8 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.w, &st.revokeKey, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`},
 		{s.w, &st.touchKey, `UPDATE api_keys SET last_used_at = ? WHERE id = ?`},
 		{s.w, &st.insertEvent, `INSERT INTO events (sandbox_id, time, kind, message) VALUES (?, ?, ?, ?)`},
+		{s.w, &st.insertAudit, `INSERT INTO audit (time, key_id, tenant, method, path, sandbox_id, status, remote)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`},
 
 		{s.r, &st.getSandbox, `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`},
 		{s.r, &st.expired, `SELECT id FROM sandboxes WHERE expires_at <= ?
