@@ -1,13 +1,17 @@
 package guest
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -236,4 +240,52 @@ func TestCgroupAgentAboveWorkload(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCgroupConcurrentExecs: execs at once, more than are made ahead,
+// each get a child no other exec had, and none is left behind.
+func TestCgroupConcurrentExecs(t *testing.T) {
+	dirs, paths := testCgroupsV1(t)
+	g := newTestGuest(t, Config{Cgroups: dirs})
+	const workers, each = 6, 8
+	names := make(chan string, workers*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				// Not mustExec: FailNow belongs to the test's goroutine.
+				body, _ := json.Marshal(api.ExecRequest{Cmd: []string{"cat", "/proc/self/cgroup"}})
+				resp, err := g.client.Post("http://guest/exec", "application/json", bytes.NewReader(body))
+				if err != nil {
+					t.Errorf("POST /exec: %v", err)
+					return
+				}
+				var res api.ExecResult
+				err = json.NewDecoder(resp.Body).Decode(&res)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Errorf("exec: status %d, %v", resp.StatusCode, err)
+					return
+				}
+				for l := range strings.Lines(res.Stdout) {
+					if _, after, ok := strings.Cut(strings.TrimSpace(l), ":pids:"); ok {
+						names <- after
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(names)
+	seen := map[string]bool{}
+	for n := range names {
+		if !strings.Contains(n, "/exec-") || seen[n] {
+			t.Errorf("exec ran in %q: not a child of its own", n)
+		}
+		seen[n] = true
+	}
+	if len(seen) != workers*each {
+		t.Errorf("%d distinct children for %d execs", len(seen), workers*each)
+	}
+	checkOnlyReady(t, g, paths)
 }
