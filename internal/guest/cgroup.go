@@ -40,28 +40,69 @@ type CgroupDir struct {
 	HomeFD int
 }
 
-// cgroupSet makes and removes the per-exec child cgroups.
+// cgroupSet makes and removes the per-exec child cgroups. Making one
+// (a mkdir in each hierarchy) and removing it cost about as much as the
+// fork itself, so both happen off the exec's path (cgroup_pool.go): an
+// exec takes a child made ahead of time, and the child of an exec that
+// ended is removed in the background.
 type cgroupSet struct {
 	roots []cgroupRoot
 	next  atomic.Uint64
 	log   *slog.Logger
 
-	// mu guards lingering: children whose exec ended while other
-	// processes (started in the background) still lived in them.
-	mu        sync.Mutex
+	// mu guards the fields below; idle is broadcast, with mu held, when
+	// the tidy goroutine ends.
+	mu   sync.Mutex
+	idle sync.Cond
+	// ready: made ahead, never used. done: ended execs' children, to be
+	// removed. lingering: children whose exec ended while other processes
+	// (started in the background) still lived in them.
+	ready     []*execCgroup
+	done      []*execCgroup
 	lingering []*execCgroup
+	tidying   bool // the tidy goroutine runs
+	closed    bool // close was called: nothing more is made ahead
 }
 
+// cgroupRoot is one hierarchy of the set, with the tasks files the
+// starting thread is written to kept open for the life of the agent: an
+// open and close per move cost as much as the move itself.
 type cgroupRoot struct {
 	CgroupDir
+	// tasks is FD's tasks file where execs go into FD itself (NoChild),
+	// homeTasks the tasks file the thread returns to; -1 where unused
+	// (v2) or where it could not be opened (the moves then fail).
+	tasks, homeTasks int
 }
 
 func newCgroupSet(dirs []CgroupDir, log *slog.Logger) *cgroupSet {
 	s := &cgroupSet{log: log}
+	s.idle.L = &s.mu
 	for _, d := range dirs {
-		s.roots = append(s.roots, cgroupRoot{CgroupDir: d})
+		r := cgroupRoot{CgroupDir: d, tasks: -1, homeTasks: -1}
+		if !d.V2 {
+			home := d.FD
+			if d.HomeFD > 0 {
+				home = d.HomeFD
+			}
+			r.homeTasks = openTasks(home, log)
+			if d.NoChild {
+				r.tasks = openTasks(d.FD, log)
+			}
+		}
+		s.roots = append(s.roots, r)
 	}
 	return s
+}
+
+// openTasks opens dir's tasks file for writing, or returns -1.
+func openTasks(dir int, log *slog.Logger) int {
+	fd, err := unix.Openat(dir, "tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		log.Warn("opening a cgroup tasks file: execs will fail to start", "err", err)
+		return -1
+	}
+	return fd
 }
 
 // execCgroup is one exec's child cgroup, in every hierarchy of the set.
@@ -69,11 +110,23 @@ type execCgroup struct {
 	set  *cgroupSet
 	name string
 	fds  []int // the child's dir fd in each root, same order as set.roots
+	// tasks is the child's tasks file in each v1 root, -1 elsewhere.
+	tasks []int
+	// out, when not nil, is closed once the thread that started the exec
+	// has left the child (startV1).
+	out chan struct{}
+}
+
+// waitOut waits until no thread of the agent is in the child.
+func (c *execCgroup) waitOut() {
+	if c.out != nil {
+		<-c.out
+	}
 }
 
 // create makes the next exec-<n> child in every root.
 func (s *cgroupSet) create() (*execCgroup, error) {
-	c := &execCgroup{set: s, fds: make([]int, 0, len(s.roots))}
+	c := &execCgroup{set: s, fds: make([]int, 0, len(s.roots)), tasks: make([]int, 0, len(s.roots))}
 	for attempt := 0; ; attempt++ {
 		c.name = "exec-" + strconv.FormatUint(s.next.Add(1), 10)
 		err := c.mkdirs()
@@ -90,31 +143,53 @@ func (s *cgroupSet) create() (*execCgroup, error) {
 func (c *execCgroup) mkdirs() error {
 	for i, r := range c.set.roots {
 		if r.NoChild {
-			c.fds = append(c.fds, -1)
+			c.fds, c.tasks = append(c.fds, -1), append(c.tasks, -1)
 			continue
 		}
-		err := unix.Mkdirat(r.FD, c.name, 0o755)
+		fd, tasks, err := mkdirAt(r.FD, c.name, !r.V2)
 		if err == nil {
-			var fd int
-			fd, err = unix.Openat(r.FD, c.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err == nil {
-				c.fds = append(c.fds, fd)
-				continue
-			}
-			unix.Unlinkat(r.FD, c.name, unix.AT_REMOVEDIR)
+			c.fds, c.tasks = append(c.fds, fd), append(c.tasks, tasks)
+			continue
 		}
 		// Undo the ones made so far.
 		for j := 0; j < i; j++ {
 			if c.fds[j] < 0 {
 				continue
 			}
+			closeFD(c.tasks[j])
 			unix.Close(c.fds[j])
 			unix.Unlinkat(c.set.roots[j].FD, c.name, unix.AT_REMOVEDIR)
 		}
-		c.fds = c.fds[:0]
+		c.fds, c.tasks = c.fds[:0], c.tasks[:0]
 		return fmt.Errorf("mkdir %s: %w", c.name, err)
 	}
 	return nil
+}
+
+// mkdirAt makes the child name in dir and opens it, and with v1 its tasks
+// file; on error nothing is left made.
+func mkdirAt(dir int, name string, v1 bool) (fd, tasks int, err error) {
+	if err := unix.Mkdirat(dir, name, 0o755); err != nil {
+		return -1, -1, err
+	}
+	tasks = -1
+	fd, err = unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil && v1 {
+		if tasks, err = unix.Openat(fd, "tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		unix.Unlinkat(dir, name, unix.AT_REMOVEDIR)
+		return -1, -1, err
+	}
+	return fd, tasks, nil
+}
+
+func closeFD(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
 }
 
 // v2FD returns the child's fd on the v2 hierarchy, for CLONE_INTO_CGROUP.
@@ -145,11 +220,11 @@ func (c *execCgroup) enterV1(tid []byte) error {
 		if r.V2 {
 			continue
 		}
-		fd := c.fds[i]
+		fd := c.tasks[i]
 		if r.NoChild {
-			fd = r.FD
+			fd = r.tasks
 		}
-		if err := writeAt(fd, "tasks", tid); err != nil {
+		if _, err := unix.Write(fd, tid); err != nil {
 			return fmt.Errorf("moving thread into cgroup %s: %w", c.name, err)
 		}
 	}
@@ -162,11 +237,7 @@ func (c *execCgroup) leaveV1(tid []byte) error {
 		if r.V2 {
 			continue
 		}
-		home := r.FD
-		if r.HomeFD > 0 {
-			home = r.HomeFD
-		}
-		if err := writeAt(home, "tasks", tid); err != nil {
+		if _, err := unix.Write(r.homeTasks, tid); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -200,6 +271,7 @@ func (c *execCgroup) procs(buf []byte) ([]int, []byte) {
 // listed pid, thaw, and again until nothing is left. Freezing first means
 // nothing forks between listing and killing.
 func (c *execCgroup) kill() error {
+	c.waitOut() // freezing the child must not freeze our own thread
 	deadline := time.Now().Add(10 * time.Second)
 	buf := make([]byte, 0, 512)
 	var pids []int
@@ -279,18 +351,6 @@ func waitFor(done func([]byte) bool, dir int, file string) {
 	}
 }
 
-// remove closes the child's fds and removes it. A child that still holds
-// processes (the exec left background work behind) lingers, and is
-// retried after later execs and killed at shutdown.
-func (c *execCgroup) remove() {
-	if c.rmdir() {
-		return
-	}
-	c.set.mu.Lock()
-	c.set.lingering = append(c.set.lingering, c)
-	c.set.mu.Unlock()
-}
-
 // rmdir removes the child from every hierarchy where it is still there;
 // true once it is gone everywhere.
 func (c *execCgroup) rmdir() bool {
@@ -304,38 +364,11 @@ func (c *execCgroup) rmdir() bool {
 			gone = false
 			continue
 		}
+		closeFD(c.tasks[i])
 		unix.Close(c.fds[i])
-		c.fds[i] = -1
+		c.fds[i], c.tasks[i] = -1, -1
 	}
 	return gone
-}
-
-// sweep retries the removal of lingering children.
-func (s *cgroupSet) sweep() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kept := s.lingering[:0]
-	for _, c := range s.lingering {
-		if !c.rmdir() {
-			kept = append(kept, c)
-		}
-	}
-	clear(s.lingering[len(kept):])
-	s.lingering = kept
-}
-
-// killLingering kills what is left in lingering children and removes them.
-func (s *cgroupSet) killLingering() {
-	s.mu.Lock()
-	ls := s.lingering
-	s.lingering = nil
-	s.mu.Unlock()
-	for _, c := range ls {
-		if err := c.kill(); err != nil {
-			s.log.Warn("killing background processes", "cgroup", c.name, "err", err)
-		}
-		c.remove()
-	}
 }
 
 func writeAt(dir int, file string, data []byte) error {

@@ -1,13 +1,21 @@
 package guest
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/api"
 )
@@ -50,14 +58,7 @@ sleep 300`, dir)
 		t.Errorf("escapee %d still alive after the exec answered", pid)
 	}
 	waitGone(t, pid)
-	for _, p := range paths {
-		entries, _ := os.ReadDir(p)
-		for _, e := range entries {
-			if e.IsDir() {
-				t.Errorf("exec cgroup %s left behind", filepath.Join(p, e.Name()))
-			}
-		}
-	}
+	checkOnlyReady(t, g, paths)
 }
 
 func TestCgroupPlacement(t *testing.T) {
@@ -98,14 +99,7 @@ func testPlacement(t *testing.T, mk func(testing.TB) ([]CgroupDir, []string)) {
 		}
 	}
 	// The exec's cgroup is gone once it ended.
-	for _, p := range paths {
-		entries, _ := os.ReadDir(p)
-		for _, e := range entries {
-			if e.IsDir() {
-				t.Errorf("exec cgroup %s left behind", e.Name())
-			}
-		}
-	}
+	checkOnlyReady(t, g, paths)
 }
 
 func TestCgroupBackgroundLingersUntilShutdown(t *testing.T) {
@@ -135,4 +129,163 @@ func testLingers(t *testing.T, mk func(testing.TB) ([]CgroupDir, []string)) {
 			}
 		}
 	}
+}
+
+// TestCgroupMadeAhead: an exec runs in a child made ahead of it, nothing
+// is made before the first exec (a standby agent must own no child until
+// it serves), and the child of an ended exec is removed.
+func TestCgroupMadeAhead(t *testing.T) {
+	for _, k := range cgroupKinds {
+		t.Run(k.name, func(t *testing.T) {
+			dirs, paths := k.make(t)
+			g := newTestGuest(t, Config{Cgroups: dirs})
+			for _, p := range paths {
+				if entries, _ := os.ReadDir(p); slices.ContainsFunc(entries, os.DirEntry.IsDir) {
+					t.Errorf("%s has children before any exec", p)
+				}
+			}
+			g.mustExec(t, api.ExecRequest{Cmd: []string{"true"}})
+			g.srv.cgroups.settle()
+			g.srv.cgroups.mu.Lock()
+			ahead := map[string]bool{}
+			for _, c := range g.srv.cgroups.ready {
+				ahead[c.name] = true
+			}
+			g.srv.cgroups.mu.Unlock()
+			if len(ahead) != readyMax {
+				t.Fatalf("%d children made ahead after an exec, want %d", len(ahead), readyMax)
+			}
+			res := g.mustExec(t, api.ExecRequest{Cmd: []string{"cat", "/proc/self/cgroup"}})
+			name := ""
+			for l := range strings.Lines(res.Stdout) {
+				if _, after, ok := strings.Cut(strings.TrimSpace(l), "/exec-"); ok {
+					name = "exec-" + after
+				}
+			}
+			if !ahead[name] {
+				t.Errorf("exec ran in %q, not in one made ahead (%v):\n%s", name, ahead, res.Stdout)
+			}
+			checkOnlyReady(t, g, paths)
+			if _, err := os.Stat(filepath.Join(paths[0], name)); !os.IsNotExist(err) {
+				t.Errorf("%s of the ended exec still there: %v", name, err)
+			}
+		})
+	}
+}
+
+// TestCgroupAgentAboveWorkload is the container tier's layout: the agent
+// lives in its own cgroup with the workload's below it, execs get a child
+// of the workload's in pids and freezer and go into the workload's own in
+// memory (NoChild), and the starting thread returns to the agent's cgroup
+// in every hierarchy once the exec has started.
+func TestCgroupAgentAboveWorkload(t *testing.T) {
+	requireRoot(t)
+	name := fmt.Sprintf("agentbox-test-%08x", rand.Uint32())
+	var dirs []CgroupDir
+	works := map[string]string{}
+	for _, ctl := range []string{"pids", "freezer", "memory"} {
+		home := filepath.Join("/sys/fs/cgroup", ctl, name)
+		if _, err := os.Stat(filepath.Dir(home)); err != nil {
+			t.Skipf("needs the cgroup v1 %s hierarchy: %v", ctl, err)
+		}
+		work := filepath.Join(home, "workload")
+		if err := os.MkdirAll(work, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := os.Remove(work); err != nil {
+				t.Errorf("removing %s: %v", work, err)
+			}
+			os.Remove(home)
+		})
+		homeFD, err := unix.Open(home, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		workFD, err := unix.Open(work, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(homeFD); unix.Close(workFD) })
+		dirs = append(dirs, CgroupDir{FD: workFD, HomeFD: homeFD, Freezer: ctl == "freezer", NoChild: ctl == "memory"})
+		works[ctl] = strings.TrimPrefix(work, filepath.Join("/sys/fs/cgroup", ctl))
+		moveSelf(t, ctl, home)
+	}
+	g := newTestGuest(t, Config{Cgroups: dirs})
+	for range 3 { // the first exec makes its child; the others take one made ahead
+		res := g.mustExec(t, api.ExecRequest{Cmd: []string{"cat", "/proc/self/cgroup"}})
+		for ctl, work := range works {
+			want := work + "/exec-"
+			if ctl == "memory" {
+				want = work + "\n"
+			}
+			if !strings.Contains(res.Stdout, ":"+ctl+":"+want) {
+				t.Errorf("%s: exec not in %s*:\n%s", ctl, want, res.Stdout)
+			}
+		}
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, task := range tasks {
+			b, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/cgroup")
+			if strings.Contains(string(b), "/workload") {
+				t.Errorf("agent thread %s still in the workload's cgroups:\n%s", task.Name(), b)
+			}
+		}
+	}
+	g.srv.Shutdown(t.Context())
+	for ctl := range works {
+		entries, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctl, works[ctl]))
+		for _, e := range entries {
+			if e.IsDir() {
+				t.Errorf("%s: exec cgroup %s left after shutdown", ctl, e.Name())
+			}
+		}
+	}
+}
+
+// TestCgroupConcurrentExecs: execs at once, more than are made ahead,
+// each get a child no other exec had, and none is left behind.
+func TestCgroupConcurrentExecs(t *testing.T) {
+	dirs, paths := testCgroupsV1(t)
+	g := newTestGuest(t, Config{Cgroups: dirs})
+	const workers, each = 6, 8
+	names := make(chan string, workers*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				// Not mustExec: FailNow belongs to the test's goroutine.
+				body, _ := json.Marshal(api.ExecRequest{Cmd: []string{"cat", "/proc/self/cgroup"}})
+				resp, err := g.client.Post("http://guest/exec", "application/json", bytes.NewReader(body))
+				if err != nil {
+					t.Errorf("POST /exec: %v", err)
+					return
+				}
+				var res api.ExecResult
+				err = json.NewDecoder(resp.Body).Decode(&res)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Errorf("exec: status %d, %v", resp.StatusCode, err)
+					return
+				}
+				for l := range strings.Lines(res.Stdout) {
+					if _, after, ok := strings.Cut(strings.TrimSpace(l), ":pids:"); ok {
+						names <- after
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(names)
+	seen := map[string]bool{}
+	for n := range names {
+		if !strings.Contains(n, "/exec-") || seen[n] {
+			t.Errorf("exec ran in %q: not a child of its own", n)
+		}
+		seen[n] = true
+	}
+	if len(seen) != workers*each {
+		t.Errorf("%d distinct children for %d execs", len(seen), workers*each)
+	}
+	checkOnlyReady(t, g, paths)
 }

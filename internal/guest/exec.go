@@ -325,14 +325,14 @@ func (s *Server) start(sp *execSpec, in stdinSource) (p *proc, err error) {
 	}
 
 	if s.cgroups != nil {
-		cg, err := s.cgroups.create()
+		cg, err := s.cgroups.take()
 		if err != nil {
 			return nil, err
 		}
 		// Not p.cg in the closure: p is the named result, nil by the time
 		// an error return runs the cleanup.
 		p.cg = cg
-		cu.add(func() { cg.remove() })
+		cu.add(func() { s.cgroups.release(cg) })
 	}
 
 	dir := sp.cwd
@@ -384,7 +384,10 @@ func (s *Server) start(sp *execSpec, in stdinSource) (p *proc, err error) {
 // thread's cgroups, so it is inside before its first instruction) and
 // moves the thread back. It runs on its own goroutine so that a thread
 // that cannot move back is thrown away with it rather than left to run
-// other goroutines from inside the exec's cgroup.
+// other goroutines from inside the exec's cgroup. The caller has the new
+// process before the thread has moved back: the moves back overlap the
+// process's run, and cg.out says when they are done (release and kill
+// wait for it).
 func (s *Server) startV1(cg *execCgroup, sp *execSpec, attr *syscall.ProcAttr) (int, <-chan syscall.WaitStatus, error) {
 	type result struct {
 		pid    int
@@ -392,20 +395,21 @@ func (s *Server) startV1(cg *execCgroup, sp *execSpec, attr *syscall.ProcAttr) (
 		err    error
 	}
 	res := make(chan result, 1)
+	cg.out = make(chan struct{})
 	go func() {
+		defer close(cg.out)
 		runtime.LockOSThread()
 		tid := strconv.AppendInt(make([]byte, 0, 12), int64(unix.Gettid()), 10)
 		var r result
 		if r.err = cg.enterV1(tid); r.err == nil {
 			r.pid, r.exited, r.err = s.reaper.start(sp.argv0, sp.argv, attr)
 		}
+		res <- r
 		if err := cg.leaveV1(tid); err != nil {
 			s.log.Error("moving starter thread out of exec cgroup failed; discarding the thread", "cgroup", cg.name, "err", err)
-			res <- r
 			return // still locked: the runtime ends the thread
 		}
 		runtime.UnlockOSThread()
-		res <- r
 	}()
 	r := <-res
 	return r.pid, r.exited, r.err
@@ -499,8 +503,9 @@ func killSession(sid int) {
 	}
 }
 
-// finish waits for any kill to end, closes the exec's files, and removes
-// its cgroup (or leaves it lingering if background processes remain).
+// finish waits for any kill to end, closes the exec's files, and hands
+// its cgroup over for removal (it lingers while background processes
+// remain).
 func (s *Server) finish(p *proc) {
 	p.waitKill()
 	p.stdout.Close()
@@ -509,8 +514,7 @@ func (s *Server) finish(p *proc) {
 		p.stdin.Close()
 	}
 	if p.cg != nil {
-		p.cg.remove()
-		s.cgroups.sweep()
+		s.cgroups.release(p.cg)
 	}
 }
 

@@ -334,3 +334,42 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && len(s) > i+2 && s[i+2] != 'Z'
 }
+
+// settle waits until the tidy goroutine of s has nothing left to do.
+func (s *cgroupSet) settle() {
+	s.mu.Lock()
+	for s.tidying {
+		s.idle.Wait()
+	}
+	s.mu.Unlock()
+}
+
+// checkOnlyReady fails t unless every exec cgroup left under paths, once
+// g's set has settled, is one made ahead for a later exec and is empty:
+// no exec leaves its own behind.
+func checkOnlyReady(t *testing.T, g *testGuest, paths []string) {
+	t.Helper()
+	s := g.srv.cgroups
+	s.settle()
+	s.mu.Lock()
+	ready := map[string]bool{}
+	for _, c := range s.ready {
+		ready[c.name] = true
+	}
+	s.mu.Unlock()
+	for _, p := range paths {
+		entries, _ := os.ReadDir(p)
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			if !ready[e.Name()] {
+				t.Errorf("exec cgroup %s left behind", filepath.Join(p, e.Name()))
+				continue
+			}
+			if b, _ := os.ReadFile(filepath.Join(p, e.Name(), "cgroup.procs")); len(b) > 0 {
+				t.Errorf("cgroup %s made ahead holds processes: %s", filepath.Join(p, e.Name()), b)
+			}
+		}
+	}
+}

@@ -23,7 +23,7 @@ func (s *Server) startOn(sp *execSpec, files [3]int, ctty bool) (*proc, error) {
 	var cg *execCgroup
 	if s.cgroups != nil {
 		var err error
-		if cg, err = s.cgroups.create(); err != nil {
+		if cg, err = s.cgroups.take(); err != nil {
 			return nil, err
 		}
 		p.cg = cg
@@ -55,7 +55,7 @@ func (s *Server) startOn(sp *execSpec, files [3]int, ctty bool) (*proc, error) {
 	}
 	if err != nil {
 		if cg != nil {
-			cg.remove()
+			s.cgroups.release(cg)
 		}
 		switch {
 		case errors.Is(err, unix.ENOENT):

@@ -164,7 +164,8 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // Shutdown stops serving: listeners close at once, requests in flight may
 // finish until ctx is done; then every exec still running is killed with
-// its tree, and background processes left in exec cgroups are killed too.
+// its tree, background processes left in exec cgroups are killed too, and
+// the exec cgroups made ahead are removed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	srvs := s.servers
@@ -186,7 +187,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		p.kill(s)
 	}
 	if s.cgroups != nil {
-		s.cgroups.killLingering()
+		s.cgroups.close()
 	}
 	return errors.Join(errs...)
 }

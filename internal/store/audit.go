@@ -19,29 +19,33 @@ type AuditRecord struct {
 	Remote    string
 }
 
-// AppendAudit inserts recs in one transaction.
+// AppendAudit inserts recs in one transaction. A single record (one per
+// state-changing call, written before its caller has the answer) is one
+// INSERT on its own, which SQLite commits atomically: an explicit
+// transaction would add a BEGIN and a COMMIT round trip to every exec.
 func (s *Store) AppendAudit(ctx context.Context, recs []AuditRecord) error {
-	insert := func(stmt *sql.Stmt, r AuditRecord) error {
-		if _, err := stmt.ExecContext(ctx, toMS(r.Time), r.KeyID, r.Tenant, r.Method, r.Path, r.SandboxID, r.Status, r.Remote); err != nil {
-			return dbErr("writing audit log", err)
-		}
-		return nil
+	if len(recs) == 1 {
+		return s.insertAudit(ctx, s.stmts.insertAudit, recs[0])
 	}
-	switch len(recs) {
-	case 0:
+	if len(recs) == 0 {
 		return nil
-	case 1: // one statement is a transaction of its own
-		return insert(s.stmts.insertAudit, recs[0])
 	}
 	return s.writeTx(ctx, func(tx *sql.Tx) error {
 		stmt := tx.StmtContext(ctx, s.stmts.insertAudit)
 		for _, r := range recs {
-			if err := insert(stmt, r); err != nil {
+			if err := s.insertAudit(ctx, stmt, r); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+func (s *Store) insertAudit(ctx context.Context, stmt *sql.Stmt, r AuditRecord) error {
+	if _, err := stmt.ExecContext(ctx, toMS(r.Time), r.KeyID, r.Tenant, r.Method, r.Path, r.SandboxID, r.Status, r.Remote); err != nil {
+		return dbErr("writing audit log", err)
+	}
+	return nil
 }
 
 // ListAudit returns the newest limit records of tenant ("" = all), newest

@@ -81,3 +81,17 @@ func BenchmarkExpired(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAppendAudit is what the audit entry of one state-changing
+// call (every exec) costs; it is written before the caller has the answer.
+func BenchmarkAppendAudit(b *testing.B) {
+	ctx := context.Background()
+	s := openTest(b)
+	rec := AuditRecord{Time: time.Now(), KeyID: "key_000000000001", Tenant: "t", Method: "POST",
+		Path: "/v1/sandboxes/abcdefghijkl/exec", SandboxID: "abcdefghijkl", Status: 200, Remote: "127.0.0.1:40000"}
+	for b.Loop() {
+		if err := s.AppendAudit(ctx, []AuditRecord{rec}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -22,12 +22,25 @@ type KeyRecord struct {
 	RevokedAt  *time.Time
 }
 
+// KeysVersion is a number that changes whenever a write may have changed
+// what KeyByHash returns: after every write of the store but an audit
+// record, an event and a key's last use (which cannot), and at Close. A
+// caller that caches KeyByHash's answers may use one only while
+// KeysVersion returns the number it read before that lookup: then no
+// revocation has committed since (TestKeysVersion).
+func (s *Store) KeysVersion() uint64 { return s.keysVersion.Load() }
+
+// changed moves KeysVersion on. Writes call it once they returned,
+// committed or not (a failed one costs a cache miss, never a stale hit).
+func (s *Store) changed() { s.keysVersion.Add(1) }
+
 // CreateKey inserts k; a zero CreatedAt becomes now (written back to k). A
 // duplicate id or hash is an error wrapping errdefs.ErrAlreadyExists.
 func (s *Store) CreateKey(ctx context.Context, k *KeyRecord) error {
 	if k.ID == "" || k.Tenant == "" || len(k.Hash) == 0 {
 		return errdefs.Invalid("API key record needs an id, a tenant and a hash")
 	}
+	defer s.changed()
 	if k.CreatedAt.IsZero() {
 		k.CreatedAt = now()
 	} else {
@@ -103,6 +116,7 @@ func (s *Store) ListKeys(ctx context.Context, tenant string) ([]*KeyRecord, erro
 // Revoking a revoked key keeps its first revocation time. A missing key is
 // an error wrapping errdefs.ErrNotFound.
 func (s *Store) RevokeKey(ctx context.Context, id string) error {
+	defer s.changed()
 	res, err := s.stmts.revokeKey.ExecContext(ctx, toMS(now()), id)
 	if err != nil {
 		return dbErr("revoking API key "+id, err)

@@ -55,6 +55,7 @@ type Filter struct {
 // to CreatedAt; both are written back to rec as stored (ms precision). A
 // duplicate id is an error wrapping errdefs.ErrAlreadyExists.
 func (s *Store) CreateSandbox(ctx context.Context, rec *SandboxRecord) error {
+	defer s.changed()
 	if rec.ID == "" || rec.Tenant == "" || rec.State == "" {
 		return errdefs.Invalid("sandbox record needs an id, a tenant and a state, got id %q tenant %q state %q", rec.ID, rec.Tenant, rec.State)
 	}
@@ -259,6 +260,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*SandboxRe
 // DeleteSandbox removes the sandbox and its events. Deleting a missing
 // sandbox is an error wrapping errdefs.ErrNotFound.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	defer s.changed()
 	var d usageDelta
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		rec, err := scanSandbox(tx.StmtContext(ctx, s.stmts.getSandboxW).QueryRowContext(ctx, id), id)

@@ -48,6 +48,7 @@ const snapshotColumns = `id, name, tenant, state, sandbox_id, template, template
 // CreateSnapshot inserts rec. A duplicate name for the tenant is an error
 // wrapping errdefs.ErrAlreadyExists.
 func (s *Store) CreateSnapshot(ctx context.Context, rec *SnapshotRecord) error {
+	defer s.changed()
 	if rec.ID == "" || rec.Tenant == "" || rec.State == "" {
 		return errdefs.Invalid("snapshot record needs an id, a tenant and a state")
 	}
@@ -178,6 +179,7 @@ func dbErrOrNil(what string, err error) error {
 
 // FinishSnapshot marks snapshot id ready with its size.
 func (s *Store) FinishSnapshot(ctx context.Context, id string, size int64) error {
+	defer s.changed()
 	res, err := s.w.ExecContext(ctx, `UPDATE snapshots SET state = ?, size_bytes = ? WHERE id = ?`, SnapshotReady, size, id)
 	if err != nil {
 		return dbErr("updating snapshot "+id, err)

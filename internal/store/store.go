@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -55,6 +56,8 @@ type Store struct {
 	usage usage
 	// tenants are the tenant records (tenants.go).
 	tenants tenantCache
+	// keysVersion is what KeysVersion returns (keys.go).
+	keysVersion atomic.Uint64
 }
 
 // Open opens (creating if needed, mode 0600) the SQLite file at path and
@@ -120,6 +123,7 @@ func (s *Store) Path() string { return s.path }
 
 // Close closes the database. Calls after Close fail.
 func (s *Store) Close() error {
+	defer s.changed() // a cached key must not outlive the store
 	s.stmts.close()
 	var errs []error
 	if s.r != nil {
@@ -131,6 +135,7 @@ func (s *Store) Close() error {
 
 // writeTx runs fn in one IMMEDIATE transaction on the write connection.
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	defer s.changed()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return dbErr("beginning transaction", err)

@@ -88,6 +88,7 @@ func (c *tenantCache) set(name string, t *TenantRecord) {
 // CreateTenant inserts t. An existing name is an error wrapping
 // errdefs.ErrAlreadyExists.
 func (s *Store) CreateTenant(ctx context.Context, t *TenantRecord) error {
+	defer s.changed()
 	if t.Name == "" {
 		return errdefs.Invalid("tenant record needs a name")
 	}
@@ -137,6 +138,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]*TenantRecord, error) {
 
 // SetQuotas replaces the quotas of tenant name.
 func (s *Store) SetQuotas(ctx context.Context, name string, q Quotas) error {
+	defer s.changed()
 	res, err := s.w.ExecContext(ctx, `UPDATE tenants SET sandboxes = ?, cpu = ?, memory_mb = ?, disk_mb = ? WHERE name = ?`,
 		q.Sandboxes, q.CPU, q.MemoryMB, q.DiskMB, name)
 	if err != nil {
