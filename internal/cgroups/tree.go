@@ -78,8 +78,13 @@ func treeProcs(roots []string) ([]int, error) {
 // removeTree removes every cgroup under each root, children first. Absent
 // directories are fine. rmdir can briefly fail with EBUSY while dying
 // tasks leave; it is retried.
-func removeTree(roots []string) error {
-	deadline := time.Now().Add(killTimeout)
+func removeTree(roots []string) error { return removeTreeUntil(roots, time.Now().Add(killTimeout)) }
+
+// removeTreeOnce is removeTree without the retries: EBUSY (a process
+// inside) is an error at once, and what was removed stays removed.
+func removeTreeOnce(roots []string) error { return removeTreeUntil(roots, time.Time{}) }
+
+func removeTreeUntil(roots []string, deadline time.Time) error {
 	for _, root := range roots {
 		dirs, err := subdirs(root)
 		if errors.Is(err, os.ErrNotExist) {

@@ -295,6 +295,12 @@ func (c *v1Cgroup) Kill() error {
 }
 
 func (c *v1Cgroup) Destroy() error {
+	// Usually empty by now (the driver waits for the init, and with it the
+	// sandbox's pid namespace): then one pass of rmdirs is all, and only
+	// a cgroup that still holds a process (EBUSY) is killed and retried.
+	if err := removeTreeOnce(c.dirs); err == nil {
+		return nil
+	}
 	if err := c.Kill(); err != nil {
 		return err
 	}

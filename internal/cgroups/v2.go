@@ -229,6 +229,11 @@ func (c *v2Cgroup) Kill() error {
 }
 
 func (c *v2Cgroup) Destroy() error {
+	// As on v1: an empty tree goes in one pass; one with a process in it
+	// is killed first.
+	if err := removeTreeOnce([]string{c.dir}); err == nil {
+		return nil
+	}
 	if err := c.Kill(); err != nil {
 		return err
 	}

@@ -220,6 +220,15 @@ func (m *Manager) Detach(id string) error {
 	return m.detachLocked(id)
 }
 
+// Attached says whether sandbox id holds an address of the pool, as
+// every sandbox with a network does (egress internet or custom, from its
+// attach, or its record at a restart, until Detach): one without has no
+// veth, chain, set, limits or shaper on the host.
+func (m *Manager) Attached(id string) bool {
+	_, ok := m.pool.Lookup(id)
+	return ok
+}
+
 func (m *Manager) detachLocked(id string) error {
 	m.stopGuard(id)
 	m.dropLog(id)

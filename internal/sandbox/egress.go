@@ -80,6 +80,11 @@ func (s *Service) attachNet(ctx context.Context, rec *store.SandboxRecord, h *dr
 
 // detachNet removes sandbox id's veth and rules and frees its address.
 func (s *Service) detachNet(id string) error {
+	if s.net != nil && !s.net.Attached(id) {
+		// Egress none: nothing of it on the host to look for (each look
+		// is a netlink or nftables round trip), but a prepared namespace.
+		return network.RemoveNetNS(s.netnsPath(id))
+	}
 	defer s.releaseNetExtras(id) // prepared namespace, upload shaper (netlimits.go)
 	if s.net == nil {
 		return nil
