@@ -15,9 +15,12 @@ package container
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -61,6 +64,9 @@ type Driver struct {
 	// stage is the empty directory every init mounts its staged /proc,
 	// /dev and /sys over, in its own mount namespace (api.BootStageEnv).
 	stage string
+	// initPrefix begins the names of this driver's waiting inits' cgroups
+	// ("init-<random>-"), so that Cleanup tells them from leftovers.
+	initPrefix string
 
 	mu sync.Mutex
 	// exited holds, per sandbox id, a channel closed when its init exits.
@@ -96,6 +102,7 @@ func New(o driver.Options) (*Driver, error) {
 		return nil, fmt.Errorf("container driver: cgroups: %w", err)
 	}
 	d := &Driver{opts: o, log: o.Logger, cg: mgr, guest: o.GuestBinary, exited: map[string]chan struct{}{}}
+	d.initPrefix = "init-" + randomSuffix() + "-"
 	d.stage = filepath.Join(o.RunRoot, "stage")
 	if o.RunRoot == "" {
 		d.stage = filepath.Join(os.TempDir(), "agentbox-stage")
@@ -143,60 +150,41 @@ func socketPath(runDir string) string { return filepath.Join(runDir, "guest.sock
 
 // Create implements driver.Driver.
 func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handle, err error) {
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
-	v1 := d.cg.Version() == 1
 	// The agent lives in the sandbox's cgroup; the workload in a child
 	// with the requested limits. The parent adds a small reserve, so that
 	// a fork bomb or a memory hog inside hits its own limits while the
 	// agent keeps answering.
-	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
-		CPU:         spec.CPU,
-		MemoryBytes: spec.MemoryMB<<20 + agentReserveMemory,
-		Pids:        spec.Pids + agentReservePids,
-	})
+	agent := cgroups.Resources{CPU: spec.CPU, MemoryBytes: spec.MemoryMB<<20 + agentReserveMemory, Pids: spec.Pids + agentReservePids}
+	workload := cgroups.Resources{MemoryBytes: spec.MemoryMB << 20, Pids: spec.Pids}
+	p, err := d.takeInit()
 	if err != nil {
-		return nil, fmt.Errorf("creating cgroup: %w", err)
+		return nil, err
 	}
-	undo = append(undo, func() { _ = cg.Destroy() })
-	home := cg
-	if !v1 {
-		// v2: a cgroup that hands controllers to children holds no
-		// processes itself, so the agent gets a leaf of its own.
-		if home, err = cg.Child("agent", cgroups.Resources{}); err != nil {
-			return nil, fmt.Errorf("creating agent cgroup: %w", err)
-		}
-	}
-	work, err := cg.Child("workload", cgroups.Resources{MemoryBytes: spec.MemoryMB << 20, Pids: spec.Pids})
-	if err != nil {
-		return nil, fmt.Errorf("creating workload cgroup: %w", err)
-	}
-	ctrls := []string{""}
-	if v1 {
-		ctrls = []string{"pids", "freezer", "memory", "cpu", "cpuacct"}
-	}
-	if err := work.Delegate(d.opts.UIDBase, d.opts.UIDBase, ctrls...); err != nil {
-		return nil, fmt.Errorf("delegating cgroup: %w", err)
-	}
-	if v1 {
-		// The guest's starter thread goes into workload/exec-N to fork and
-		// then back home: it may write its own cgroup's tasks file, and
-		// nothing else of it (no mkdir, no limits).
-		for _, dir := range home.Paths() {
-			if err := os.Chown(filepath.Join(dir, "tasks"), d.opts.UIDBase, d.opts.UIDBase); err != nil {
-				return nil, fmt.Errorf("delegating the agent's cgroup: %w", err)
+	var cg, home, work cgroups.Cgroup
+	placed := p.cg != ""
+	if placed {
+		// v1: the init waits in cgroups made like a sandbox's; they
+		// become this sandbox's.
+		if cg, err = d.cg.Rename(p.cg, spec.ID); err == nil {
+			p.cg = ""
+			home, work = cg, cg.Sub("workload")
+			if err = cg.Set(agent); err == nil {
+				err = work.Set(workload)
+			}
+			if err != nil {
+				_ = cg.Destroy()
 			}
 		}
+	} else {
+		cg, home, work, err = d.makeCgroups(spec.ID, agent, workload)
 	}
-
-	h, exited, err := d.spawn(ctx, spec, ctrls, home.Paths(), work.Paths(), home.AddProc)
 	if err != nil {
+		d.discard(p)
+		return nil, fmt.Errorf("creating cgroup: %w", err)
+	}
+	h, exited, err := d.spawn(ctx, spec, p, placed, d.controllers(), home.Paths(), work.Paths(), home.AddProc)
+	if err != nil {
+		_ = cg.Destroy()
 		return nil, err
 	}
 	d.mu.Lock()
@@ -205,13 +193,69 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	return h, nil
 }
 
-// spawn makes a sandbox of spec out of an init (pre-spawned, or started
-// now: prespawn_linux.go) in cgroups that exist (home holds the agent,
-// work the workload; ctrls are the v1 controllers, or "" on v2) and
-// returns once it answers. addProc moves the init into the sandbox's
-// cgroups before it gets its boot spec. On error nothing spawn made is
-// left.
-func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, ctrls []string, homePaths, workPaths map[string]string, addProc func(int) error) (_ *driver.Handle, _ chan struct{}, err error) {
+// controllers are the v1 hierarchies a sandbox's cgroups are in, or ""
+// for the one v2 directory.
+func (d *Driver) controllers() []string {
+	if d.cg.Version() == 1 {
+		return v1Controllers
+	}
+	return []string{""}
+}
+
+// makeCgroups makes the cgroups of a sandbox (or of an init waiting for
+// one) named name: its own with limits agent, the agent's home in it (v1:
+// the same; v2: a leaf "agent") and the workload's child with limits
+// workload, delegated to the sandbox's root. On error nothing is left.
+func (d *Driver) makeCgroups(name string, agent, workload cgroups.Resources) (cg, home, work cgroups.Cgroup, err error) {
+	if cg, err = d.cg.Create(name, agent); err != nil {
+		return nil, nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = cg.Destroy()
+		}
+	}()
+	v1 := d.cg.Version() == 1
+	home = cg
+	if !v1 {
+		// v2: a cgroup that hands controllers to children holds no
+		// processes itself, so the agent gets a leaf of its own.
+		if home, err = cg.Child("agent", cgroups.Resources{}); err != nil {
+			return nil, nil, nil, fmt.Errorf("creating agent cgroup: %w", err)
+		}
+	}
+	if work, err = cg.Child("workload", workload); err != nil {
+		return nil, nil, nil, fmt.Errorf("creating workload cgroup: %w", err)
+	}
+	if err = work.Delegate(d.opts.UIDBase, d.opts.UIDBase, d.controllers()...); err != nil {
+		return nil, nil, nil, fmt.Errorf("delegating cgroup: %w", err)
+	}
+	if v1 {
+		// The guest's starter thread goes into workload/exec-N to fork and
+		// then back home: it may write its own cgroup's tasks file, and
+		// nothing else of it (no mkdir, no limits).
+		for _, dir := range home.Paths() {
+			if err = os.Chown(filepath.Join(dir, "tasks"), d.opts.UIDBase, d.opts.UIDBase); err != nil {
+				return nil, nil, nil, fmt.Errorf("delegating the agent's cgroup: %w", err)
+			}
+		}
+	}
+	return cg, home, work, nil
+}
+
+// spawn makes a sandbox of spec out of the init p (prespawn_linux.go) in
+// cgroups that exist (home holds the agent, work the workload; ctrls are
+// the v1 controllers, or "" on v2) and returns once it answers. Unless p
+// is placed there already, addProc moves it into the sandbox's cgroups
+// before it gets its boot spec. spawn owns p: on error p and everything
+// spawn made are gone.
+func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, placed bool, ctrls []string, homePaths, workPaths map[string]string, addProc func(int) error) (_ *driver.Handle, _ chan struct{}, err error) {
+	given := false
+	defer func() {
+		if err != nil && !given {
+			d.discard(p)
+		}
+	}()
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -282,11 +326,11 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, ctrls []string, h
 	if d.opts.Seccomp {
 		boot.SeccompFilter = d.seccompFilter
 	}
-	p, err := d.giveInit(boot, files, addProc)
-	if err != nil {
+	given = true // giveInit owns p now
+	if p, err = d.giveInit(p, placed, boot, files, addProc); err != nil {
 		return nil, nil, err
 	}
-	undo = append(undo, p.discard)
+	undo = append(undo, func() { d.discard(p) })
 	if spec.Started != nil {
 		spec.Started(p.pid) // the init's namespaces exist; the guest boots
 	}
@@ -297,6 +341,13 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, ctrls []string, h
 	}
 	p.out.Close()
 	return h, p.exited, nil
+}
+
+// randomSuffix is 8 lowercase hex digits.
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func shmSize(memMB int64) int64 {
@@ -438,7 +489,22 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 // Cleanup implements driver.Driver: it removes cgroups of unknown sandboxes
 // (killing whatever still runs in them).
 func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
-	return cgroups.RemoveExcept(d.cg, keep)
+	// The cgroups of this driver's waiting inits are not leftovers (those
+	// of an earlier daemon's are: their inits exited with it).
+	names, err := d.cg.List()
+	if err != nil {
+		return nil, err
+	}
+	ours := maps.Clone(keep)
+	for _, n := range names {
+		if strings.HasPrefix(n, d.initPrefix) {
+			if ours == nil {
+				ours = map[string]bool{}
+			}
+			ours[n] = true
+		}
+	}
+	return cgroups.RemoveExcept(d.cg, ours)
 }
 
 // Pause implements driver.Pauser: freeze every process of the sandbox.

@@ -8,13 +8,16 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
+	"github.com/agentbox/agentbox/internal/cgroups"
 )
 
 // Pre-spawned inits. Everything a sandbox's init does before it reads its
@@ -42,6 +45,10 @@ type initProc struct {
 	// out is its stdout and stderr until it gets its sandbox's log (a
 	// memfd): why it exited, if it did before that.
 	out *os.File
+	// cg names the cgroup it waits in (v1: made like a sandbox's, without
+	// limits, so that a create renames it instead of making one), until a
+	// sandbox takes it over; "" then, and on v2.
+	cg string
 }
 
 // output is what p printed before it was given a sandbox, for errors.
@@ -53,8 +60,8 @@ func (p *initProc) output() string {
 	return ": " + string(b)
 }
 
-// discard ends p, which was never given a sandbox.
-func (p *initProc) discard() {
+// discard ends p and removes the cgroup it waited in, if it still has it.
+func (d *Driver) discard(p *initProc) {
 	p.closeBoot() // it exits on EOF
 	select {
 	case <-p.exited:
@@ -63,12 +70,29 @@ func (p *initProc) discard() {
 	}
 	<-p.exited
 	p.out.Close()
+	d.dropInitCgroup(p)
+}
+
+// dropInitCgroup removes the cgroup p waited in (once p is out of it).
+func (d *Driver) dropInitCgroup(p *initProc) {
+	if p.cg == "" {
+		return
+	}
+	if cg, err := d.cg.Open(p.cg); err == nil {
+		if err := cg.Destroy(); err != nil {
+			d.log.Warn("removing a sandbox init's cgroup", "cgroup", p.cg, "err", err)
+		}
+	}
+	p.cg = ""
 }
 
 // prespawn holds the driver's waiting inits.
 type prespawn struct {
 	// ready has room for the number kept waiting (driver.Options.Prespawn).
 	ready chan *initProc
+
+	// seq numbers the inits' cgroups (Driver.initPrefix).
+	seq atomic.Uint64
 
 	mu      sync.Mutex
 	filling bool
@@ -85,7 +109,7 @@ func (d *Driver) takeInit() (*initProc, error) {
 			select {
 			case <-p.exited:
 				d.log.Warn("a pre-spawned sandbox init exited while waiting" + p.output())
-				p.discard()
+				d.discard(p)
 				continue
 			default:
 				return p, nil
@@ -126,7 +150,7 @@ func (d *Driver) refill() {
 			pre.mu.Lock()
 			if pre.closed {
 				pre.mu.Unlock()
-				p.discard()
+				d.discard(p)
 				continue
 			}
 			pre.ready <- p // room: only this goroutine adds
@@ -144,7 +168,7 @@ func (d *Driver) closePrespawn() {
 	for {
 		select {
 		case p := <-pre.ready:
-			p.discard()
+			d.discard(p)
 		default:
 			return
 		}
@@ -198,21 +222,42 @@ func (d *Driver) startInit() (_ *initProc, err error) {
 	}
 	p := &initProc{pid: pid, exited: exited, boot: fds[0], out: out}
 	p.pidStart, _ = guestconn.PidStartTime(pid)
+	if d.cg.Version() == 1 {
+		// Its own cgroups, as a sandbox's but unlimited: a create renames
+		// them (one rename per hierarchy) and writes the limits. The init
+		// only waits meanwhile; its memory is charged there from the start.
+		p.cg = d.initPrefix + strconv.FormatUint(d.pre.seq.Add(1), 10)
+		cg, home, _, err := d.makeCgroups(p.cg, cgroups.Resources{}, cgroups.Resources{})
+		if err == nil {
+			if err = home.AddProc(pid); err != nil {
+				_ = cg.Destroy()
+			}
+		}
+		if err != nil {
+			p.cg = ""
+			d.discard(p)
+			return nil, fmt.Errorf("a sandbox init's cgroup: %w", err)
+		}
+	}
 	return p, nil
 }
 
-// giveInit takes an init (takeInit), moves it into the sandbox's cgroups
-// with addProc and gives it boot and files. An init that died while it
-// waited (its channel is closed: EPIPE) is passed over for another.
-func (d *Driver) giveInit(boot *api.BootSpec, files []*os.File, addProc func(int) error) (*initProc, error) {
+// giveInit gives p (already in the sandbox's cgroups when placed, else
+// moved there with addProc, its own cgroup then removed) boot and files.
+// An init that died while it waited (its channel is closed: EPIPE) is
+// replaced by a fresh one. It returns the init that took the sandbox; on
+// error p (or its replacement) is discarded.
+func (d *Driver) giveInit(p *initProc, placed bool, boot *api.BootSpec, files []*os.File, addProc func(int) error) (*initProc, error) {
 	for attempt := 0; ; attempt++ {
-		p, err := d.takeInit()
-		if err != nil {
-			return nil, err
+		var err error
+		if !placed {
+			if err = addProc(p.pid); err != nil {
+				err = fmt.Errorf("placing sandbox in its cgroup: %w", err)
+			} else {
+				d.dropInitCgroup(p)
+			}
 		}
-		if err = addProc(p.pid); err != nil {
-			err = fmt.Errorf("placing sandbox in its cgroup: %w", err)
-		} else {
+		if err == nil {
 			err = p.give(boot, files)
 		}
 		if err == nil {
@@ -220,11 +265,15 @@ func (d *Driver) giveInit(boot *api.BootSpec, files []*os.File, addProc func(int
 		}
 		gone := errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.ESRCH)
 		err = fmt.Errorf("%w%s", err, p.output())
-		p.discard()
+		d.discard(p)
 		if !gone || attempt == 2 {
 			return nil, err
 		}
-		d.log.Warn("a pre-spawned sandbox init was gone; taking another", "err", err)
+		d.log.Warn("a pre-spawned sandbox init was gone; starting another", "err", err)
+		if p, err = d.startInit(); err != nil {
+			return nil, err
+		}
+		placed = false
 	}
 }
 

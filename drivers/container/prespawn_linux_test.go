@@ -32,7 +32,7 @@ func waiting(d *Driver) []int {
 	var pids []int
 	for _, p := range ps {
 		pids = append(pids, p.pid)
-		d.pre.ready <- p
+		putBack(d, p)
 	}
 	return pids
 }
@@ -95,9 +95,13 @@ func TestPrespawnedInits(t *testing.T) {
 		if ns, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net"); ns == self || ns == "" {
 			t.Errorf("waiting init %d: net namespace %q, want its own", pid, ns)
 		}
+		// Its own cgroup, made like a sandbox's without limits, under
+		// the driver's init prefix: no sandbox's.
 		cg, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-		if strings.Contains(string(cg), parent) {
-			t.Errorf("waiting init %d is already in a sandbox cgroup:\n%s", pid, cg)
+		for _, l := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+			if strings.Contains(l, ":pids:") && !strings.Contains(l, parent+"/"+d.initPrefix) {
+				t.Errorf("waiting init %d is not in a cgroup of its own: %s", pid, l)
+			}
 		}
 	}
 
@@ -156,15 +160,74 @@ func TestPrespawnedInits(t *testing.T) {
 	for _, pid := range after {
 		waitGoneTest(t, pid)
 	}
+	seenGone(t, d, after)
 	h2 := create(id + "b")
 	if slices.Contains(after, h2.Pid) {
 		t.Errorf("a dead waiting init (%d) was handed a sandbox", h2.Pid)
+	}
+
+	// The sandbox's init is in the sandbox's own cgroups, renamed from
+	// the ones it waited in.
+	cgFile, _ := os.ReadFile("/proc/" + strconv.Itoa(h.Pid) + "/cgroup")
+	if !strings.Contains(string(cgFile), parent+"/"+id+"\n") {
+		t.Errorf("sandbox init's cgroups:\n%s\nwant %s/%s", cgFile, parent, id)
 	}
 
 	last := waitFull(t, d)
 	d.Close()
 	for _, pid := range last {
 		waitGoneTest(t, pid)
+	}
+	// Nothing of the waiting inits' cgroups is left.
+	names, err := d.cg.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, d.initPrefix) {
+			t.Errorf("cgroup %s of a waiting init left after Close", n)
+		}
+	}
+}
+
+// putBack returns p to the pool, or ends it if a refill filled the pool
+// meanwhile.
+func putBack(d *Driver, p *initProc) {
+	select {
+	case d.pre.ready <- p:
+	default:
+		d.discard(p)
+	}
+}
+
+// seenGone waits until the driver has seen the waiting inits pids exit
+// (their pidfd watch closed their channel): a create that takes one
+// before that gives it the spec and fails. An init that dies at that
+// moment is a rare race a caller sees as a failed create.
+func seenGone(t *testing.T, d *Driver, pids []int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var ps []*initProc
+		for len(d.pre.ready) > 0 {
+			ps = append(ps, <-d.pre.ready)
+		}
+		live := 0
+		for _, p := range ps {
+			select {
+			case <-p.exited:
+			default:
+				if slices.Contains(pids, p.pid) {
+					live++
+				}
+			}
+			putBack(d, p)
+		}
+		if live == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d killed inits still look alive to the driver", live)
+		}
 	}
 }
 

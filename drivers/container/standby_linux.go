@@ -28,7 +28,7 @@ var _ driver.Standby = (*Driver)(nil)
 // exits, until Promote or Discard takes it.
 var standbys sync.Map // int -> chan struct{}
 
-// v1Controllers are the hierarchies Create uses on cgroup v1.
+// v1Controllers are the hierarchies a sandbox's cgroups are in on v1.
 var v1Controllers = []string{"pids", "freezer", "memory", "cpu", "cpuacct"}
 
 // Prepare implements driver.Standby: it spawns an init for spec in the
@@ -53,7 +53,11 @@ func (d *Driver) Prepare(ctx context.Context, spec *driver.Spec) (*driver.Handle
 			addProc = func(pid int) error { return cgroups.AddProcTo(home[c], pid) }
 		}
 	}
-	h, exited, err := d.spawn(ctx, spec, ctrls, home, work, addProc)
+	p, err := d.takeInit()
+	if err != nil {
+		return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
+	}
+	h, exited, err := d.spawn(ctx, spec, p, false, ctrls, home, work, addProc)
 	if err != nil {
 		return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
 	}

@@ -56,6 +56,10 @@ type Manager interface {
 	Open(name string) (Cgroup, error)
 	// List names the cgroups under the parent, for cleanup.
 	List() ([]string, error)
+	// Rename gives cgroup from the name to, with its children, processes
+	// and limits (v1, where a rename is one rename(2) per hierarchy); v2
+	// answers ErrFailedPrecondition (the kernel refuses renames there).
+	Rename(from, to string) (Cgroup, error)
 }
 
 // Cgroup is one sandbox's cgroup.
@@ -64,6 +68,9 @@ type Cgroup interface {
 	// Child makes a child cgroup in every controller with limits r.
 	// Destroy of the parent removes it too.
 	Child(name string, r Resources) (Cgroup, error)
+	// Sub is the existing child name (as Child made it), without
+	// touching the filesystem.
+	Sub(name string) Cgroup
 	// Set changes the limits of a live cgroup, in an order the kernel
 	// accepts whether they go up or down.
 	Set(r Resources) error

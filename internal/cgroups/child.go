@@ -33,6 +33,17 @@ func (c *v1Cgroup) Child(name string, r Resources) (Cgroup, error) {
 	return ch, nil
 }
 
+func (c *v1Cgroup) Sub(name string) Cgroup {
+	ch := &v1Cgroup{name: c.name + "/" + name, paths: make(map[string]string, len(c.paths)), dirs: make([]string, len(c.dirs))}
+	for ctrl, d := range c.paths {
+		ch.paths[ctrl] = d + "/" + name
+	}
+	for i, d := range c.dirs {
+		ch.dirs[i] = d + "/" + name
+	}
+	return ch
+}
+
 // Child implements Cgroup. On v2 the parent must hold no processes once
 // it delegates controllers to children: put them in a leaf of their own.
 func (c *v2Cgroup) Child(name string, r Resources) (Cgroup, error) {
@@ -51,4 +62,8 @@ func (c *v2Cgroup) Child(name string, r Resources) (Cgroup, error) {
 		return nil, err
 	}
 	return ch, nil
+}
+
+func (c *v2Cgroup) Sub(name string) Cgroup {
+	return &v2Cgroup{name: c.name + "/" + name, dir: c.dir + "/" + name}
 }

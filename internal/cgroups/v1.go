@@ -112,6 +112,27 @@ func (m *v1Manager) Open(name string) (Cgroup, error) {
 	return nil, fmt.Errorf("cgroup %s: %w", name, errdefs.ErrNotFound)
 }
 
+func (m *v1Manager) Rename(from, to string) (Cgroup, error) {
+	if err := validName(from); err != nil {
+		return nil, err
+	}
+	if err := validName(to); err != nil {
+		return nil, err
+	}
+	src, dst := m.cgroup(from), m.cgroup(to)
+	for i := range src.dirs {
+		// cgroupfs never replaces an existing cgroup (EEXIST), and takes no
+		// renameat2 flags.
+		if err := unix.Rename(src.dirs[i], dst.dirs[i]); err != nil {
+			for j := 0; j < i; j++ { // put back the ones moved
+				_ = os.Rename(dst.dirs[j], src.dirs[j])
+			}
+			return nil, classify(&os.PathError{Op: "rename", Path: src.dirs[i], Err: err}, "renaming cgroup "+from+" to "+to)
+		}
+	}
+	return dst, nil
+}
+
 func (m *v1Manager) List() ([]string, error) {
 	seen := map[string]bool{}
 	for _, d := range m.dirs {

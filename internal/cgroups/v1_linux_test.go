@@ -304,3 +304,55 @@ func BenchmarkV1Create(b *testing.B) {
 		cg.Destroy()
 	}
 }
+
+// Rename moves a cgroup, its child, its process and its limits to a new
+// name in every hierarchy, and refuses to replace an existing one.
+func TestV1Rename(t *testing.T) {
+	m := testV1(t)
+	cg, err := m.Create("before", Resources{Pids: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cg.Child("workload", Resources{Pids: 20}); err != nil {
+		t.Fatal(err)
+	}
+	sleep := exec.Command("sleep", "30")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleep.Process.Kill()
+	if err := cg.AddProc(sleep.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create("taken", Resources{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Rename("before", "taken"); err == nil {
+		t.Error("Rename onto an existing cgroup succeeded")
+	}
+	got, err := m.Rename("before", "after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ctrl, dir := range got.Paths() {
+		if !strings.HasSuffix(dir, "/after") {
+			t.Errorf("%s: renamed path %s", ctrl, dir)
+		}
+		if _, err := os.Stat(strings.TrimSuffix(dir, "after") + "before"); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the old name is still there (%v)", ctrl, err)
+		}
+	}
+	if v := readTrim(t, got.Paths()["pids"]+"/pids.max"); v != "50" {
+		t.Errorf("pids.max after rename = %s, want 50", v)
+	}
+	if v := readTrim(t, got.Sub("workload").Paths()["pids"]+"/pids.max"); v != "20" {
+		t.Errorf("workload pids.max after rename = %s, want 20", v)
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sleep.Process.Pid))
+	if !strings.Contains(string(b), "/after") {
+		t.Errorf("the process's cgroups after rename:\n%s", b)
+	}
+	if err := got.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -74,6 +74,10 @@ func (m *v2Manager) Open(name string) (Cgroup, error) {
 	return cg, nil
 }
 
+func (m *v2Manager) Rename(from, to string) (Cgroup, error) {
+	return nil, fmt.Errorf("%w: cgroup v2 does not rename cgroups (%s to %s); create one", errdefs.ErrFailedPrecondition, from, to)
+}
+
 func (m *v2Manager) List() ([]string, error) {
 	ents, err := os.ReadDir(m.dir)
 	if err != nil {
