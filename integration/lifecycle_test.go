@@ -205,10 +205,12 @@ func countHost(t testing.TB) hostCounts {
 			c.mounts++
 		}
 	}
+	// The container tier's waiting inits (prespawn_inits) sit in cgroups
+	// of their own, init-*, refilled in the background: not a sandbox's.
 	for _, ctrl := range []string{"cpu", "memory", "pids", "freezer"} {
 		ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctrl, env.cfg.CgroupParent))
 		for _, e := range ents {
-			if e.IsDir() {
+			if e.IsDir() && !strings.HasPrefix(e.Name(), "init-") {
 				c.cgroups++
 			}
 		}
@@ -220,7 +222,8 @@ func countHost(t testing.TB) hostCounts {
 		}
 		// Processes of this daemon's sandboxes sit in its cgroup parent
 		// (other daemons may run sandboxes on this host meanwhile).
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cgroup"); err == nil && strings.Contains(string(b), "/"+env.cfg.CgroupParent+"/") {
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cgroup"); err == nil && strings.Contains(string(b), "/"+env.cfg.CgroupParent+"/") &&
+			!strings.Contains(string(b), "/"+env.cfg.CgroupParent+"/init-") {
 			c.procs++
 		}
 	}
