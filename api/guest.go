@@ -66,9 +66,6 @@ type BootSpec struct {
 	WorkDir   string   `json:"work_dir"`
 	// Rootfs is an empty directory where the overlay is mounted.
 	Rootfs string `json:"rootfs"`
-	// Volatile mounts the overlay with overlayfs' volatile option: no
-	// sync reaches the writable layer (driver.Spec.Volatile).
-	Volatile bool `json:"volatile,omitempty"`
 	// Env is the default environment of every process (KEY=VALUE).
 	Env []string `json:"env"`
 	// User is the default user of exec and files ("root" if empty).

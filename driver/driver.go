@@ -37,11 +37,6 @@ type Spec struct {
 	// prepared (with its hard disk limit) by storage.
 	UpperDir string
 	WorkDir  string
-	// Volatile says the writable layer need not survive a host crash (the
-	// sandbox is destroyed, not kept, when it ends): a driver may skip
-	// syncing it, e.g. overlayfs' volatile option, so that a sandbox's
-	// end does not commit the storage pool's transaction.
-	Volatile bool
 	Env      []string // KEY=VALUE, the template's defaults plus the request's
 	User     string   // default exec user
 	Workdir  string   // default exec cwd

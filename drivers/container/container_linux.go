@@ -313,7 +313,6 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 		UpperDir:  spec.UpperDir,
 		WorkDir:   spec.WorkDir,
 		Rootfs:    rootfs,
-		Volatile:  spec.Volatile,
 		Env:       spec.Env,
 		User:      spec.User,
 		Workdir:   spec.Workdir,

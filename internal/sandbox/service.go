@@ -381,9 +381,6 @@ func (s *Service) driverSpec(rec *store.SandboxRecord, tpl *storage.Template, up
 		Layers:   layers,
 		UpperDir: upper,
 		WorkDir:  work,
-		// Only a sandbox kept when it ends (on_timeout pause) needs its
-		// files synced; the others are gone after a crash anyway.
-		Volatile: rec.Spec.OnTimeout != api.OnTimeoutPause,
 		Env:      env,
 		User:     tpl.User,
 		Workdir:  tpl.Workdir,

@@ -180,9 +180,7 @@ func (s *Service) claimWarm(rec *store.SandboxRecord, tpl *storage.Template, drv
 
 // matchWarm takes the first ready, live member of a pool that matches.
 func (s *Service) matchWarm(rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) *member {
-	// A sandbox kept when it ends needs a synced writable layer; pool
-	// members boot with a volatile one (driver.Spec.Volatile).
-	if rec.Snapshot != "" || !sameLowers(rec.Lowers, tpl.LowerDirs()) || rec.Spec.OnTimeout == api.OnTimeoutPause {
+	if rec.Snapshot != "" || !sameLowers(rec.Lowers, tpl.LowerDirs()) {
 		return nil
 	}
 	resize := drv.Capabilities().Resize

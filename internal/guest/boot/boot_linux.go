@@ -228,11 +228,6 @@ func mountOverlay(spec api.BootSpec) error {
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr",
 		strings.Join(spec.LowerDirs, ":"), spec.UpperDir, spec.WorkDir)
-	if spec.Volatile {
-		// No sync reaches the upper layer, and unmounting it (the end
-		// of the sandbox) commits no btrfs transaction.
-		opts += ",volatile"
-	}
 	if err := unix.Mount("overlay", spec.Rootfs, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mounting overlay root (%s): %w", opts, err)
 	}
