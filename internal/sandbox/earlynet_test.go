@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
@@ -39,13 +40,38 @@ func TestAttachNetEarlyNothingToDo(t *testing.T) {
 // TestEarlyNetWait: wait says "not run" before Started, then joins the
 // attach and returns its error.
 func TestEarlyNetWait(t *testing.T) {
-	en := &earlyNet{done: make(chan struct{})}
+	en := &earlyNet{}
 	if ran, _ := en.wait(); ran {
 		t.Fatal("wait before Started says it ran")
 	}
-	en.started.Store(true)
+	en.done = make(chan struct{})
 	go func() { defer close(en.done); en.err = context.Canceled }()
 	if ran, err := en.wait(); !ran || err != context.Canceled {
 		t.Fatalf("wait = %v, %v; want true, context.Canceled", ran, err)
+	}
+}
+
+// TestEarlyNetRestart: a second Started (the first init was gone) attaches
+// only once the first attach ended, and wait returns the second's outcome.
+func TestEarlyNetRestart(t *testing.T) {
+	en := &earlyNet{}
+	release := make(chan struct{})
+	firstDone := make(chan struct{})
+	en.start(func() error {
+		<-release
+		close(firstDone)
+		return errors.New("the init died")
+	})
+	en.start(func() error {
+		select {
+		case <-firstDone:
+			return nil
+		default:
+			return errors.New("the second attach ran before the first ended")
+		}
+	})
+	close(release)
+	if ran, err := en.wait(); !ran || err != nil {
+		t.Fatalf("wait = %v, %v; want true, nil", ran, err)
 	}
 }

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"path/filepath"
-	"sync/atomic"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
@@ -164,11 +163,13 @@ func (s *Service) unprepareNetNS(id string, spec *driver.Spec) {
 }
 
 // earlyNet is a network attach started from the driver's Started
-// callback, overlapping the guest's boot.
+// callback, overlapping the rest of the create and the guest's boot.
 type earlyNet struct {
-	started atomic.Bool
-	done    chan struct{}
-	err     error // set before done closes
+	// done closes when the latest attach ends, err (set before) its
+	// outcome; nil until Started. Only the create's goroutine, which
+	// calls Started and then wait, reads or sets done.
+	done chan struct{}
+	err  error
 	// sub is the subnet reserved before Create (allocated: by
 	// attachNetEarly, released by undo when the attach never ran), whose
 	// resolver the driver writes into /etc/resolv.conf at boot.
@@ -179,16 +180,18 @@ type earlyNet struct {
 // attachNetEarly sets spec.Started, for a sandbox with egress whose
 // network is not prepared before create (spec.NetNS), so that a driver
 // that calls it starts attachNet (veth, address, rules, limits) in the
-// new init's namespace while the guest boots. The subnet is reserved
-// now, so that the same driver writes /etc/resolv.conf at boot
-// (spec.ResolvConf) and the guest answers with it in place. It returns
-// nil when there is nothing to attach early.
+// new init's namespace while the create goes on. A later call, for an
+// init that replaces one found gone, attaches again once the earlier
+// attach ended: Attach replaces the chain and the veth of the same
+// sandbox. The subnet is reserved now, so that the same driver writes
+// /etc/resolv.conf at boot (spec.ResolvConf) and the guest answers with
+// it in place. It returns nil when there is nothing to attach early.
 func (s *Service) attachNetEarly(ctx context.Context, rec *store.SandboxRecord, spec *driver.Spec) *earlyNet {
 	n := rec.Spec.Network
 	if spec.NetNS != "" || !hasEgress(n) || s.net == nil {
 		return nil
 	}
-	en := &earlyNet{done: make(chan struct{})}
+	en := &earlyNet{}
 	var err error
 	if n.Address != "" {
 		en.sub, err = network.SubnetOf(n.Address)
@@ -202,22 +205,32 @@ func (s *Service) attachNetEarly(ctx context.Context, rec *store.SandboxRecord, 
 	}
 	spec.ResolvConf = resolvConf(en.sub)
 	spec.Started = func(pid int) {
-		if !en.started.CompareAndSwap(false, true) {
-			return
-		}
-		go func() {
-			defer close(en.done)
+		en.start(func() error {
 			// No socket in the handle: resolv.conf waits for the guest.
-			en.err = s.attachNet(ctx, rec, &driver.Handle{ID: rec.ID, Pid: pid})
-		}()
+			return s.attachNet(ctx, rec, &driver.Handle{ID: rec.ID, Pid: pid})
+		})
 	}
 	return en
+}
+
+// start runs attach in a goroutine once the attach started before it (if
+// any) ended, whose init is gone: the latest attach's outcome is wait's.
+func (en *earlyNet) start(attach func() error) {
+	prev, done := en.done, make(chan struct{})
+	en.done = done
+	go func() {
+		defer close(done)
+		if prev != nil {
+			<-prev
+		}
+		en.err = attach()
+	}()
 }
 
 // wait joins the early attach; ran is false when the driver never called
 // Started (nil en too), so the network is still to attach.
 func (en *earlyNet) wait() (ran bool, err error) {
-	if en == nil || !en.started.Load() {
+	if en == nil || en.done == nil {
 		return false, nil
 	}
 	<-en.done
