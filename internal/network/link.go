@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // VethPrefix starts the host-side name of every sandbox veth: "abx" and
@@ -24,11 +25,17 @@ func HostVeth(id string) string { return VethPrefix + id }
 // addLink creates the veth pair of sandbox id with its peer in the network
 // namespace of pid, addresses both ends from sub, brings them up and sets
 // the sandbox's default route through the host end. Any earlier host end
-// of the same name (a previous init's) is removed first.
+// of the same name (a previous init's) is removed first. One netlink
+// socket on each side carries every request.
 func addLink(id string, pid int, sub Subnet, alias string) (err error) {
+	hh, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer hh.Close()
 	name := HostVeth(id)
-	if l, err := netlink.LinkByName(name); err == nil {
-		_ = netlink.LinkDel(l)
+	if l, err := hh.LinkByName(name); err == nil {
+		_ = hh.LinkDel(l)
 	}
 	ns, err := netns.GetFromPath(fmt.Sprintf("/proc/%d/ns/net", pid))
 	if err != nil {
@@ -38,31 +45,24 @@ func addLink(id string, pid int, sub Subnet, alias string) (err error) {
 	la := netlink.NewLinkAttrs()
 	la.Name = name
 	la.Alias = alias
+	la.Flags = net.FlagUp // up from the start: the rules exist already (Attach)
 	veth := &netlink.Veth{LinkAttrs: la, PeerName: guestIf, PeerNamespace: netlink.NsFd(int(ns))}
-	if err := netlink.LinkAdd(veth); err != nil {
+	if err := hh.LinkAdd(veth); err != nil { // it fills in veth.Index
 		return fmt.Errorf("creating veth %s: %w", name, err)
 	}
 	defer func() {
 		if err != nil {
-			_ = netlink.LinkDel(veth)
+			_ = hh.LinkDel(veth)
 		}
 	}()
-	host, err := netlink.LinkByName(name)
-	if err != nil {
-		return fmt.Errorf("finding veth %s: %w", name, err)
-	}
-	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(sub.Gateway.AsSlice(), sub.Prefix.Bits())}); err != nil {
+	if err := hh.AddrAdd(veth, &netlink.Addr{IPNet: ipNet(sub.Gateway.AsSlice(), sub.Prefix.Bits())}); err != nil {
 		return fmt.Errorf("addressing %s: %w", name, err)
 	}
-	if host.Attrs().Alias != alias {
-		if err := netlink.LinkSetAlias(host, alias); err != nil {
-			return fmt.Errorf("tagging %s: %w", name, err)
-		}
+	// The kernel takes the up flag with the create, not the alias.
+	if err := hh.LinkSetAlias(veth, alias); err != nil {
+		return fmt.Errorf("tagging %s: %w", name, err)
 	}
-	if err := netlink.LinkSetUp(host); err != nil {
-		return fmt.Errorf("bringing %s up: %w", name, err)
-	}
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink in the sandbox's namespace: %w", err)
 	}
