@@ -122,7 +122,7 @@ func TestGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	ta := time.Now()
-	sub, err := m.Attach(id, sbx.Process.Pid, pol, Subnet{})
+	sub, err := m.Attach(id, sbx.Process.Pid, pol, Subnet{}, Limits{})
 	t.Logf("attach took %v", time.Since(ta))
 	if err != nil {
 		t.Fatal(err)

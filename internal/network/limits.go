@@ -194,6 +194,10 @@ func Shaping(id string) ([]string, error) {
 func (m *Manager) ReleaseLimits(id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.releaseLimitsLocked(id)
+}
+
+func (m *Manager) releaseLimitsLocked(id string) error {
 	var errs []error
 	if c, err := nftables.New(); err == nil {
 		if _, lerr := c.ListChain(m.fw.table, limitChain(id)); lerr == nil {
@@ -244,6 +248,27 @@ func limitChain(id string) string { return "lim-" + id }
 func (m *Manager) SetLimits(id string, l Limits) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.setLimitsLocked(id, l)
+}
+
+// addLimit queues, for a sandbox attached for the first time, its chain
+// lim-<id> with l's connection limit and the jump to it (SetLimits); a
+// chain of that name left behind is emptied first. Nothing without a
+// connection limit.
+func (f *firewall) addLimit(c *nftables.Conn, id string, l Limits) {
+	if l.MaxConnections <= 0 {
+		return
+	}
+	lim := c.AddChain(f.chain(limitChain(id)))
+	c.FlushChain(lim)
+	c.InsertRule(&nftables.Rule{Table: f.table, Chain: f.chain("forward"), UserData: []byte(id),
+		Exprs: append(matchIf(expr.MetaKeyIIFNAME, HostVeth(id)), &expr.Verdict{Kind: expr.VerdictJump, Chain: lim.Name})})
+	for _, ex := range connLimitRules(l) {
+		c.AddRule(&nftables.Rule{Table: f.table, Chain: lim, Exprs: ex})
+	}
+}
+
+func (m *Manager) setLimitsLocked(id string, l Limits) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)

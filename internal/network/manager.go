@@ -122,10 +122,12 @@ func (m *Manager) Start(known map[string]Known) error {
 	return nil
 }
 
-// Attach gives sandbox id (its init is pid) a veth, an address and a
-// chain holding pol. sub is the sandbox's recorded subnet, or zero to
-// allocate one; the subnet used is returned for the caller to record.
-func (m *Manager) Attach(id string, pid int, pol Policy, sub Subnet) (_ Subnet, err error) {
+// Attach gives sandbox id (its init is pid) a veth, an address, a chain
+// holding pol and the limits lim (replacing earlier ones, as SetLimits).
+// sub is the sandbox's recorded subnet, or zero to allocate one; the
+// subnet used is returned for the caller to record. A first attach makes
+// every rule in one nftables transaction.
+func (m *Manager) Attach(id string, pid int, pol Policy, sub Subnet, lim Limits) (_ Subnet, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if sub.Prefix.IsValid() {
@@ -144,8 +146,10 @@ func (m *Manager) Attach(id string, pid int, pol Policy, sub Subnet) (_ Subnet, 
 	if err != nil {
 		return Subnet{}, fmt.Errorf("nftables: %w", err)
 	}
-	// A chain left by an earlier init (reset, cold start) is replaced.
-	if _, err := c.ListChain(m.fw.table, sandboxChain(id)); err == nil {
+	// A chain left by an earlier init (reset, cold start) is replaced,
+	// and so are its limits (after the link: its shaping needs the veth).
+	_, lerr := c.ListChain(m.fw.table, sandboxChain(id))
+	if lerr == nil {
 		m.fw.setPolicy(c, id, pol)
 		m.fw.setRedirect(c, id, pol)
 	} else {
@@ -154,18 +158,31 @@ func (m *Manager) Attach(id string, pid int, pol Policy, sub Subnet) (_ Subnet, 
 		}
 		m.fw.addSandbox(c, id, pol)
 		m.fw.addResolver(c, id, sub, pol)
+		m.fw.addLimit(c, id, lim)
 	}
 	if err := c.Flush(); err != nil {
 		return Subnet{}, errdefs.Unavailable("sandbox %s: nftables rules: %v; is the table inet %s intact? restart the daemon to rebuild it", id, err, m.name)
 	}
+	defer func() {
+		if err != nil {
+			m.detachLocked(id)
+			_ = m.releaseLimitsLocked(id)
+		}
+	}()
 	// Rules first, so the link never exists unfiltered.
 	if err := addLink(id, pid, sub, m.name); err != nil {
-		m.detachLocked(id)
 		return Subnet{}, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if lerr == nil {
+		err = m.setLimitsLocked(id, lim)
+	} else if lim.BandwidthMbit > 0 {
+		err = applyShaping(id, m.name, lim)
+	}
+	if err != nil {
+		return Subnet{}, err
 	}
 	// The resolver and proxy listen on the gateway, which now exists.
 	if err := m.startGuard(id, sub, pol); err != nil {
-		m.detachLocked(id)
 		return Subnet{}, err
 	}
 	return sub, nil

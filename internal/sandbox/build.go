@@ -100,7 +100,7 @@ func (b *BuildBox) connect(ctx context.Context, drv driver.Driver, h *driver.Han
 	if err != nil {
 		return err
 	}
-	sub, err := b.s.net.Attach(b.id, h.Pid, pol, network.Subnet{})
+	sub, err := b.s.net.Attach(b.id, h.Pid, pol, network.Subnet{}, network.Limits{})
 	if err != nil {
 		return err
 	}

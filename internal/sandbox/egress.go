@@ -48,12 +48,8 @@ func (s *Service) attachNet(ctx context.Context, rec *store.SandboxRecord, h *dr
 		}
 	}
 	t0 := time.Now()
-	got, err := s.net.Attach(rec.ID, h.Pid, pol, sub)
+	got, err := s.net.Attach(rec.ID, h.Pid, pol, sub, netLimits(n))
 	if err != nil {
-		return err
-	}
-	if err := s.net.SetLimits(rec.ID, netLimits(n)); err != nil {
-		_ = s.net.Detach(rec.ID)
 		return err
 	}
 	s.log.Debug("network attached", "sandbox", rec.ID, "address", got.String(), "took", time.Since(t0))

@@ -446,7 +446,7 @@ func (s *Service) bootMember(p *warmPool) (*member, error) {
 	m := &member{id: rec.ID, pool: p, tpl: tpl, drv: drv, h: h, res: rec.Resources, lowers: rec.Lowers, made: time.Now()}
 	if c.Egress == api.EgressInternet {
 		pol, _ := network.ParsePolicy(api.EgressInternet, nil, nil)
-		if m.sub, err = s.net.Attach(m.id, h.Pid, pol, network.Subnet{}); err != nil {
+		if m.sub, err = s.net.Attach(m.id, h.Pid, pol, network.Subnet{}, network.Limits{}); err != nil {
 			s.dropMember(m, "network failed")
 			return nil, fmt.Errorf("connecting the network: %w", err)
 		}
