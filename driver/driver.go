@@ -54,11 +54,15 @@ type Spec struct {
 	// drivers whose Capabilities say NetNSAtCreate; "" means a fresh
 	// namespace with only loopback.
 	NetNS string
-	// Started, when set, is called once by drivers that support it, from
+	// Started, when set, is called by drivers that support it, from
 	// Create, as soon as the sandbox's init and its namespaces exist and
-	// before the guest answers, with the init's host pid: the service
-	// wires the sandbox's network into that namespace while the guest
-	// boots. It must return at once (start work, do not do it); drivers
+	// before the init runs anything of the sandbox's (the container
+	// driver: first thing, with a pre-spawned init), with the init's host
+	// pid: the service wires the sandbox's network into that namespace
+	// while the driver goes on and the guest boots. Should that init turn
+	// out gone before it is given the sandbox, Started is called again
+	// with its replacement's pid; the latest call names the sandbox's
+	// init. It must return at once (start work, do not do it); drivers
 	// that never call it are fine, the service then connects the network
 	// after Create. It is not persisted.
 	Started func(pid int) `json:"-"`

@@ -160,6 +160,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	if err != nil {
 		return nil, err
 	}
+	announce(spec, p) // its network is wired while the rest goes on
 	var cg, home, work cgroups.Cgroup
 	placed := p.cg != ""
 	if placed {
@@ -191,6 +192,14 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	d.exited[spec.ID] = exited
 	d.mu.Unlock()
 	return h, nil
+}
+
+// announce tells spec.Started, if set, that p is the sandbox's init: its
+// namespaces exist and it runs nothing of the sandbox's before its spec.
+func announce(spec *driver.Spec, p *initProc) {
+	if spec.Started != nil {
+		spec.Started(p.pid)
+	}
 }
 
 // controllers are the v1 hierarchies a sandbox's cgroups are in, or ""
@@ -326,13 +335,10 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 		boot.SeccompFilter = d.seccompFilter
 	}
 	given = true // giveInit owns p now
-	if p, err = d.giveInit(p, placed, boot, files, addProc); err != nil {
+	if p, err = d.giveInit(p, placed, boot, files, addProc, func(p *initProc) { announce(spec, p) }); err != nil {
 		return nil, nil, err
 	}
 	undo = append(undo, func() { d.discard(p) })
-	if spec.Started != nil {
-		spec.Started(p.pid) // the init's namespaces exist; the guest boots
-	}
 
 	h := &driver.Handle{ID: spec.ID, Pid: p.pid, Socket: sock, PidStart: p.pidStart}
 	if err := d.waitReady(ctx, h, p.exited, spec.RunDir, p.output); err != nil {
@@ -426,8 +432,16 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	if ours {
 		select {
 		case <-ch:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("waiting for sandbox init to exit: %w", ctx.Err()))
+		case <-time.After(200 * time.Millisecond):
+			// The pid namespace cannot end while a process of it is
+			// frozen: an exec cgroup the agent froze to kill its tree
+			// stays frozen if the agent died meanwhile.
+			d.thawTree(h.ID)
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				errs = append(errs, fmt.Errorf("waiting for sandbox init to exit: %w", ctx.Err()))
+			}
 		}
 	} else if h.Pid > 0 {
 		waitGone(ctx, h)
@@ -443,6 +457,25 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 		_ = os.Remove(h.Socket)
 	}
 	return errors.Join(errs...)
+}
+
+// thawTree thaws every frozen cgroup of sandbox id, children included.
+func (d *Driver) thawTree(id string) {
+	cg, err := d.cg.Open(id)
+	if err != nil {
+		return
+	}
+	file, thawed := "freezer.state", "THAWED"
+	root, ok := cg.Paths()["freezer"]
+	if !ok {
+		file, thawed, root = "cgroup.freeze", "0", cg.Paths()[""]
+	}
+	_ = filepath.WalkDir(root, func(path string, e os.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			_ = os.WriteFile(filepath.Join(path, file), []byte(thawed), 0)
+		}
+		return nil
+	})
 }
 
 // waitGone waits until a non-child init has exited, using a pidfd.

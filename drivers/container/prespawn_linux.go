@@ -246,8 +246,9 @@ func (d *Driver) startInit() (_ *initProc, err error) {
 // moved there with addProc, its own cgroup then removed) boot and files.
 // An init that died while it waited (its channel is closed: EPIPE) is
 // replaced by a fresh one. It returns the init that took the sandbox; on
-// error p (or its replacement) is discarded.
-func (d *Driver) giveInit(p *initProc, placed bool, boot *api.BootSpec, files []*os.File, addProc func(int) error) (*initProc, error) {
+// error p (or its replacement) is discarded. replaced is called with a
+// replacement before it is placed.
+func (d *Driver) giveInit(p *initProc, placed bool, boot *api.BootSpec, files []*os.File, addProc func(int) error, replaced func(*initProc)) (*initProc, error) {
 	for attempt := 0; ; attempt++ {
 		var err error
 		if !placed {
@@ -273,6 +274,7 @@ func (d *Driver) giveInit(p *initProc, placed bool, boot *api.BootSpec, files []
 		if p, err = d.startInit(); err != nil {
 			return nil, err
 		}
+		replaced(p)
 		placed = false
 	}
 }

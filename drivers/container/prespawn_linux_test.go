@@ -244,3 +244,68 @@ func waitGoneTest(t *testing.T, pid int) {
 		}
 	}
 }
+
+// Started names the init before it is in the sandbox's cgroups (so the
+// network is wired while the create goes on), and names the replacement
+// when the announced init dies before it is given its spec; the sandbox
+// then runs on the replacement.
+func TestStartedAnnouncesInit(t *testing.T) {
+	guest := drivertest.BuildGuest(t)
+	parent := drivertest.CgroupParent(t)
+	const uidBase = 1000000
+	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, Seccomp: true, Prespawn: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	waitFull(t, d)
+	tmp, err := os.MkdirTemp("/var/tmp", "announce-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	id := "ann" + strconv.FormatInt(time.Now().UnixNano()%1000000, 10)
+	spec := &driver.Spec{ID: id, Hostname: "sbx-" + id, Layers: []string{drivertest.BusyboxRootfs(t, uidBase)},
+		UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"),
+		RunDir: filepath.Join(tmp, "run"), Env: []string{"PATH=/bin"},
+		User: "root", Workdir: "/", CPU: 1, MemoryMB: 128, Pids: 64}
+	for _, dir := range []string{spec.UpperDir, spec.WorkDir} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, uidBase, uidBase); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(spec.RunDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	var announced []int
+	spec.Started = func(pid int) {
+		announced = append(announced, pid)
+		cg, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+		if strings.Contains(string(cg), parent+"/"+id) {
+			t.Errorf("init %d announced after it was put in the sandbox's cgroups", pid)
+		}
+		if len(announced) == 1 { // the first one dies before its spec
+			unix.Kill(pid, unix.SIGKILL)
+			waitGoneTest(t, pid)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h, err := d.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Destroy(context.Background(), h) })
+	if len(announced) != 2 || announced[1] != h.Pid || announced[0] == h.Pid {
+		t.Fatalf("announced %v, the sandbox's init is %d; want the killed one, then it", announced, h.Pid)
+	}
+	if got, err := drivertest.Exec(ctx, d, h, "hostname"); err != nil || strings.TrimSpace(got.Stdout) != "sbx-"+id {
+		t.Fatalf("exec on the replacement: %+v, %v", got, err)
+	}
+}

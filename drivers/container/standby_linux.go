@@ -57,6 +57,7 @@ func (d *Driver) Prepare(ctx context.Context, spec *driver.Spec) (*driver.Handle
 	if err != nil {
 		return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
 	}
+	announce(spec, p)
 	h, exited, err := d.spawn(ctx, spec, p, false, ctrls, home, work, addProc)
 	if err != nil {
 		return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
