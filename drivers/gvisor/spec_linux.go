@@ -86,8 +86,9 @@ var guestCaps = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
 	"CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
-	// Only to mount gVisor's pids cgroup hierarchy; the agent drops it
-	// from its bounding set right after, so no exec has it.
+	// Only to mount gVisor's cgroup hierarchies; no exec has it (every
+	// sandbox process forks from a thread whose bounding set the agent
+	// emptied).
 	"CAP_SYS_ADMIN",
 }
 
