@@ -65,7 +65,7 @@ func runServe() error {
 		// nothing bounds the number of processes: refuse to serve.
 		return fmt.Errorf("sandbox cgroups: %w", err)
 	}
-	if err := hardenServe(filepath.Dir(sock)); err != nil {
+	if err := hardenServe(filepath.Dir(sock), spec.SeccompFilter); err != nil {
 		return fmt.Errorf("hardening: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
+	"github.com/agentbox/agentbox/internal/guest/harden"
 )
 
 // Name is the tier's name in the API.
@@ -51,6 +52,10 @@ type Driver struct {
 	opts driver.Options
 	log  *slog.Logger
 	cg   cgroups.Manager
+
+	// seccompFilter is the agent's seccomp filter (serveAllow allowed),
+	// assembled once here rather than inside every sandbox.
+	seccompFilter []byte
 
 	mu     sync.Mutex
 	exited map[string]chan struct{}
@@ -86,7 +91,11 @@ func New(o driver.Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor driver: cgroups: %w", err)
 	}
-	return &Driver{opts: o, log: o.Logger, cg: mgr, exited: map[string]chan struct{}{}}, nil
+	prog, err := harden.ProgramAllowing(serveAllow...)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor driver: %w", err)
+	}
+	return &Driver{opts: o, log: o.Logger, cg: mgr, seccompFilter: harden.EncodeFilter(prog), exited: map[string]chan struct{}{}}, nil
 }
 
 // Name implements driver.Driver.
@@ -167,7 +176,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		return nil, fmt.Errorf("gvisor: mounting the sandbox's root overlay: %w", err)
 	}
 	undo = append(undo, func() { _ = unmount(rootfs) })
-	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, d.opts.UIDBase, d.opts.UIDCount); err != nil {
+	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, d.opts.UIDBase, d.opts.UIDCount, d.seccompFilter); err != nil {
 		return nil, fmt.Errorf("gvisor: writing the OCI bundle: %w", err)
 	}
 	cg, err := d.cg.Create(spec.ID, cgroups.Resources{

@@ -92,15 +92,23 @@ var guestCaps = []string{
 	"CAP_SYS_ADMIN",
 }
 
+// serveAllow are the syscalls of the always-deny list that the agent's
+// seccomp filter allows inside gVisor: syslog(2) reads gVisor's own
+// made-up boot log (`dmesg` shows gVisor), never the host's.
+var serveAllow = []string{"syslog"}
+
 // writeBundle writes <bundle>/config.json for spec, with rootfs the host
-// overlay and the guest agent as the sandbox's first process.
-func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, uidBase, uidCount int) error {
+// overlay and the guest agent as the sandbox's first process; filter is
+// the agent's seccomp filter (harden.EncodeFilter).
+func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, uidBase, uidCount int, filter []byte) error {
 	boot := api.BootSpec{
-		SandboxID: spec.ID,
-		Hostname:  spec.Hostname,
-		Env:       spec.Env,
-		User:      spec.User,
-		Workdir:   spec.Workdir,
+		SandboxID:     spec.ID,
+		Hostname:      spec.Hostname,
+		Env:           spec.Env,
+		User:          spec.User,
+		Workdir:       spec.Workdir,
+		Seccomp:       true,
+		SeccompFilter: filter,
 	}
 	bootJSON, err := json.Marshal(&boot)
 	if err != nil {
