@@ -22,11 +22,11 @@ import (
 )
 
 // main runs on the main thread (see init), the one whose capability sets
-// /proc/PID/status shows: `init` empties its bounding set there.
+// /proc/PID/status shows: `init` and `serve` empty its bounding set there.
 func init() { runtime.LockOSThread() }
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "init" {
+	if len(os.Args) < 2 || (os.Args[1] != "init" && os.Args[1] != "serve") {
 		runtime.UnlockOSThread()
 	}
 	if len(os.Args) == 2 && os.Args[1] == "hook" {

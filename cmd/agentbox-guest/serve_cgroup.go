@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -29,8 +28,9 @@ const servePidsEnv = "AGENTBOX_PIDS_MAX"
 //     a timeout finds and kills its whole tree, setsid and double forks
 //     included.
 //
-// The agent needs CAP_SYS_ADMIN (gVisor's, not the host's) for the mounts
-// and drops it from its bounding set afterwards, so no exec has it.
+// The agent needs CAP_SYS_ADMIN (gVisor's, not the host's) for the mounts;
+// no exec has it: every process starts from a thread whose bounding set
+// is empty (runServe, guest's reaper).
 func sandboxCgroups(dir string, pidsMax int64) ([]guest.CgroupDir, error) {
 	var out []guest.CgroupDir
 	for _, ctrl := range []string{"pids", "cpuacct"} {
@@ -59,9 +59,6 @@ func sandboxCgroups(dir string, pidsMax int64) ([]guest.CgroupDir, error) {
 			return nil, err
 		}
 		out = append(out, guest.CgroupDir{FD: workFD, HomeFD: homeFD, NoChild: ctrl == "pids"})
-	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, unix.CAP_SYS_ADMIN, 0); e != 0 {
-		return nil, fmt.Errorf("dropping CAP_SYS_ADMIN from the bounding set: %w", e)
 	}
 	return out, nil
 }

@@ -23,28 +23,35 @@ const channelUID = 65535
 //     included, cannot list it or connect to the agent's socket. It stays
 //     mounted, so the agent (which keeps CAP_DAC_OVERRIDE) can listen
 //     there again after a checkpoint;
-//   - an empty capability bounding set, inheritable and ambient set for
-//     every thread: execs start without capabilities, even as root (no
-//     CAP_MKNOD, CAP_SYS_CHROOT, CAP_SETUID, ...);
-//   - the seccomp filter of the container tier (harden.InstallSeccomp,
-//     all threads, inherited by every exec): mount, namespaces, bpf,
-//     keyctl, io_uring, rare socket families, clock setters and the rest
-//     of SECURITY.md's list fail with EPERM inside gVisor's kernel as
-//     they do on the host's; only syslog(2) is allowed, which gVisor
-//     answers with its own made-up log.
+//   - an empty capability bounding set, inheritable and ambient set on
+//     the main thread (runServe) and on every thread before it forks a
+//     sandbox process (guest's reaper, harden.DropBoundingSetOnThread):
+//     execs start without capabilities, even as root (no CAP_MKNOD,
+//     CAP_SYS_CHROOT, CAP_SETUID, CAP_SYS_ADMIN, ...);
+//   - the seccomp filter of the container tier (all threads, inherited by
+//     every exec): mount, namespaces, bpf, keyctl, io_uring, rare socket
+//     families, clock setters and the rest of SECURITY.md's list fail
+//     with EPERM inside gVisor's kernel as they do on the host's; only
+//     syslog(2) is allowed, which gVisor answers with its own made-up
+//     log. filter is that program as the driver assembled it
+//     (api.BootSpec.SeccompFilter); empty, the agent assembles it.
 //
 // Call it after every mount the agent makes.
-func hardenServe(sockDir string) error {
+func hardenServe(sockDir string, filter []byte) error {
 	if err := os.Chown(sockDir, channelUID, channelUID); err != nil {
 		return fmt.Errorf("the channel's directory: %w", err)
 	}
 	if err := os.Chmod(sockDir, 0o700); err != nil {
 		return fmt.Errorf("the channel's directory: %w", err)
 	}
-	if err := harden.DropBoundingSet(); err != nil {
+	if len(filter) == 0 {
+		// syslog(2) stays allowed: inside gVisor it reads gVisor's own
+		// made-up boot log (`dmesg` shows gVisor), never the host's.
+		return harden.InstallSeccompAllowing("syslog")
+	}
+	prog, err := harden.DecodeFilter(filter)
+	if err != nil {
 		return err
 	}
-	// syslog(2) stays allowed: inside gVisor it reads gVisor's own
-	// made-up boot log (`dmesg` shows gVisor), never the host's.
-	return harden.InstallSeccompAllowing("syslog")
+	return harden.InstallFilter(prog)
 }

@@ -8,7 +8,7 @@
 // sandbox (runsc --host-uds=create).
 //
 // runsc runs with --ignore-cgroups (it cannot drive this host's hybrid
-// cgroups), so the driver starts `runsc create` inside the sandbox's own
+// cgroups), so the driver starts `runsc run --detach` inside the sandbox's own
 // cgroup: the sandbox process and its gofer inherit it, and memory, CPU and
 // host threads are limited there from their first instruction.
 package gvisor
@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,7 @@ import (
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
+	"github.com/agentbox/agentbox/internal/guest/harden"
 )
 
 // Name is the tier's name in the API.
@@ -50,6 +52,10 @@ type Driver struct {
 	opts driver.Options
 	log  *slog.Logger
 	cg   cgroups.Manager
+
+	// seccompFilter is the agent's seccomp filter (serveAllow allowed),
+	// assembled once here rather than inside every sandbox.
+	seccompFilter []byte
 
 	mu     sync.Mutex
 	exited map[string]chan struct{}
@@ -85,7 +91,11 @@ func New(o driver.Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor driver: cgroups: %w", err)
 	}
-	return &Driver{opts: o, log: o.Logger, cg: mgr, exited: map[string]chan struct{}{}}, nil
+	prog, err := harden.ProgramAllowing(serveAllow...)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor driver: %w", err)
+	}
+	return &Driver{opts: o, log: o.Logger, cg: mgr, seccompFilter: harden.EncodeFilter(prog), exited: map[string]chan struct{}{}}, nil
 }
 
 // Name implements driver.Driver.
@@ -109,7 +119,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (*driver.Handle,
 	h, err := d.create(ctx, spec, "")
 	if err != nil && ctx.Err() == nil && strings.Contains(err.Error(), "waiting for sandbox to start: EOF") {
 		// About one boot in a few hundred dies before it reports to
-		// runsc create (seen under heavy load, cause not found yet). The
+		// runsc run (seen under heavy load, cause not found yet). The
 		// failed attempt left nothing (its undo ran); its boot log is
 		// kept in the warning, and the sandbox is booted once more.
 		d.log.Warn("gvisor: runsc boot died before it was ready; retrying once", "id", spec.ID, "err", err, "boot_log", bootLog(spec.RunDir))
@@ -166,7 +176,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		return nil, fmt.Errorf("gvisor: mounting the sandbox's root overlay: %w", err)
 	}
 	undo = append(undo, func() { _ = unmount(rootfs) })
-	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, d.opts.UIDBase, d.opts.UIDCount); err != nil {
+	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, d.opts.UIDBase, d.opts.UIDCount, d.seccompFilter); err != nil {
 		return nil, fmt.Errorf("gvisor: writing the OCI bundle: %w", err)
 	}
 	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
@@ -179,9 +189,10 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	}
 	undo = append(undo, func() { _ = cg.Destroy() })
 
-	// runsc create, started inside the sandbox's cgroups: a shell moves
+	// runsc run --detach (create and start in one runsc process; restore
+	// with an image), started inside the sandbox's cgroups: a shell moves
 	// itself there and execs runsc, whose sandbox and gofer processes
-	// inherit the cgroups.
+	// inherit the cgroups. runsc writes the sandbox's host pid to pidFile.
 	var procs []string
 	for _, p := range cg.Paths() {
 		procs = append(procs, filepath.Join(p, "cgroup.procs"))
@@ -191,40 +202,35 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	// runsc's own logs (create, boot, gofer) at info level, for a boot
 	// that fails before the guest answers (bootLog).
 	args = append(args, "--debug-log="+filepath.Join(spec.RunDir, "logs")+"/")
+	pidFile := filepath.Join(spec.RunDir, "sandbox.pid")
+	verb := "run"
 	if image == "" {
-		args = append(args, "create", "--bundle", bundle, spec.ID)
+		args = append(args, "run", "--detach", "--pid-file", pidFile, "--bundle", bundle, spec.ID)
 	} else {
-		args = append(args, "restore", "--image-path", image, "--bundle", bundle, "--detach", spec.ID)
+		verb = "restore"
+		args = append(args, "restore", "--image-path", image, "--detach", "--pid-file", pidFile, "--bundle", bundle, spec.ID)
 	}
-	create := exec.CommandContext(ctx, "/bin/sh", args...)
-	create.Env = []string{"CGPROCS=" + strings.Join(procs, " "), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	create.Dir = bundle
+	run := exec.CommandContext(ctx, "/bin/sh", args...)
+	run.Env = []string{"CGPROCS=" + strings.Join(procs, " "), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	run.Dir = bundle
 	logf, err := os.OpenFile(filepath.Join(spec.RunDir, "runsc.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	create.Stdout, create.Stderr = logf, logf
-	if err := create.Run(); err != nil {
-		verb := "create"
-		if image != "" {
-			verb = "restore"
-		}
-		return nil, fmt.Errorf("gvisor: runsc %s: %v%s", verb, err, runscLog(spec.RunDir))
-	}
+	run.Stdout, run.Stderr = logf, logf
+	// runsc undoes a failed run itself, unless it is killed midway.
 	undo = append(undo, func() {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_, _ = runsc(kctx, root, "delete", "--force", spec.ID)
 	})
-	pid, _, err := state(ctx, root, spec.ID)
-	if err != nil {
-		return nil, err
+	if err := run.Run(); err != nil {
+		return nil, fmt.Errorf("gvisor: runsc %s: %v%s", verb, err, runscLog(spec.RunDir))
 	}
-	if image == "" {
-		if _, err := startSandbox(ctx, root, spec); err != nil {
-			return nil, fmt.Errorf("gvisor: %w", err)
-		}
+	pid, err := readPidFile(pidFile)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: runsc %s: %w", verb, err)
 	}
 	pv, _ := json.Marshal(private{Root: root, Rootfs: rootfs})
 	h := &driver.Handle{ID: spec.ID, Pid: pid, Socket: filepath.Join(sock, "guest.sock"), Private: pv}
@@ -237,6 +243,20 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	d.exited[spec.ID] = exited
 	d.mu.Unlock()
 	return h, nil
+}
+
+// readPidFile reads the host pid runsc run/restore --pid-file wrote (the
+// sandbox process, as `runsc state` shows it).
+func readPidFile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("the sandbox's pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("the sandbox's pid file %s holds %q, want a pid", path, b)
+	}
+	return pid, nil
 }
 
 // state answers the sandbox's host pid and runsc status.

@@ -10,12 +10,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/driver/drivertest"
+	"github.com/agentbox/agentbox/internal/guest/harden"
 )
 
 // TestDriverRoundTrip creates a runsc sandbox on the busybox rootfs that
@@ -109,5 +112,50 @@ func TestCheckNamesTheFix(t *testing.T) {
 				t.Fatalf("check with %s: %v; want an error naming scripts/install-runsc.sh", bin, err)
 			}
 		})
+	}
+}
+
+// The agent gets its seccomp filter in the boot spec, assembled by the
+// driver, so no sandbox assembles it at boot: the container tier's
+// policy with syslog(2) allowed.
+func TestBundleCarriesSeccompFilter(t *testing.T) {
+	prog, err := harden.ProgramAllowing(serveAllow...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := t.TempDir()
+	spec := &driver.Spec{ID: "sbx", Hostname: "sbx", MemoryMB: 256, Pids: 128}
+	if err := writeBundle(bundle, "/rootfs", "/guest", "/sock", spec, 1000000, 65536, harden.EncodeFilter(prog)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oci ociSpec
+	if err := json.Unmarshal(b, &oci); err != nil {
+		t.Fatal(err)
+	}
+	var boot api.BootSpec
+	for _, kv := range oci.Process.Env {
+		if v, ok := strings.CutPrefix(kv, specEnv+"="); ok {
+			if err := json.Unmarshal([]byte(v), &boot); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := harden.DecodeFilter(boot.SeccompFilter)
+	if err != nil {
+		t.Fatalf("the boot spec's filter: %v", err)
+	}
+	if !boot.Seccomp || !slices.Equal(got, prog) {
+		t.Errorf("boot spec: seccomp %v, a filter of %d instructions; want true and the %d of ProgramAllowing(%q)",
+			boot.Seccomp, len(got), len(prog), serveAllow)
+	}
+	// Without the allowance the program differs: the test would notice a
+	// driver that sent the container tier's filter.
+	plain, _ := harden.Program()
+	if slices.Equal(plain, prog) {
+		t.Error("ProgramAllowing(syslog) is the plain program")
 	}
 }

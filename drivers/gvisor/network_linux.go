@@ -1,12 +1,6 @@
 package gvisor
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-	"os/exec"
-	"strings"
-
 	"github.com/agentbox/agentbox/driver"
 )
 
@@ -23,12 +17,12 @@ import (
 // firewall, the connection limit and the shaping hold whatever gVisor's
 // netstack does.
 //
-// runsc reads the interfaces once, at create: an interface added later is
-// never seen, hence Capabilities().NetNSAtCreate. It does so at `runsc
-// start`, which therefore gets the same flag as create; other commands
-// (state, kill, delete, pause) do not depend on it.
+// runsc reads the interfaces once, when the sandbox starts (the Sentry's
+// SetNetworkArgs, part of `runsc run`): an interface added later is never
+// seen, hence Capabilities().NetNSAtCreate. Other commands (state, kill,
+// delete, pause) do not depend on the flag.
 
-// createFlags are the runsc flags for `runsc create` of spec.
+// createFlags are the runsc flags for `runsc run` (or restore) of spec.
 func createFlags(root string, spec *driver.Spec) []string {
 	flags := globalFlags(root)
 	if spec.NetNS == "" {
@@ -40,18 +34,4 @@ func createFlags(root string, spec *driver.Spec) []string {
 		}
 	}
 	return flags
-}
-
-// startSandbox is `runsc start` of spec: this runsc configures the
-// sandbox's network at start (the Sentry's SetNetworkArgs), so start needs
-// create's network flag too; with --network=none it leaves only loopback.
-func startSandbox(ctx context.Context, root string, spec *driver.Spec) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, runscPath(), append(createFlags(root, spec), "start", spec.ID)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return out, fmt.Errorf("runsc start: %v: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	return out, nil
 }

@@ -86,20 +86,29 @@ var guestCaps = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
 	"CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
-	// Only to mount gVisor's pids cgroup hierarchy; the agent drops it
-	// from its bounding set right after, so no exec has it.
+	// Only to mount gVisor's cgroup hierarchies; no exec has it (every
+	// sandbox process forks from a thread whose bounding set the agent
+	// emptied).
 	"CAP_SYS_ADMIN",
 }
 
+// serveAllow are the syscalls of the always-deny list that the agent's
+// seccomp filter allows inside gVisor: syslog(2) reads gVisor's own
+// made-up boot log (`dmesg` shows gVisor), never the host's.
+var serveAllow = []string{"syslog"}
+
 // writeBundle writes <bundle>/config.json for spec, with rootfs the host
-// overlay and the guest agent as the sandbox's first process.
-func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, uidBase, uidCount int) error {
+// overlay and the guest agent as the sandbox's first process; filter is
+// the agent's seccomp filter (harden.EncodeFilter).
+func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, uidBase, uidCount int, filter []byte) error {
 	boot := api.BootSpec{
-		SandboxID: spec.ID,
-		Hostname:  spec.Hostname,
-		Env:       spec.Env,
-		User:      spec.User,
-		Workdir:   spec.Workdir,
+		SandboxID:     spec.ID,
+		Hostname:      spec.Hostname,
+		Env:           spec.Env,
+		User:          spec.User,
+		Workdir:       spec.Workdir,
+		Seccomp:       true,
+		SeccompFilter: filter,
 	}
 	bootJSON, err := json.Marshal(&boot)
 	if err != nil {

@@ -63,17 +63,24 @@ func DropBoundingSet() error {
 // DropBoundingSetOnThread is DropBoundingSet for the calling thread alone:
 // a few plain prctl calls instead of one stop of the world per
 // capability (42 of them cost ~2.5 ms and ~6 ms of CPU in a fresh
-// process here). Children inherit the sets of the thread that forks them,
-// so a process that calls it on its main thread and on every thread
-// before that thread forks (holding it with runtime.LockOSThread until
-// the fork is done) starts every child without capabilities, while its
-// other threads, which never exec, keep theirs. Once done on a thread it
-// returns after one prctl.
+// process here, 40-100 ms inside gVisor). Children inherit the sets of
+// the thread that forks them, so a process that calls it on its main
+// thread and on every thread before that thread forks (holding it with
+// runtime.LockOSThread until the fork is done) starts every child without
+// capabilities, while its other threads, which never exec, keep theirs.
+// Once done on a thread it returns after one prctl.
+//
+// The first call must come before anything else changed a thread's
+// bounding set: it records the highest capability in it (boundingTop).
 func DropBoundingSetOnThread() error {
-	last := lastCap()
-	// The drops go in ascending order, so the last one tells.
-	if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(last), 0, 0, 0); err == nil && in == 0 {
-		return nil
+	top := boundingTop()
+	// The drops go in ascending order up to top, so top tells: once it
+	// is out, this thread (or the one it was cloned from) went through
+	// all of this, and nothing can put a capability back.
+	if top >= 0 {
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(top), 0, 0, 0); err == nil && in == 0 {
+			return nil
+		}
 	}
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("clearing the ambient capability set: %w", wrapErrno(err))
@@ -89,13 +96,27 @@ func DropBoundingSetOnThread() error {
 			return fmt.Errorf("clearing the inheritable capability set: %w", wrapErrno(err))
 		}
 	}
-	for c := 0; c <= last; c++ {
+	for c := 0; c <= top; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
 			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, wrapErrno(err))
 		}
 	}
 	return nil
 }
+
+// boundingTop is the highest capability in the bounding set of the first
+// thread that asks, -1 if it is empty. It is not always the kernel's last
+// one: a runtime may start the process with a partial set (gVisor's is
+// the OCI spec's list), and a capability missing from it can never be
+// added back, on any thread.
+var boundingTop = sync.OnceValue(func() int {
+	for c := lastCap(); c >= 0; c-- {
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 1 {
+			return c
+		}
+	}
+	return -1
+})
 
 // lastCap is the highest capability number this kernel knows.
 var lastCap = sync.OnceValue(readLastCap)

@@ -221,3 +221,84 @@ func init() {
 		return nil
 	}
 }
+
+func init() {
+	children["droponthread"] = childDropOnThread
+}
+
+// childDropOnThread starts, as a process under gVisor does, with a
+// bounding set that lacks the kernel's last capabilities (the OCI spec's
+// list), then runs DropBoundingSetOnThread on the main thread and before
+// every exec, and reports the caps of what it exec'd.
+func childDropOnThread() error {
+	runtime.LockOSThread()
+	// Every thread, as the runtime starts it: the top capabilities are
+	// missing, so "the last one is out" does not mean "done".
+	for c := lastCap(); c > unix.CAP_SYS_ADMIN; c-- {
+		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
+			return err
+		}
+	}
+	stop := startThreads(4)
+	defer stop()
+	if err := DropBoundingSetOnThread(); err != nil {
+		return err
+	}
+	res := collect{}
+	b, err := os.ReadFile("/proc/thread-self/status")
+	if err != nil {
+		return err
+	}
+	res.add("main.CapBnd", capLines(string(b))["CapBnd"])
+	runtime.UnlockOSThread()
+
+	const n = 8
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var firstErr error
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			err := DropBoundingSetOnThread()
+			var out []byte
+			if err == nil {
+				out, err = exec.Command("/bin/cat", "/proc/self/status").Output()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				firstErr = err
+				return
+			}
+			for k, v := range capLines(string(out)) {
+				res.add("exec."+k, v)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	for k, v := range res {
+		fmt.Printf("%s=%s\n", k, v)
+	}
+	return nil
+}
+
+func TestDropBoundingSetOnThreadPartialSet(t *testing.T) {
+	requiresRoot(t)
+	got := parseResults(runChild(t, "droponthread"))
+	const zero = "0000000000000000"
+	want := map[string]string{"main.CapBnd": zero}
+	for _, c := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		want["exec."+c] = zero
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s = %q, want %q", k, got[k], w)
+		}
+	}
+}

@@ -89,6 +89,10 @@ func DecodeFilter(b []byte) ([]syscall.SockFilter, error) {
 // Program returns the filter as classic BPF, ready for seccomp(2).
 func Program() ([]syscall.SockFilter, error) { return program(nil) }
 
+// ProgramAllowing is Program with the named syscalls of the always-deny
+// list allowed (InstallSeccompAllowing's filter).
+func ProgramAllowing(allow ...string) ([]syscall.SockFilter, error) { return program(allow) }
+
 func program(allow []string) ([]syscall.SockFilter, error) {
 	b, err := buildPolicy(allow...)
 	if err != nil {
