@@ -3,7 +3,6 @@ package container
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,30 +40,8 @@ func TestLauncherStartsSandboxes(t *testing.T) {
 	for _, mode := range []string{"on", "off"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Setenv("AGENTBOX_LAUNCHER", mode)
-			tmp, err := os.MkdirTemp("/var/tmp", "launchtest-") // reachable by the sandbox's uids
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(tmp) })
-			if err := os.Chmod(tmp, 0o711); err != nil {
-				t.Fatal(err)
-			}
 			id := "lt" + mode + strconv.FormatInt(time.Now().UnixNano()%1000000, 10)
-			spec := &driver.Spec{ID: id, Hostname: "sbx-" + id, Layers: layers,
-				UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"),
-				RunDir: filepath.Join(tmp, "sandboxes", id), Env: []string{"PATH=/bin"},
-				User: "root", Workdir: "/", CPU: 1, MemoryMB: 128, Pids: 64}
-			for _, dir := range []string{spec.UpperDir, spec.WorkDir} {
-				if err := os.Mkdir(dir, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Chown(dir, uidBase, uidBase); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := os.MkdirAll(spec.RunDir, 0o711); err != nil {
-				t.Fatal(err)
-			}
+			spec := testSpec(t, id, layers, uidBase)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			h, err := d.Create(ctx, spec)

@@ -109,29 +109,7 @@ func TestPrespawnedInits(t *testing.T) {
 	defer cancel()
 	create := func(id string) *driver.Handle {
 		t.Helper()
-		tmp, err := os.MkdirTemp("/var/tmp", "prespawn-") // reachable by the sandbox's uids
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(tmp) })
-		if err := os.Chmod(tmp, 0o711); err != nil {
-			t.Fatal(err)
-		}
-		spec := &driver.Spec{ID: id, Hostname: "sbx-" + id, Layers: layers,
-			UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"),
-			RunDir: filepath.Join(tmp, "run"), Env: []string{"PATH=/bin"},
-			User: "root", Workdir: "/", CPU: 1, MemoryMB: 128, Pids: 64}
-		for _, dir := range []string{spec.UpperDir, spec.WorkDir} {
-			if err := os.Mkdir(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chown(dir, uidBase, uidBase); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := os.MkdirAll(spec.RunDir, 0o711); err != nil {
-			t.Fatal(err)
-		}
+		spec := testSpec(t, id, layers, uidBase)
 		h, err := d.Create(ctx, spec)
 		if err != nil {
 			t.Fatal(err)
@@ -259,30 +237,8 @@ func TestStartedAnnouncesInit(t *testing.T) {
 	}
 	t.Cleanup(func() { d.Close() })
 	waitFull(t, d)
-	tmp, err := os.MkdirTemp("/var/tmp", "announce-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	if err := os.Chmod(tmp, 0o711); err != nil {
-		t.Fatal(err)
-	}
 	id := "ann" + strconv.FormatInt(time.Now().UnixNano()%1000000, 10)
-	spec := &driver.Spec{ID: id, Hostname: "sbx-" + id, Layers: []string{drivertest.BusyboxRootfs(t, uidBase)},
-		UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"),
-		RunDir: filepath.Join(tmp, "run"), Env: []string{"PATH=/bin"},
-		User: "root", Workdir: "/", CPU: 1, MemoryMB: 128, Pids: 64}
-	for _, dir := range []string{spec.UpperDir, spec.WorkDir} {
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(dir, uidBase, uidBase); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.MkdirAll(spec.RunDir, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	spec := testSpec(t, id, []string{drivertest.BusyboxRootfs(t, uidBase)}, uidBase)
 	var announced []int
 	spec.Started = func(pid int) {
 		announced = append(announced, pid)
@@ -308,4 +264,36 @@ func TestStartedAnnouncesInit(t *testing.T) {
 	if got, err := drivertest.Exec(ctx, d, h, "hostname"); err != nil || strings.TrimSpace(got.Stdout) != "sbx-"+id {
 		t.Fatalf("exec on the replacement: %+v, %v", got, err)
 	}
+}
+
+// testSpec prepares a sandbox's directories as the service and storage
+// do (a run dir owned by root, a writable layer owned by the sandbox's
+// root, under /var/tmp where the sandbox's uids reach) and returns its
+// spec.
+func testSpec(t *testing.T, id string, layers []string, uidBase int) *driver.Spec {
+	t.Helper()
+	tmp, err := os.MkdirTemp("/var/tmp", "containertest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	spec := &driver.Spec{ID: id, Hostname: "sbx-" + id, Layers: layers,
+		UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"),
+		RunDir: filepath.Join(tmp, "sandboxes", id), Env: []string{"PATH=/bin"},
+		User: "root", Workdir: "/", CPU: 1, MemoryMB: 128, Pids: 64}
+	for _, dir := range []string{spec.UpperDir, spec.WorkDir} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, uidBase, uidBase); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(spec.RunDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,45 +22,13 @@ func NoNewPrivs() error {
 	return nil
 }
 
-// DropBoundingSet empties the capability bounding and ambient sets and the
-// inheritable set of every thread, while the process keeps its own
-// effective and permitted sets (the agent still needs setuid, chown, kill).
-// Every program it execs afterwards, even as uid 0, starts with empty
-// CapEff, CapPrm, CapInh, CapBnd and CapAmb.
-//
-// It needs CAP_SETPCAP, so call it before anything that lowers the
-// agent's own capabilities.
-func DropBoundingSet() error {
-	last := lastCap()
-	for c := 0; c <= last; c++ {
-		// Per-thread in the kernel, hence all threads.
-		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
-			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
-		}
-	}
-	if err := allThreads(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
-		return fmt.Errorf("clearing the ambient capability set: %w", err)
-	}
-
-	// Clear the inheritable set, keeping effective and permitted. All of
-	// the agent's threads hold the same sets (Go's own Setuid and friends
-	// change every thread together), so the calling thread's are the ones
-	// to keep.
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("reading capabilities: %w", wrapErrno(err))
-	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
-	err := allThreads(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
-	if err != nil {
-		return fmt.Errorf("clearing the inheritable capability set: %w", err)
-	}
-	return nil
-}
-
-// DropBoundingSetOnThread is DropBoundingSet for the calling thread alone:
-// a few plain prctl calls instead of one stop of the world per
+// DropBoundingSetOnThread empties the capability bounding, ambient and
+// inheritable sets of the calling thread, which keeps its effective and
+// permitted sets (the agent still needs setuid, chown, kill): every
+// program that thread forks and execs afterwards, even as uid 0, starts
+// with empty CapEff, CapPrm, CapInh, CapBnd and CapAmb. It needs
+// CAP_SETPCAP. It is a few plain prctl calls instead of one stop of the
+// world per
 // capability (42 of them cost ~2.5 ms and ~6 ms of CPU in a fresh
 // process here, 40-100 ms inside gVisor). Children inherit the sets of
 // the thread that forks them, so a process that calls it on its main

@@ -14,7 +14,6 @@ import (
 )
 
 func init() {
-	children["dropcaps"] = childDropCaps
 }
 
 // startThreads parks n goroutines on OS threads of their own, so the
@@ -48,16 +47,6 @@ func capLines(status string) map[string]string {
 	return m
 }
 
-// taskIDs lists the threads of this process.
-func taskIDs() map[string]bool {
-	ents, _ := os.ReadDir("/proc/self/task")
-	m := map[string]bool{}
-	for _, e := range ents {
-		m[e.Name()] = true
-	}
-	return m
-}
-
 // collect records one value per key, "mixed" when they differ.
 type collect map[string]string
 
@@ -66,122 +55,6 @@ func (c collect) add(k, v string) {
 		v = "mixed"
 	}
 	c[k] = v
-}
-
-func childDropCaps() error {
-	// The dropping goroutine keeps its thread, so nothing else runs on it.
-	runtime.LockOSThread()
-	stop := startThreads(4)
-	defer stop()
-	before := taskIDs()
-	dropTid := unix.Gettid()
-	if err := DropBoundingSet(); err != nil {
-		return err
-	}
-
-	// Exec from 8 goroutines holding 8 distinct threads at once: some
-	// threads existed before the drop, some are created now.
-	const n = 8
-	res := collect{}
-	var mu sync.Mutex
-	var wg, held sync.WaitGroup
-	release := make(chan struct{})
-	var firstErr error
-	for range n {
-		wg.Add(1)
-		held.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			held.Done()
-			<-release
-			tid := unix.Gettid()
-			out, err := exec.Command("/bin/cat", "/proc/self/status").Output()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				firstErr = err
-				return
-			}
-			for k, v := range capLines(string(out)) {
-				res.add("exec."+k, v)
-			}
-			if tid == dropTid {
-				res.add("exec.ondropthread", "true")
-			}
-			res.add(fmt.Sprintf("exec.newthread.%v", !before[fmt.Sprint(tid)]), "seen")
-		}()
-	}
-	held.Wait()
-	close(release)
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-
-	// Every thread of this process: empty bounding set, full effective.
-	tasks, err := filepath.Glob("/proc/self/task/*/status")
-	if err != nil {
-		return err
-	}
-	res.add("threads", fmt.Sprint(len(tasks)))
-	for _, task := range tasks {
-		b, err := os.ReadFile(task)
-		if err != nil {
-			continue // thread exited
-		}
-		c := capLines(string(b))
-		for _, k := range []string{"CapBnd", "CapInh", "CapAmb", "CapEff"} {
-			res.add("thread."+k, c[k])
-		}
-	}
-
-	// The agent itself keeps its privileges: chown still works.
-	f := filepath.Join(os.TempDir(), fmt.Sprintf("harden-chown-%d", os.Getpid()))
-	if err := os.WriteFile(f, nil, 0o600); err != nil {
-		return err
-	}
-	defer os.Remove(f)
-	res.add("selfchown", fmt.Sprint(os.Chown(f, 1234, 1234) == nil))
-	// A child exec'd as uid 0 cannot: no capabilities after exec.
-	err = exec.Command("/bin/chown", "4321", f).Run()
-	res.add("childchown", fmt.Sprint(err == nil))
-	for k, v := range res {
-		fmt.Printf("%s=%s\n", k, v)
-	}
-	return nil
-}
-
-func TestDropBoundingSet(t *testing.T) {
-	requiresRoot(t)
-	got := parseResults(runChild(t, "dropcaps"))
-	if got["threads"] == "" || got["threads"] == "1" {
-		t.Fatalf("child ran with %q threads; the test needs several", got["threads"])
-	}
-	const zero = "0000000000000000"
-	want := map[string]string{
-		"selfchown":  "true",
-		"childchown": "false",
-		// At least one exec ran on a thread created after the drop.
-		"exec.newthread.true": "seen",
-		"exec.ondropthread":   "",
-	}
-	for _, c := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
-		want["exec."+c] = zero
-	}
-	want["thread.CapBnd"], want["thread.CapInh"], want["thread.CapAmb"] = zero, zero, zero
-	for k, w := range want {
-		t.Run(k, func(t *testing.T) {
-			if got[k] != w {
-				t.Errorf("%s = %q, want %q", k, got[k], w)
-			}
-		})
-	}
-	if e := got["thread.CapEff"]; e == zero || e == "mixed" {
-		t.Errorf("threads of the agent lost effective capabilities: CapEff %s", e)
-	}
-	t.Logf("execs from pre-existing threads: %q, threads: %s", got["exec.newthread.false"], got["threads"])
 }
 
 func TestNoNewPrivs(t *testing.T) {
@@ -250,6 +123,13 @@ func childDropOnThread() error {
 		return err
 	}
 	res.add("main.CapBnd", capLines(string(b))["CapBnd"])
+	// The process keeps its own privileges: chown still works.
+	f := filepath.Join(os.TempDir(), fmt.Sprintf("harden-chown-%d", os.Getpid()))
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(f)
+	res.add("selfchown", fmt.Sprint(os.Chown(f, 1234, 1234) == nil))
 	runtime.UnlockOSThread()
 
 	const n = 8
@@ -292,7 +172,7 @@ func TestDropBoundingSetOnThreadPartialSet(t *testing.T) {
 	requiresRoot(t)
 	got := parseResults(runChild(t, "droponthread"))
 	const zero = "0000000000000000"
-	want := map[string]string{"main.CapBnd": zero}
+	want := map[string]string{"main.CapBnd": zero, "selfchown": "true"}
 	for _, c := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
 		want["exec."+c] = zero
 	}

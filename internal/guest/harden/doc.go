@@ -4,17 +4,18 @@
 // default profile plus agentbox's always-deny list (see docs/seccomp.md).
 //
 // The guest agent is PID 1 of the sandbox and root of its user namespace.
-// It calls, in this order, once mounts and the root are set up:
+// It calls:
 //
-//	harden.DropBoundingSet() // needs CAP_SETPCAP, so before anything else
-//	harden.InstallSeccomp()  // sets no_new_privs first; irreversible
+//	harden.DropBoundingSetOnThread() // on its main thread at start, and on
+//	                                 // every thread before it forks
+//	harden.InstallFilter(prog)       // once the root is set up; irreversible
 //
-// Every step applies to all threads of the process: capabilities,
-// no_new_privs and seccomp filters are per-thread in Linux, and a Go
-// process has several threads long before main runs. The capability and
-// no_new_privs steps use syscall.AllThreadsSyscall, which the Go runtime
-// runs on every thread it owns; the seccomp filter uses
-// SECCOMP_FILTER_FLAG_TSYNC. AllThreadsSyscall refuses to work in a binary
-// linked with cgo (threads it does not know about could keep privileges),
-// so the agent must be built with CGO_ENABLED=0, as it is.
+// Capabilities, no_new_privs and seccomp filters are per-thread in Linux,
+// and a Go process has several threads long before main runs. Children
+// take the sets of the thread that forks them, so emptying the bounding
+// set of each forking thread is what reaches every child (the agent's
+// other threads never exec). The filter goes to every thread with
+// SECCOMP_FILTER_FLAG_TSYNC, which also sets no_new_privs on each;
+// NoNewPrivs alone uses syscall.AllThreadsSyscall, which refuses to work
+// in a binary linked with cgo, so the agent is built with CGO_ENABLED=0.
 package harden
