@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -155,8 +156,38 @@ func (d *Driver) refill() {
 			}
 			pre.ready <- p // room: only this goroutine adds
 			pre.mu.Unlock()
+			time.AfterFunc(maxWait.Load().(time.Duration), func() { d.expire(p) })
 		}
 	}()
+}
+
+// maxWait is how long an init waits for a sandbox before it is replaced
+// (2 minutes; a time.Duration, shorter in tests). Its mount namespace is
+// a copy of the host's as it was when it started: a filesystem unmounted
+// on the host since stays in use there (a loop device cannot be
+// detached, say) until the init goes.
+var maxWait atomic.Value
+
+func init() { maxWait.Store(2 * time.Minute) }
+
+// expire replaces p if it is still waiting.
+func (d *Driver) expire(p *initProc) {
+	pre := &d.pre
+	pre.mu.Lock()
+	var found bool
+	for n := len(pre.ready); n > 0; n-- {
+		q := <-pre.ready
+		if q == p {
+			found = true
+			continue
+		}
+		pre.ready <- q
+	}
+	pre.mu.Unlock()
+	if found {
+		d.discard(p)
+		d.refill()
+	}
 }
 
 // closePrespawn ends every waiting init and stops refills.

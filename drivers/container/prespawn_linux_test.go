@@ -209,17 +209,19 @@ func seenGone(t *testing.T, d *Driver, pids []int) {
 	}
 }
 
-// waitGoneTest waits until pid is no longer a live process.
+// waitGoneTest waits until every thread of pid has exited (a pidfd: the
+// leader's zombie state alone comes while other threads, which hold the
+// process's files, may still be on their way out).
 func waitGoneTest(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil || strings.Contains(string(b), ") Z") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs 10 s later", pid)
-		}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // gone and reaped
+	}
+	defer unix.Close(fd)
+	n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10000)
+	if err != nil || n == 0 {
+		t.Fatalf("process %d still runs 10 s later (%v)", pid, err)
 	}
 }
 
@@ -296,4 +298,26 @@ func testSpec(t *testing.T, id string, layers []string, uidBase int) *driver.Spe
 		t.Fatal(err)
 	}
 	return spec
+}
+
+// An init that waited maxWait is replaced (its mount namespace holds what
+// the host has unmounted since it started).
+func TestWaitingInitsAreReplaced(t *testing.T) {
+	defer maxWait.Store(maxWait.Load())
+	maxWait.Store(300 * time.Millisecond)
+	d, err := New(driver.Options{GuestBinary: drivertest.BuildGuest(t), CgroupParent: drivertest.CgroupParent(t), UIDBase: 1000000, Seccomp: true, Prespawn: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	first := waitFull(t, d)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if now := waiting(d); len(now) == 1 && now[0] != first[0] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("init %v still waiting 20 s after its 300 ms", first)
+		}
+	}
+	waitGoneTest(t, first[0])
 }
