@@ -132,12 +132,5 @@ func hardenInit(spec api.BootSpec) error {
 	if !spec.Seccomp {
 		return harden.NoNewPrivs()
 	}
-	if len(spec.SeccompFilter) == 0 {
-		return harden.InstallSeccomp()
-	}
-	prog, err := harden.DecodeFilter(spec.SeccompFilter)
-	if err != nil {
-		return err
-	}
-	return harden.InstallFilter(prog)
+	return harden.InstallEncoded(spec.SeccompFilter)
 }

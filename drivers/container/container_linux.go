@@ -202,6 +202,9 @@ func announce(spec *driver.Spec, p *initProc) {
 	}
 }
 
+// v1Controllers are the hierarchies a sandbox's cgroups are in on v1.
+var v1Controllers = []string{"pids", "freezer", "memory", "cpu", "cpuacct"}
+
 // controllers are the v1 hierarchies a sandbox's cgroups are in, or ""
 // for the one v2 directory.
 func (d *Driver) controllers() []string {
@@ -418,10 +421,7 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	if h.Pid > 0 && guestconn.Alive(h) {
 		_ = unix.Kill(h.Pid, unix.SIGKILL)
 		if d.frozen(h.ID) {
-			// A frozen init takes its SIGKILL only once thawed (v1).
-			if cg, err := d.cg.Open(h.ID); err == nil {
-				_ = cg.Thaw()
-			}
+			d.thawTree(h.ID) // a frozen init takes its SIGKILL only once thawed (v1)
 		}
 	}
 	var errs []error

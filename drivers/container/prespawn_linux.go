@@ -24,17 +24,17 @@ import (
 // Pre-spawned inits. Everything a sandbox's init does before it reads its
 // boot spec is the same for every sandbox: the clone into fresh user, pid,
 // mount, uts, ipc and net namespaces with the uid map, the exec of the
-// guest binary and its runtime's start, and the drop of the capability
-// bounding set (42 stops of the world). The driver keeps a few such
+// guest binary and its runtime's start, the drop of its main thread's
+// capability bounding set, and the mounts of Stage. The driver keeps a few such
 // processes waiting on their boot channel (api.BootChannelFD), so that a
 // create only places one in its cgroups and sends it the spec; a create
 // that finds none starts one on the spot, the same way. A waiting init
-// belongs to no sandbox: it has no files, no cgroup of a sandbox and no
-// network but its own empty namespace, and it exits when the daemon goes
-// (its boot channel closes). It also mounts, in its own mount namespace,
-// the sandbox's /proc, /dev and /sys on a tmpfs over the driver's stage
-// directory (internal/guest/boot.Stage), to be moved into the root when
-// it has one. docs/PERFORMANCE.md measures what it saves.
+// belongs to no sandbox: it has no files of one, a cgroup of its own (v1)
+// and no network but its own empty namespace, and it exits when the
+// daemon goes (its boot channel closes). Its mounts, in its own mount
+// namespace, are the sandbox's /proc, /dev and /sys on a tmpfs over the
+// driver's stage directory (internal/guest/boot.Stage), moved into the
+// root when it has one. docs/PERFORMANCE.md measures what it saves.
 
 // initProc is an init started ahead of its sandbox.
 type initProc struct {

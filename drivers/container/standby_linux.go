@@ -15,7 +15,6 @@ import (
 
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
-	"github.com/agentbox/agentbox/internal/cgroups"
 )
 
 // Standby inits (driver.Standby): a sandbox's next init, booted next to
@@ -28,9 +27,6 @@ var _ driver.Standby = (*Driver)(nil)
 // exits, until Promote or Discard takes it.
 var standbys sync.Map // int -> chan struct{}
 
-// v1Controllers are the hierarchies a sandbox's cgroups are in on v1.
-var v1Controllers = []string{"pids", "freezer", "memory", "cpu", "cpuacct"}
-
 // Prepare implements driver.Standby: it spawns an init for spec in the
 // running sandbox's cgroups (the agent's and the workload's, as Create
 // made them).
@@ -39,26 +35,16 @@ func (d *Driver) Prepare(ctx context.Context, spec *driver.Spec) (*driver.Handle
 	if err != nil {
 		return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
 	}
-	v1 := d.cg.Version() == 1
-	ctrls, addProc := []string{""}, cg.AddProc
-	if v1 {
-		ctrls = v1Controllers
-	}
-	home, work := map[string]string{}, map[string]string{}
-	for c, p := range cg.Paths() {
-		work[c] = filepath.Join(p, "workload")
-		home[c] = p
-		if !v1 {
-			home[c] = filepath.Join(p, "agent")
-			addProc = func(pid int) error { return cgroups.AddProcTo(home[c], pid) }
-		}
+	home, work := cg, cg.Sub("workload")
+	if d.cg.Version() != 1 {
+		home = cg.Sub("agent") // v2: the agent's leaf (makeCgroups)
 	}
 	p, err := d.takeInit()
 	if err != nil {
 		return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
 	}
 	announce(spec, p)
-	h, exited, err := d.spawn(ctx, spec, p, false, ctrls, home, work, addProc)
+	h, exited, err := d.spawn(ctx, spec, p, false, d.controllers(), home.Paths(), work.Paths(), home.AddProc)
 	if err != nil {
 		return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
 	}

@@ -140,12 +140,9 @@ func (c *v2Cgroup) apply(r Resources, fresh bool) error {
 	return nil
 }
 
-func (c *v2Cgroup) AddProc(pid int) error { return AddProcTo(c.dir, pid) }
-
-// AddProcTo moves process pid into the v2 cgroup directory dir.
-func AddProcTo(dir string, pid int) error {
-	return classify(writeFile(dir+"/cgroup.procs", strconv.Itoa(pid)),
-		fmt.Sprintf("adding process %d to cgroup %s", pid, dir))
+func (c *v2Cgroup) AddProc(pid int) error {
+	return classify(writeFile(c.dir+"/cgroup.procs", strconv.Itoa(pid)),
+		fmt.Sprintf("adding process %d to cgroup %s", pid, c.name))
 }
 
 func (c *v2Cgroup) FD() (int, error) {

@@ -60,6 +60,20 @@ func InstallFilter(prog []syscall.SockFilter) error {
 	return nil
 }
 
+// InstallEncoded installs filter, a program as EncodeFilter writes it
+// (what a driver assembled once and sent in the boot spec); an empty one
+// is assembled here, with the allow list of InstallSeccompAllowing.
+func InstallEncoded(filter []byte, allow ...string) error {
+	if len(filter) == 0 {
+		return InstallSeccompAllowing(allow...)
+	}
+	prog, err := DecodeFilter(filter)
+	if err != nil {
+		return err
+	}
+	return InstallFilter(prog)
+}
+
 // EncodeFilter is prog as bytes for api.BootSpec.SeccompFilter (struct
 // sock_filter in host byte order); DecodeFilter reads it back.
 func EncodeFilter(prog []syscall.SockFilter) []byte {
