@@ -68,19 +68,30 @@ func statusField(t *testing.T, pid int, key string) string {
 	return ""
 }
 
-// A create takes an init that was started ahead of it and the pool fills
-// again; a waiting init has already dropped its bounding set, belongs to
-// no sandbox cgroup, runs as the sandbox uid range in its own namespaces;
-// one that died while waiting is passed over; Close ends the waiting ones.
-func TestPrespawnedInits(t *testing.T) {
-	guest := drivertest.BuildGuest(t)
+// testUIDBase is the sandbox uid range's start in these tests.
+const testUIDBase = 1000000
+
+// prespawnDriver is a driver keeping n inits waiting, closed after the
+// test, and its cgroup parent.
+func prespawnDriver(t *testing.T, n int) (*Driver, string) {
+	t.Helper()
 	parent := drivertest.CgroupParent(t)
-	const uidBase = 1000000
-	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, Seccomp: true, Prespawn: 2})
+	d, err := New(driver.Options{GuestBinary: drivertest.BuildGuest(t), CgroupParent: parent, UIDBase: testUIDBase, Seccomp: true, Prespawn: n})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
+	return d, parent
+}
+
+// A create takes an init that was started ahead of it and the pool fills
+// again; a waiting init has already dropped its bounding set, waits in a
+// cgroup of its own that becomes the sandbox's, runs as the sandbox uid
+// range in its own namespaces; one that died while waiting is passed
+// over; Close ends the waiting ones and their cgroups.
+func TestPrespawnedInits(t *testing.T) {
+	d, parent := prespawnDriver(t, 2)
+	const uidBase = testUIDBase
 	layers := []string{drivertest.BusyboxRootfs(t, uidBase)}
 
 	pids := waitFull(t, d)
@@ -230,14 +241,8 @@ func waitGoneTest(t *testing.T, pid int) {
 // when the announced init dies before it is given its spec; the sandbox
 // then runs on the replacement.
 func TestStartedAnnouncesInit(t *testing.T) {
-	guest := drivertest.BuildGuest(t)
-	parent := drivertest.CgroupParent(t)
-	const uidBase = 1000000
-	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, Seccomp: true, Prespawn: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d, parent := prespawnDriver(t, 1)
+	const uidBase = testUIDBase
 	waitFull(t, d)
 	id := "ann" + strconv.FormatInt(time.Now().UnixNano()%1000000, 10)
 	spec := testSpec(t, id, []string{drivertest.BusyboxRootfs(t, uidBase)}, uidBase)
@@ -305,11 +310,7 @@ func testSpec(t *testing.T, id string, layers []string, uidBase int) *driver.Spe
 func TestWaitingInitsAreReplaced(t *testing.T) {
 	defer maxWait.Store(maxWait.Load())
 	maxWait.Store(300 * time.Millisecond)
-	d, err := New(driver.Options{GuestBinary: drivertest.BuildGuest(t), CgroupParent: drivertest.CgroupParent(t), UIDBase: 1000000, Seccomp: true, Prespawn: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d, _ := prespawnDriver(t, 1)
 	first := waitFull(t, d)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if now := waiting(d); len(now) == 1 && now[0] != first[0] {
