@@ -95,7 +95,7 @@ func (m *Manager) startGuard(id string, sub Subnet, pol Policy) error {
 	if old := m.logs[id]; old != nil {
 		g.log = old // a re-attach (reset, restart) keeps the log
 	} else {
-		g.log = &egressLog{}
+		g.log = &egressLog{counts: &m.counts}
 		m.logs[id] = g.log
 	}
 	m.gmu.Unlock()

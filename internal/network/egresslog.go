@@ -17,9 +17,11 @@ type egressLog struct {
 	entries []api.EgressLogEntry // ring once full
 	next    int                  // where the next entry goes once full
 	dropped int64
+	counts  *egressCounts // the manager's (egresscount.go)
 }
 
 func (l *egressLog) add(e api.EgressLogEntry) {
+	l.counts.note(&e)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.entries) < LogSize {

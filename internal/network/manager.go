@@ -32,6 +32,7 @@ type Manager struct {
 	logs      map[string]*egressLog
 	upstreams []string
 	nflog     *nflogReader // the firewall's log reader (nflog.go)
+	counts    egressCounts // every log's decisions (egresscount.go)
 }
 
 // Known is what a restarted daemon tells Start about a sandbox that keeps

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/events"
 )
 
 // Idle timeout. A sandbox created with idle_timeout has its on_timeout
@@ -166,6 +167,7 @@ func (s *Service) reapIdle() {
 			continue
 		}
 		s.log.Info("idle timeout; destroying", "sandbox", e.id, "idle_timeout", e.idle)
+		s.emit(events.Expired, e.id, e.tenant, "idle timeout")
 		if err := s.Destroy(ctx, "", e.id); err != nil {
 			e.act.touch()
 			s.log.Warn("idle reaper: destroy failed", "sandbox", e.id, "err", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -60,6 +61,7 @@ func (s *Service) admit(ctx context.Context, tenant string, res api.Resources, n
 	check("memory_mb", float64(t.Quotas.MemoryMB), float64(use.MemoryMB), float64(add.MemoryMB), " MB")
 	check("disk_mb", float64(t.Quotas.DiskMB), float64(use.DiskMB), float64(add.DiskMB), " MB")
 	if len(over) > 0 {
+		s.emit(events.QuotaRejected, "", tenant, strings.Join(over, "; "))
 		return nil, errdefs.Exhausted("tenant %q: %s; destroy or stop sandboxes, or ask an admin to raise the quota (agentbox tenant set)",
 			tenant, strings.Join(over, "; "))
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -239,6 +240,7 @@ func (s *Service) reapOnce() {
 				return
 			}
 			s.log.Info("TTL expired; destroying", "sandbox", id)
+			s.Emit(events.Expired, id, "ttl")
 			if err := s.Destroy(ctx, "", id); err != nil {
 				s.log.Warn("reaper: destroy failed", "sandbox", id, "err", err)
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -16,7 +17,12 @@ import (
 // same id, settings and lineage; every process is killed and the writable
 // layer replaced by an empty one. It skips what a destroy and a create
 // spend on records, ids and the API round trips.
-func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.Sandbox, error) {
+func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (_ *api.Sandbox, err error) {
+	defer func() {
+		if err == nil {
+			s.Emit(events.Reset, id, snapRef) // events.go
+		}
+	}()
 	e, err := s.lookup(ctx, tenant, id)
 	if err != nil {
 		return nil, err

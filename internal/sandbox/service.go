@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
@@ -63,6 +64,9 @@ type Service struct {
 
 	// warm are the warm pools (warmpool.go).
 	warm warmPools
+
+	// events receives the lifecycle events (events.go); nil: none.
+	events *events.Hub
 
 	mu sync.Mutex
 	// live are the sandboxes with a running (or paused) init.

@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -55,6 +56,7 @@ func (s *Service) Snapshot(ctx context.Context, tenant, id, name string) (*api.S
 	if err != nil {
 		return nil, err
 	}
+	s.emit(events.Snapshotted, id, e.tenant, rec.ID)
 	out := s.snapshotOut(rec)
 	return &out, nil
 }

@@ -83,6 +83,7 @@ func (s *Store) CreateSandbox(ctx context.Context, rec *SandboxRecord) error {
 	var d usageDelta
 	d.change(nil, rec)
 	s.usage.apply(d)
+	s.noteSandbox("", rec)
 	return nil
 }
 
@@ -224,13 +225,18 @@ func (s *Store) ListSandboxes(ctx context.Context, f Filter) ([]*SandboxRecord, 
 // and must not change the id; CreatedAt is kept and UpdatedAt is set to
 // now.
 func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*SandboxRecord) error) error {
-	var d usageDelta
+	var (
+		d    usageDelta
+		prev string
+		out  *SandboxRecord
+	)
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		rec, err := scanSandbox(tx.StmtContext(ctx, s.stmts.getSandboxW).QueryRowContext(ctx, id), id)
 		if err != nil {
 			return err
 		}
 		d.change(rec, nil)
+		prev, out = rec.State, rec
 		created := rec.CreatedAt
 		if err := fn(rec); err != nil {
 			return err
@@ -253,6 +259,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*SandboxRe
 	})
 	if err == nil {
 		s.usage.apply(d)
+		s.noteSandbox(prev, out)
 	}
 	return err
 }

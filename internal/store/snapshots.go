@@ -286,6 +286,7 @@ func (s *Store) CreateSandboxFromSnapshot(ctx context.Context, rec *SandboxRecor
 		var d usageDelta
 		d.change(nil, rec)
 		s.usage.apply(d)
+		s.noteSandbox("", rec)
 	}
 	return err
 }
@@ -293,14 +294,20 @@ func (s *Store) CreateSandboxFromSnapshot(ctx context.Context, rec *SandboxRecor
 // UpdateSandboxes applies fn to each sandbox in ids in one transaction:
 // all change or none (fork flips its children to running this way).
 func (s *Store) UpdateSandboxes(ctx context.Context, ids []string, fn func(*SandboxRecord) error) error {
-	var d usageDelta
+	var (
+		d     usageDelta
+		prevs []string
+		outs  []*SandboxRecord
+	)
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		prevs, outs = prevs[:0], outs[:0]
 		for _, id := range ids {
 			rec, err := scanSandbox(tx.StmtContext(ctx, s.stmts.getSandboxW).QueryRowContext(ctx, id), id)
 			if err != nil {
 				return err
 			}
 			d.change(rec, nil)
+			prevs, outs = append(prevs, rec.State), append(outs, rec)
 			created := rec.CreatedAt
 			if err := fn(rec); err != nil {
 				return err
@@ -320,6 +327,9 @@ func (s *Store) UpdateSandboxes(ctx context.Context, ids []string, fn func(*Sand
 	})
 	if err == nil {
 		s.usage.apply(d)
+		for i, rec := range outs {
+			s.noteSandbox(prevs[i], rec)
+		}
 	}
 	return err
 }

@@ -58,6 +58,8 @@ type Store struct {
 	tenants tenantCache
 	// keysVersion is what KeysVersion returns (keys.go).
 	keysVersion atomic.Uint64
+	// observer is told of sandbox writes (observe.go).
+	observer atomic.Pointer[SandboxObserver]
 }
 
 // Open opens (creating if needed, mode 0600) the SQLite file at path and
