@@ -183,6 +183,9 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		"SecurityReport":        SecurityReport{},
 		"ProcessPosture":        ProcessPosture{},
 		"CheckValue":            CheckValue{},
+		"UsageSample":           UsageSample{},
+		"SandboxMetrics":        SandboxMetrics{},
+		"Event":                 Event{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

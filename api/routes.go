@@ -84,4 +84,8 @@ var Routes = []Route{
 	{"DELETE", "/v1/tenants/{name}"},
 	{"GET", "/v1/audit"},
 	{"GET", SandboxPrefix + "/security"},
+
+	// Usage samples and lifecycle events (api/usage.go, api/events.go).
+	{"GET", SandboxPrefix + "/metrics"},
+	{"GET", "/v1/events"},
 }

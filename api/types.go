@@ -152,6 +152,9 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RequestID is the request's X-Request-Id, which its log line on
+	// the daemon carries too.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // ExecRequest runs a command. Exactly one of Cmd (an argv, run directly) and

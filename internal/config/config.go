@@ -83,6 +83,9 @@ type Config struct {
 	// Pools ([[pool]], pool.go) are the warm pools: sandboxes created
 	// ahead of time and handed out on create. None by default.
 	Pools []WarmPool `toml:"pool"`
+	// Metrics ([metrics], metrics.go) is GET /metrics and the usage
+	// samples.
+	Metrics Metrics `toml:"metrics"`
 }
 
 // Sandbox is a set of per-sandbox settings, used both for the defaults and
@@ -125,6 +128,7 @@ func Default() Config {
 		// Cheap cgroup migrations (internal/daemon/favordynmods_linux.go).
 		CgroupFavorDynmods: true,
 		PrespawnInits:      2,
+		Metrics:            Metrics{UsageInterval: 5 * time.Second},
 
 		Defaults: Sandbox{
 			TTL:      10 * time.Minute,

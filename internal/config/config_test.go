@@ -73,8 +73,12 @@ func TestEveryKeyDocumented(t *testing.T) {
 	for i := 0; i < nt.NumField(); i++ {
 		keys = append(keys, nt.Field(i).Tag.Get("toml"))
 	}
+	mt := reflect.TypeOf(Metrics{})
+	for i := 0; i < mt.NumField(); i++ {
+		keys = append(keys, mt.Field(i).Tag.Get("toml"))
+	}
 	for _, k := range keys {
-		if k == "defaults" || k == "limits" || k == "network" || k == "security" {
+		if k == "defaults" || k == "limits" || k == "network" || k == "security" || k == "metrics" {
 			k = "[" + k + "]"
 		} else if !strings.Contains(string(example), "\n"+k+" = ") {
 			t.Errorf("key %q missing from docs/agentbox.example.toml", k)

@@ -113,6 +113,7 @@ func (c Config) Validate() error {
 	c.validateSecurity(&v)
 	c.validateNetworkLimits(&v)
 	c.validatePools(&v)
+	c.validateMetrics(&v)
 	return v.err()
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/posture"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -134,6 +135,8 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer netm.Close() // resolvers, proxies, firewall log reader
 	svc := sandbox.New(sandbox.Options{Config: cfg, Store: st, Pool: pool, Drivers: drivers, Logger: log, Net: netm})
+	hub := events.New()
+	svc.PublishEvents(hub) // lifecycle events (observe.go)
 	if err := svc.Start(ctx); err != nil {
 		return fmt.Errorf("recovering sandboxes: %w", err)
 	}
@@ -145,11 +148,17 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	authn := auth.New(st, cfg.AdminKeyPath(), log)
+	obs, err := startObservability(ctx, cfg, svc, pool, netm, authn, hub, log) // observe.go
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
 	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes(),
 		Store: st, RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst,
-		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount}})
+		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount},
+		Usage:   obs.usage, Events: hub})
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           obs.metrics.Wrap(api), // request ids, log lines, GET /metrics
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentbox/agentbox/api"
 )
 
 // Types of events.
@@ -34,18 +36,9 @@ const (
 // Types lists every event type, for validating filters.
 var Types = []string{Created, Forked, Paused, Resumed, Stopped, Snapshotted, Reset, Expired, Destroyed, OOM, Failed, QuotaRejected}
 
-// Event is one thing that happened. Seq grows by one per event published
-// by this daemon since it started.
-type Event struct {
-	Seq       uint64    `json:"seq"`
-	Time      time.Time `json:"time"`
-	Type      string    `json:"type"`
-	Sandbox   string    `json:"sandbox,omitempty"`
-	Tenant    string    `json:"tenant,omitempty"`
-	Template  string    `json:"template,omitempty"`
-	Isolation string    `json:"isolation,omitempty"`
-	Detail    string    `json:"detail,omitempty"`
-}
+// Event is one thing that happened (the API's wire type). Seq grows by
+// one per event published by this daemon since it started.
+type Event = api.Event
 
 // Filter selects events; zero fields match everything.
 type Filter struct {

@@ -20,6 +20,8 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/metrics"
 	"github.com/agentbox/agentbox/internal/posture"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/storage"
@@ -42,6 +44,10 @@ type Options struct {
 	// RateLimit 0 disables it.
 	RateLimit float64
 	RateBurst int
+	// Usage and Events serve a sandbox's usage samples and the event
+	// stream (observe.go); nil: none.
+	Usage  UsageSource
+	Events *events.Hub
 }
 
 // Server serves the API.
@@ -55,6 +61,8 @@ type Server struct {
 	st      *store.Store
 	posture posture.Options
 	limiter *limiter
+	usage   UsageSource
+	events  *events.Hub
 
 	// The preview proxy's transport (ports.go).
 	previewOnce sync.Once
@@ -76,6 +84,7 @@ func New(o Options) *Server {
 	}
 	s := &Server{svc: o.Service, pool: o.Pool, auth: o.Auth, log: o.Logger, maxBody: o.MaxBodyBytes, mux: http.NewServeMux()}
 	s.st, s.posture, s.limiter = o.Store, o.Posture, newLimiter(o.RateLimit, o.RateBurst)
+	s.usage, s.events = o.Usage, o.Events
 	s.routes()
 	return s
 }
@@ -137,6 +146,10 @@ func (s *Server) routes() {
 		"DELETE /v1/tenants/{name}":       s.deleteTenant,
 		"GET /v1/audit":                   s.listAudit,
 		"GET /v1/sandboxes/{id}/security": s.sandboxSecurity,
+
+		// Usage samples and the event stream (observe.go).
+		"GET /v1/sandboxes/{id}/metrics": s.sandboxMetrics,
+		"GET /v1/events":                 s.eventStream,
 	}
 	// Every route comes from api.Routes, which a test holds against
 	// api/openapi.yaml; the guest's routes are forwarded.
@@ -182,6 +195,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.audit(r, p.KeyID, p.Tenant, sw.status)
 		return
 	}
+	metrics.NoteTenant(r.Context(), p.Tenant) // the request's log line
 	r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 	// Templates are tenant-scoped: the pool sees whom it works for.
 	r = r.WithContext(storage.WithOwner(r.Context(), storage.Owner{Tenant: p.Tenant, Admin: p.Admin}))
@@ -235,7 +249,7 @@ func writeError(w http.ResponseWriter, err error) {
 	if status == http.StatusInternalServerError && msg == "" {
 		msg = "internal error"
 	}
-	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg, RequestID: w.Header().Get(metrics.RequestIDHeader)}})
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
