@@ -169,6 +169,10 @@ def egress_log(sandbox_id: str) -> Call:
     return Call("GET", sandbox_path(sandbox_id, "/egress/log"), decode=lambda d: list(d.get("entries") or []))
 
 
+def metrics(sandbox_id: str) -> Call:
+    return Call("GET", sandbox_path(sandbox_id, "/metrics"), decode=lambda d: list(d.get("samples") or []))
+
+
 # --- files -------------------------------------------------------------------
 
 def file_write(sandbox_id: str, path: str, data: Any, mode: Optional[int], user: Optional[str],

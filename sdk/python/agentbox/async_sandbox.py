@@ -16,7 +16,7 @@ import os
 import tempfile
 from typing import IO, Any, AsyncIterator, Awaitable, Dict, Generator, List, Optional, Union
 
-from . import _archive, _build, _calls as calls
+from . import _archive, _build, _calls as calls, _events
 from ._calls import file_query
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, preview_url, sandbox_path,
                       to_bytes)
@@ -55,6 +55,11 @@ class AsyncClient:
     async def pools(self) -> List[PoolStatus]:
         """The warm pools: ready sandboxes per template and tier, creates served."""
         return await self._http.call(calls.pools())
+
+    def events(self, types: Optional[List[str]] = None, sandbox: Optional[str] = None,
+               tenant: Optional[str] = None) -> AsyncIterator[Dict[str, Any]]:
+        """Lifecycle events as they happen (``async for``); see ``Client.events``."""
+        return _events.astream(self._http, _events.params(types, sandbox, tenant))
 
     async def templates(self) -> List[Template]:
         """The templates sandboxes can be created from."""
@@ -433,3 +438,7 @@ class AsyncSandbox:
     async def egress_log(self) -> List[Dict[str, Any]]:
         """The sandbox's egress log, oldest first; see ``Sandbox.egress_log``."""
         return await self._http.call(calls.egress_log(self.id))
+
+    async def metrics(self) -> List[Dict[str, Any]]:
+        """The sandbox's resource use over the last hour; see ``Sandbox.metrics``."""
+        return await self._http.call(calls.metrics(self.id))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import IO, Any, Dict, List, Optional, Union
+from typing import IO, Any, Dict, Iterator, List, Optional, Union
 
-from . import _archive, _build, _calls as calls
+from . import _archive, _build, _calls as calls, _events
 from ._calls import file_query
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, preview_url, sandbox_path,
                       to_bytes)
@@ -45,6 +45,16 @@ class Client:
     def pools(self) -> List[PoolStatus]:
         """The warm pools: ready sandboxes per template and tier, creates served."""
         return self._http.call(calls.pools())
+
+    def events(self, types: Optional[List[str]] = None, sandbox: Optional[str] = None,
+               tenant: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+        """Lifecycle events as they happen, as dicts with ``seq``, ``time``,
+        ``type`` (created, forked, paused, resumed, stopped, snapshotted,
+        reset, expired, destroyed, oom, failed, quota_rejected),
+        ``sandbox``, ``tenant``, ``template``, ``isolation`` and ``detail``.
+        The iterator runs until the caller stops it (break, or closing it);
+        a tenant's key sees its own tenant's events only."""
+        return _events.stream(self._http, _events.params(types, sandbox, tenant))
 
     def templates(self) -> List[Template]:
         """The templates sandboxes can be created from."""
@@ -454,6 +464,14 @@ class Sandbox:
         ``qtype``, ``verdict`` ("allow", "deny"), ``reason`` and
         ``answers``. The last 1000 are kept."""
         return self._http.call(calls.egress_log(self.id))
+
+    def metrics(self) -> List[Dict[str, Any]]:
+        """The sandbox's resource use over the last hour, oldest first: one
+        dict per sample (every 5 s by default) with ``time``,
+        ``cpu_seconds``, ``cpu_percent`` (100 = one core busy),
+        ``memory_bytes``, ``disk_bytes``, ``rx_bytes``, ``tx_bytes`` and
+        ``pids`` (docs/observability.md)."""
+        return self._http.call(calls.metrics(self.id))
 
 
 async def _start_pty(http: SyncHTTP, sandbox_id: str, body: Dict[str, Any]) -> AsyncPty:
