@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 [[ $(id -u) == 0 ]] || { echo "agentbox: tests run real sandboxes and need root" >&2; exit 1; }
 export PATH=$PATH:/usr/local/go/bin
 scripts/install-deps.sh
+scripts/install-test-deps.sh # prometheus and promtool for the metrics test
 make -s build
 # The integration tests build their own templates in their own data dir,
 # except base, python and node, which they take from the build cache of

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what only the tests need (not agentbox itself), idempotently:
+# Debian's prometheus package, whose server and promtool the metrics
+# integration test runs (integration/observe_test.go starts its own
+# Prometheus on loopback). About 19 MB to download, 96 MB installed, 18 s
+# here. Where the package's service started (systemd), it is stopped and
+# disabled: the test runs its own.
+set -euo pipefail
+PKGS=(prometheus)
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "agentbox: installing test dependencies ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q >/dev/null
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+	if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
+		systemctl disable --now prometheus >/dev/null 2>&1 || true
+	fi
+fi
