@@ -242,12 +242,45 @@ func TestPrometheusScrapes(t *testing.T) {
 	prom.waitQuery(t, `go_goroutines{job="agentbox"}`, "> 0", func(v float64) bool { return v > 0 })
 	prom.waitQuery(t, `process_resident_memory_bytes{job="agentbox"}`, "> 0", func(v float64) bool { return v > 0 })
 	// No sandbox id is a label value.
+	// Every query of contrib/grafana-dashboard.json parses and runs.
+	for _, q := range dashboardQueries(t) {
+		prom.query(t, q)
+	}
 	expo := scrape(t, env.key)
 	for _, id := range append(ids, sb.ID) {
 		if strings.Contains(expo, id) {
 			t.Errorf("the exposition names sandbox %s", id)
 		}
 	}
+}
+
+// dashboardQueries returns contrib/grafana-dashboard.json's PromQL with
+// its variables filled in.
+func dashboardQueries(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(env.repo, "contrib", "grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("contrib/grafana-dashboard.json: %v", err)
+	}
+	r := strings.NewReplacer("$job", ".*", "$__rate_interval", "1m")
+	var qs []string
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			qs = append(qs, r.Replace(tg.Expr))
+		}
+	}
+	if len(qs) < 10 {
+		t.Fatalf("contrib/grafana-dashboard.json has only %d queries", len(qs))
+	}
+	return qs
 }
 
 // scrape reads GET /metrics with key.
