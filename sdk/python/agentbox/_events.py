@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Dict, Iterable, Iterator, List, Optional
+from typing import Any, AsyncIterator, Dict, Iterable, List, Optional
 
 import httpx
 
@@ -55,19 +55,52 @@ class _Parser:
         return None
 
 
-def stream(http: SyncHTTP, p: Dict[str, str]) -> Iterator[Dict[str, Any]]:
-    try:
-        with http.client.stream("GET", "/v1/events", params=p, timeout=_STREAM_TIMEOUT,
-                                headers={"Accept": "text/event-stream"}) as resp:
-            if resp.status_code >= 300:
-                raise api_error(http.cfg, resp.status_code, resp.read())
-            parser = _Parser()
-            for line in resp.iter_lines():
-                ev = parser.line(line)
+class EventStream:
+    """An open event stream: iterate it for event dicts; ``close()`` (or
+    ``with``) ends it. The subscription exists once the constructor
+    returns, so nothing that happens after is missed."""
+
+    def __init__(self, http: SyncHTTP, p: Dict[str, str]) -> None:
+        self._cfg = http.cfg
+        self._cm = http.client.stream("GET", "/v1/events", params=p, timeout=_STREAM_TIMEOUT,
+                                      headers={"Accept": "text/event-stream"})
+        try:
+            self._resp = self._cm.__enter__()
+        except httpx.HTTPError as e:
+            raise transport_error(self._cfg, e) from e
+        if self._resp.status_code >= 300:
+            body = self._resp.read()
+            self._cm.__exit__(None, None, None)
+            raise api_error(self._cfg, self._resp.status_code, body)
+        self._lines = self._resp.iter_lines()
+        self._parser = _Parser()
+
+    @property
+    def dropped(self) -> int:
+        """Events the daemon dropped because this reader was too slow."""
+        return self._parser.dropped
+
+    def __iter__(self) -> "EventStream":
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        try:
+            for line in self._lines:
+                ev = self._parser.line(line)
                 if ev is not None:
-                    yield ev
-    except httpx.HTTPError as e:
-        raise transport_error(http.cfg, e) from e
+                    return ev
+        except httpx.HTTPError as e:
+            raise transport_error(self._cfg, e) from e
+        raise StopIteration
+
+    def close(self) -> None:
+        self._cm.__exit__(None, None, None)
+
+    def __enter__(self) -> "EventStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 async def astream(http: AsyncHTTP, p: Dict[str, str]) -> AsyncIterator[Dict[str, Any]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import IO, Any, Dict, Iterator, List, Optional, Union
+from typing import IO, Any, Dict, List, Optional, Union
 
 from . import _archive, _build, _calls as calls, _events
 from ._calls import file_query
@@ -47,14 +47,15 @@ class Client:
         return self._http.call(calls.pools())
 
     def events(self, types: Optional[List[str]] = None, sandbox: Optional[str] = None,
-               tenant: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+               tenant: Optional[str] = None) -> "_events.EventStream":
         """Lifecycle events as they happen, as dicts with ``seq``, ``time``,
         ``type`` (created, forked, paused, resumed, stopped, snapshotted,
         reset, expired, destroyed, oom, failed, quota_rejected),
         ``sandbox``, ``tenant``, ``template``, ``isolation`` and ``detail``.
-        The iterator runs until the caller stops it (break, or closing it);
-        a tenant's key sees its own tenant's events only."""
-        return _events.stream(self._http, _events.params(types, sandbox, tenant))
+        The stream is subscribed when this returns and runs until closed
+        (``close()``, or use it in ``with``); a tenant's key sees its own
+        tenant's events only."""
+        return _events.EventStream(self._http, _events.params(types, sandbox, tenant))
 
     def templates(self) -> List[Template]:
         """The templates sandboxes can be created from."""
