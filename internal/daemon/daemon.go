@@ -164,6 +164,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+	srv.RegisterOnShutdown(hub.Close) // event streams end (observe.go)
 	var lns []net.Listener
 	_ = os.Remove(cfg.Socket)
 	oldMask := syscall.Umask(0o177)

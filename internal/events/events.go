@@ -73,8 +73,9 @@ type Hub struct {
 
 	mu sync.Mutex
 	// subs are the live subscriptions; hooks the synchronous observers.
-	subs  map[*Subscription]struct{}
-	hooks []func(*Event)
+	subs   map[*Subscription]struct{}
+	hooks  []func(*Event)
+	closed bool
 }
 
 // New returns an empty hub.
@@ -119,11 +120,31 @@ func (h *Hub) Subscribe(f Filter, buf int) *Subscription {
 	if buf < 16 {
 		buf = 16
 	}
-	s := &Subscription{h: h, f: f, max: buf, ready: make(chan struct{}, 1)}
+	s := &Subscription{h: h, f: f, max: buf, ready: make(chan struct{}, 1), done: make(chan struct{})}
 	h.mu.Lock()
-	h.subs[s] = struct{}{}
+	if h.closed {
+		close(s.done)
+	} else {
+		h.subs[s] = struct{}{}
+	}
 	h.mu.Unlock()
 	return s
+}
+
+// Close ends every subscription (their Done channels close) and refuses
+// new ones: the daemon calls it when it shuts down, so that streams end
+// instead of holding the HTTP server's shutdown.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.closed = true
+	for s := range h.subs {
+		close(s.done)
+		delete(h.subs, s)
+	}
 }
 
 // Subscription is one subscriber's queue.
@@ -132,6 +153,7 @@ type Subscription struct {
 	f     Filter
 	max   int
 	ready chan struct{} // has a value while queue may be non-empty
+	done  chan struct{} // closed when the hub closes
 
 	mu      sync.Mutex
 	queue   []Event
@@ -151,6 +173,9 @@ func (s *Subscription) push(e Event) {
 	default:
 	}
 }
+
+// Done is closed when the hub shuts down.
+func (s *Subscription) Done() <-chan struct{} { return s.done }
 
 // Ready has a value when Next may return events.
 func (s *Subscription) Ready() <-chan struct{} { return s.ready }

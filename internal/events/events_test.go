@@ -82,3 +82,25 @@ func TestNilHubDrops(t *testing.T) {
 	var h *Hub
 	h.Publish(Event{Type: Created}) // must not panic
 }
+
+// Close ends every stream and refuses new ones.
+func TestCloseEndsSubscriptions(t *testing.T) {
+	h := New()
+	s := h.Subscribe(Filter{AllTenants: true}, 0)
+	h.Close()
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("Done not closed by Close")
+	}
+	h.Publish(Event{Type: Created})
+	if got, _ := s.Next(); len(got) != 0 {
+		t.Errorf("a closed hub delivered %d events", len(got))
+	}
+	select {
+	case <-h.Subscribe(Filter{}, 0).Done():
+	default:
+		t.Error("a subscription after Close is not done")
+	}
+	h.Close() // twice is fine
+}

@@ -91,6 +91,8 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-sub.Done(): // the daemon is shutting down
+			return
 		case <-keepalive.C:
 			fmt.Fprint(w, ": keepalive\n\n")
 		case <-sub.Ready():
