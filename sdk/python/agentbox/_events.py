@@ -26,6 +26,19 @@ def params(types: Optional[Iterable[str]], sandbox: Optional[str], tenant: Optio
     return p
 
 
+def _lines(buf: bytearray, chunk: bytes) -> List[str]:
+    """Appends chunk to buf and takes the complete lines out of it (httpx's
+    own iter_lines holds lines back in some versions)."""
+    buf.extend(chunk)
+    out: List[str] = []
+    while True:
+        i = buf.find(b"\n")
+        if i < 0:
+            return out
+        out.append(buf[:i].rstrip(b"\r").decode("utf-8", "replace"))
+        del buf[:i + 1]
+
+
 class _Parser:
     """Turns SSE lines into event dicts; ``dropped`` counts events the
     daemon dropped because the reader was slow."""
@@ -72,7 +85,9 @@ class EventStream:
             body = self._resp.read()
             self._cm.__exit__(None, None, None)
             raise api_error(self._cfg, self._resp.status_code, body)
-        self._lines = self._resp.iter_lines()
+        self._chunks = self._resp.iter_bytes()
+        self._buf = bytearray()
+        self._pending: List[str] = []
         self._parser = _Parser()
 
     @property
@@ -85,13 +100,17 @@ class EventStream:
 
     def __next__(self) -> Dict[str, Any]:
         try:
-            for line in self._lines:
-                ev = self._parser.line(line)
-                if ev is not None:
-                    return ev
+            while True:
+                while self._pending:
+                    ev = self._parser.line(self._pending.pop(0))
+                    if ev is not None:
+                        return ev
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    raise StopIteration
+                self._pending = _lines(self._buf, chunk)
         except httpx.HTTPError as e:
             raise transport_error(self._cfg, e) from e
-        raise StopIteration
 
     def close(self) -> None:
         self._cm.__exit__(None, None, None)
@@ -109,10 +128,11 @@ async def astream(http: AsyncHTTP, p: Dict[str, str]) -> AsyncIterator[Dict[str,
                                       headers={"Accept": "text/event-stream"}) as resp:
             if resp.status_code >= 300:
                 raise api_error(http.cfg, resp.status_code, await resp.aread())
-            parser = _Parser()
-            async for line in resp.aiter_lines():
-                ev = parser.line(line)
-                if ev is not None:
-                    yield ev
+            parser, buf = _Parser(), bytearray()
+            async for chunk in resp.aiter_bytes():
+                for line in _lines(buf, chunk):
+                    ev = parser.line(line)
+                    if ev is not None:
+                        yield ev
     except httpx.HTTPError as e:
         raise transport_error(http.cfg, e) from e

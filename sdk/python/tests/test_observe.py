@@ -26,7 +26,7 @@ def test_metrics_samples_the_sandbox():
 def test_events_iterator_sees_a_lifecycle():
     with Client().events(types=["created", "destroyed"]) as stream:
         s = Sandbox.create(template=TEMPLATE, ttl_seconds=300)
-        s.kill()
+        s.destroy()
         mine = []
         for ev in stream:
             if ev.get("sandbox") == s.id:
@@ -55,7 +55,7 @@ def test_async_events_filter_by_sandbox():
             await asyncio.wait([first], timeout=0.5)
         ev = await asyncio.wait_for(first, 1)
         await it.aclose()
-        s.kill()
+        s.destroy()
         return ev, s.id
 
     ev, sid = asyncio.run(run())
