@@ -91,8 +91,14 @@ func (m *Metrics) Wrap(next http.Handler) http.Handler {
 		pattern := m.routes.pattern(r)
 		rec := &recorder{ResponseWriter: w}
 		op := operations[pattern]
-		if op == "create" {
+		var l sbLabels
+		switch op {
+		case "":
+		case "create":
 			rec.keep = &bytes.Buffer{}
+		default:
+			// Before the handler: a destroy forgets the sandbox.
+			l = m.labelsOf(sandboxID(r.URL.Path))
 		}
 		if pattern == "GET "+Path {
 			scrape.ServeHTTP(rec, r)
@@ -110,14 +116,11 @@ func (m *Metrics) Wrap(next http.Handler) http.Handler {
 		}
 		m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 		if op != "" {
-			var l sbLabels
 			if op == "create" {
 				var sb struct{ Template, Isolation string }
 				if status < 300 && json.Unmarshal(rec.keep.Bytes(), &sb) == nil {
 					l = sbLabels{sb.Template, sb.Isolation}
 				}
-			} else {
-				l = m.labelsOf(sandboxID(r.URL.Path))
 			}
 			m.observeOp(op, l.template, l.tier, outcome(status), took)
 		}

@@ -97,7 +97,16 @@ func TestEventsKeepLabelsAndCountQuota(t *testing.T) {
 	if got := testutil.ToFloat64(m.ops.WithLabelValues("exec", "node", "container", "ok")); got != 1 {
 		t.Errorf("exec in a sandbox created after start: %g, want 1 under node/container", got)
 	}
-	hub.Publish(events.Event{Type: events.Destroyed, Sandbox: "dddddddddddd"})
+	// A destroy is counted under the sandbox's labels although its
+	// destroyed event (published while the request runs) forgets them.
+	destroy := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hub.Publish(events.Event{Type: events.Destroyed, Sandbox: "dddddddddddd"})
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	do(t, destroy, "DELETE", "/v1/sandboxes/dddddddddddd", "")
+	if got := testutil.ToFloat64(m.ops.WithLabelValues("destroy", "node", "container", "ok")); got != 1 {
+		t.Errorf("destroy counted under node/container: %g, want 1", got)
+	}
 	if l := m.labelsOf("dddddddddddd"); l != (sbLabels{}) {
 		t.Errorf("labels kept after destroy: %+v", l)
 	}
