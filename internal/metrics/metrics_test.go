@@ -230,3 +230,15 @@ func BenchmarkPublish(b *testing.B) {
 		}
 	}
 }
+
+// The separate metrics listener without a token serves anyone (the config
+// allows that on loopback only); with one it wants it.
+func TestScrapeHandlerOpen(t *testing.T) {
+	m, _, _ := newTest(t)
+	if w := do(t, m.ScrapeHandler(false), "GET", "/metrics", ""); w.Code != http.StatusOK {
+		t.Errorf("open scrape handler: %d", w.Code)
+	}
+	if w := do(t, m.ScrapeHandler(true), "GET", "/metrics", ""); w.Code != http.StatusUnauthorized {
+		t.Errorf("scrape handler with auth, no token: %d, want 401", w.Code)
+	}
+}
