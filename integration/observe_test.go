@@ -283,6 +283,23 @@ func dashboardQueries(t *testing.T) []string {
 	return qs
 }
 
+// rawStream GETs a streamed route with key and returns its status and
+// what it sent within d.
+func rawStream(t testing.TB, path, key string, d time.Duration) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://agentbox"+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := unixHTTP().Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20)) // until d ends it
+	return resp.StatusCode, string(b)
+}
+
 // scrape reads GET /metrics with key.
 func scrape(t *testing.T, key string) string {
 	t.Helper()
