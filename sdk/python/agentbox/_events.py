@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 import httpx
 
@@ -122,17 +122,55 @@ class EventStream:
         self.close()
 
 
-async def astream(http: AsyncHTTP, p: Dict[str, str]) -> AsyncIterator[Dict[str, Any]]:
-    try:
-        async with http.client.stream("GET", "/v1/events", params=p, timeout=_STREAM_TIMEOUT,
-                                      headers={"Accept": "text/event-stream"}) as resp:
-            if resp.status_code >= 300:
-                raise api_error(http.cfg, resp.status_code, await resp.aread())
-            parser, buf = _Parser(), bytearray()
-            async for chunk in resp.aiter_bytes():
-                for line in _lines(buf, chunk):
-                    ev = parser.line(line)
+class AsyncEventStream:
+    """The async form of EventStream: ``st = await client.events()``, then
+    ``async for ev in st``; ``await st.aclose()`` (or ``async with``) ends it."""
+
+    def __init__(self, http: AsyncHTTP, p: Dict[str, str]) -> None:
+        self._cfg = http.cfg
+        self._cm = http.client.stream("GET", "/v1/events", params=p, timeout=_STREAM_TIMEOUT,
+                                      headers={"Accept": "text/event-stream"})
+        self._parser = _Parser()
+        self._buf = bytearray()
+        self._pending: List[str] = []
+
+    async def _open(self) -> "AsyncEventStream":
+        try:
+            self._resp = await self._cm.__aenter__()
+        except httpx.HTTPError as e:
+            raise transport_error(self._cfg, e) from e
+        if self._resp.status_code >= 300:
+            body = await self._resp.aread()
+            await self._cm.__aexit__(None, None, None)
+            raise api_error(self._cfg, self._resp.status_code, body)
+        self._chunks = self._resp.aiter_bytes()
+        return self
+
+    @property
+    def dropped(self) -> int:
+        """Events the daemon dropped because this reader was too slow."""
+        return self._parser.dropped
+
+    def __aiter__(self) -> "AsyncEventStream":
+        return self
+
+    async def __anext__(self) -> Dict[str, Any]:
+        try:
+            while True:
+                while self._pending:
+                    ev = self._parser.line(self._pending.pop(0))
                     if ev is not None:
-                        yield ev
-    except httpx.HTTPError as e:
-        raise transport_error(http.cfg, e) from e
+                        return ev
+                chunk = await self._chunks.__anext__()  # StopAsyncIteration at the end
+                self._pending = _lines(self._buf, chunk)
+        except httpx.HTTPError as e:
+            raise transport_error(self._cfg, e) from e
+
+    async def aclose(self) -> None:
+        await self._cm.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> "AsyncEventStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()

@@ -56,10 +56,12 @@ class AsyncClient:
         """The warm pools: ready sandboxes per template and tier, creates served."""
         return await self._http.call(calls.pools())
 
-    def events(self, types: Optional[List[str]] = None, sandbox: Optional[str] = None,
-               tenant: Optional[str] = None) -> AsyncIterator[Dict[str, Any]]:
-        """Lifecycle events as they happen (``async for``); see ``Client.events``."""
-        return _events.astream(self._http, _events.params(types, sandbox, tenant))
+    async def events(self, types: Optional[List[str]] = None, sandbox: Optional[str] = None,
+                     tenant: Optional[str] = None) -> "_events.AsyncEventStream":
+        """Lifecycle events as they happen: ``st = await client.events()``,
+        subscribed when it returns, then ``async for ev in st``; close it
+        with ``await st.aclose()`` or ``async with``. See ``Client.events``."""
+        return await _events.AsyncEventStream(self._http, _events.params(types, sandbox, tenant))._open()
 
     async def templates(self) -> List[Template]:
         """The templates sandboxes can be created from."""
