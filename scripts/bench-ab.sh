@@ -11,7 +11,8 @@
 # Environment: ROUNDS (default 4), N (samples per line, default 60), ONLY
 # (bench --only, default create, destroy and exec of busybox), ROOTFS (the
 # busybox rootfs, default /var/lib/agentbox/build/busybox). Reports land in
-# /var/tmp/agentbox-ab/{a,b}-ROUND.{txt,json}; a summary is printed. Root.
+# /var/tmp/agentbox-ab/{a,b}-ROUND.{txt,json}; a summary is printed; the
+# daemons' mounts, tables and cgroups are removed at the end. Root.
 set -euo pipefail
 [[ $# == 2 ]] || { echo "usage: $0 A_DIR B_DIR" >&2; exit 2; }
 declare -A DIR=([a]=$(realpath "$1") [b]=$(realpath "$2"))
@@ -51,6 +52,15 @@ CFG
 for r in $(seq 1 "$ROUNDS"); do
 	if ((r % 2)); then order="a b"; else order="b a"; fi
 	for v in $order; do run_one "$v" "$r"; done
+done
+# Leave nothing: each daemon's storage mount and loop device, nftables
+# table and cgroup parents (its sandboxes were destroyed above).
+for v in a b; do
+	umount "$OUT/$v/data/storage" 2>/dev/null || true
+	nft delete table inet "agentbox-ab-$v" 2>/dev/null || true
+	for d in /sys/fs/cgroup/*/"agentbox-ab-$v" /sys/fs/cgroup/unified/"agentbox-ab-$v"; do
+		[[ -d $d ]] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+	done
 done
 python3 - "$OUT" "$ROUNDS" <<'PY'
 import json, statistics, sys
