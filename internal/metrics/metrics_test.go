@@ -242,3 +242,25 @@ func TestScrapeHandlerOpen(t *testing.T) {
 		t.Errorf("scrape handler with auth, no token: %d, want 401", w.Code)
 	}
 }
+
+// One log line per request: its id, route, tenant, status and duration.
+func TestRequestLogLine(t *testing.T) {
+	var buf strings.Builder
+	m := New(Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	h := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		NoteTenant(r.Context(), "acme")
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	r := httptest.NewRequest("GET", "/v1/sandboxes/abcdefabcdef", nil)
+	r.Header.Set(RequestIDHeader, "rid-42")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	line := buf.String()
+	for _, want := range []string{"msg=request", "request_id=rid-42", `route="GET /v1/sandboxes/{id}"`, "tenant=acme", "status=404", "took="} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log line %q lacks %s", line, want)
+		}
+	}
+	if strings.Count(line, "\n") != 1 {
+		t.Errorf("want one line, got %q", line)
+	}
+}
