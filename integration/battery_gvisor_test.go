@@ -342,9 +342,19 @@ func itemTimeoutEscapeGvisor(t *testing.T, b *battery) {
 ( ( trap '' TERM; exec sleep 1002 ) & )
 ( setsid sh -c '( trap "" TERM; sleep 1003 & ) ; sleep 1004' & )
 sleep 1005`
-	ch := goExec(id, api.ExecRequest{Shell: script, TimeoutMs: 1500})
-	time.Sleep(800 * time.Millisecond)
-	during := sentryCmds(sentryProcs(t, id))
+	ch := goExec(id, api.ExecRequest{Shell: script, TimeoutMs: escapeTimeoutMs})
+	var during []string
+	countSleepers := func() int {
+		during = sentryCmds(sentryProcs(t, id))
+		n := 0
+		for _, c := range during {
+			if strings.HasPrefix(c, "sleep 100") {
+				n++
+			}
+		}
+		return n
+	}
+	waitCount(countSleepers, func(n int) bool { return n >= 5 }, escapeTimeoutMs*time.Millisecond*9/10)
 	hostDuring := sandboxPids(id)
 	out := <-ch
 	if out.err != nil {
@@ -373,8 +383,8 @@ sleep 1005`
 	if !out.res.TimedOut {
 		t.Errorf("exec was not flagged timed out")
 	}
-	if out.res.DurationMs > 3500 {
-		t.Errorf("exec with a 1.5 s timeout took %.0f ms", out.res.DurationMs)
+	if out.res.DurationMs > escapeTimeoutMs+60000 {
+		t.Errorf("exec with a %d ms timeout took %.0f ms: its processes held it past the timeout", escapeTimeoutMs, out.res.DurationMs)
 	}
 	if len(left) > 0 {
 		t.Errorf("after the timeout gVisor's kernel still runs %q (only the agent may remain)", left)

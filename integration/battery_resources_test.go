@@ -385,9 +385,11 @@ func itemTimeoutEscape(t *testing.T, b *battery) {
 ( ( trap '' TERM; exec sleep 1002 ) & )
 ( setsid sh -c '( trap "" TERM; sleep 1003 & ) ; sleep 1004' & )
 sleep 1005`
-	ch := goExec(id, api.ExecRequest{Shell: script, TimeoutMs: 1500})
-	time.Sleep(800 * time.Millisecond)
-	during := sandboxPids(id)
+	// The timeout leaves the script time to start its five sleepers on a
+	// loaded host; the host counts them once they are there.
+	ch := goExec(id, api.ExecRequest{Shell: script, TimeoutMs: escapeTimeoutMs})
+	var during []int
+	waitCount(func() int { during = sandboxPids(id); return len(during) }, func(n int) bool { return n >= 7 }, escapeTimeoutMs*time.Millisecond*9/10)
 	out := <-ch
 	if out.err != nil {
 		t.Fatalf("exec: %v", out.err)
@@ -415,8 +417,8 @@ sleep 1005`
 	if !out.res.TimedOut {
 		t.Errorf("exec was not flagged timed out")
 	}
-	if out.res.DurationMs > 3500 {
-		t.Errorf("exec with a 1.5 s timeout took %.0f ms", out.res.DurationMs)
+	if out.res.DurationMs > escapeTimeoutMs+60000 {
+		t.Errorf("exec with a %d ms timeout took %.0f ms: its processes held it past the timeout", escapeTimeoutMs, out.res.DurationMs)
 	}
 	if len(left) != 1 || left[0] != pid {
 		t.Errorf("after the timeout the sandbox's cgroup still holds %v (only init %d may remain)", left, pid)
@@ -518,6 +520,12 @@ const (
 	stormZombies  = 120
 	stormSleepers = 60
 )
+
+// escapeTimeoutMs is the exec timeout of the escape items (07): long
+// enough for the script to start its sleepers on a loaded host, far
+// shorter than the sleepers (1001 s and more), which must not hold the
+// exec past it.
+const escapeTimeoutMs = 10000
 
 // waitCount polls count until ok accepts its value or limit passes, and
 // returns the last value: verdicts on a condition, not on a delay.
