@@ -267,7 +267,11 @@ func (s *Service) createCold(ctx context.Context, rec *store.SandboxRecord, tpl 
 	e, err = s.start(ctx, rec, tpl, bootDrv, false)
 	if err != nil {
 		s.log.Warn("create failed", "sandbox", rec.ID, "err", err)
-		_ = s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
+		// ctx may be what ended the boot (its 60 s bound): the record
+		// says failed all the same, never creating for ever.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = s.st.UpdateSandbox(fctx, rec.ID, func(r *store.SandboxRecord) error {
 			r.State = api.StateFailed
 			r.Error = err.Error()
 			return nil
@@ -591,7 +595,8 @@ func (s *Service) Destroy(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		if errors.Is(err, errdefs.ErrFailedPrecondition) {
 			// Not running: already destroyed, or failed. Make sure nothing
-			// is left and report success.
+			// is left, record it destroyed (a failed sandbox keeps its
+			// error) and report success.
 			rec, gerr := s.st.GetSandbox(ctx, id)
 			if gerr == nil && rec.State != api.StateDestroyed {
 				var drv driver.Driver = s.drivers[rec.Isolation]
@@ -599,9 +604,7 @@ func (s *Service) Destroy(ctx context.Context, tenant, id string) error {
 				defer cancel()
 				_ = s.release(rctx, id, drv, rec.Handle)
 				_ = s.st.UpdateSandbox(rctx, id, func(r *store.SandboxRecord) error {
-					if r.State != api.StateFailed {
-						r.State = api.StateDestroyed
-					}
+					r.State = api.StateDestroyed
 					return nil
 				})
 				s.collectFor(rctx, id)

@@ -45,8 +45,21 @@ def _list_of(key: str, item: Decode) -> Decode:
     return lambda d: [item(x) for x in d.get(key) or []]
 
 
-def file_mode(mode: Optional[int]) -> Optional[str]:
-    return None if mode is None else "%04o" % (mode & 0o7777)
+def file_mode(mode: "Optional[int | str]") -> Optional[str]:
+    """A mode for the API: an int (0o600) or an octal string ("0600", "600",
+    "0o600"), the form listings return."""
+    if mode is None:
+        return None
+    if isinstance(mode, str):
+        t = mode.strip().lower()
+        if t.startswith("0o"):
+            t = t[2:]
+        if not t or any(c not in "01234567" for c in t) or int(t, 8) > 0o7777:
+            raise InvalidArgumentError(f"mode must be an int like 0o600 or an octal string like \"0600\", got {mode!r}")
+        mode = int(t, 8)
+    elif isinstance(mode, bool) or not isinstance(mode, int):
+        raise InvalidArgumentError(f"mode must be an int like 0o600 or an octal string like \"0600\", got {mode!r}")
+    return "%04o" % (mode & 0o7777)
 
 
 def file_query(path: str, **extra: Any) -> Dict[str, str]:

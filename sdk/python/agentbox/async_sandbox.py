@@ -95,7 +95,7 @@ class AsyncFiles:
         self._http = http
         self._id = sandbox_id
 
-    async def write(self, path: str, data: Writable, *, mode: Optional[int] = None,
+    async def write(self, path: str, data: Writable, *, mode: "Optional[int | str]" = None,
                     user: Optional[str] = None) -> FileInfo:
         """Write ``data`` (str, bytes or a binary file object) to ``path``,
         creating parent directories."""
@@ -134,7 +134,7 @@ class AsyncFiles:
         except NotFoundError:
             return False
 
-    async def mkdir(self, path: str, *, mode: Optional[int] = None, user: Optional[str] = None) -> FileInfo:
+    async def mkdir(self, path: str, *, mode: "Optional[int | str]" = None, user: Optional[str] = None) -> FileInfo:
         """Create a directory and its parents (mkdir -p)."""
         return await self._http.call(calls.file_mkdir(self._id, path, mode, user))
 

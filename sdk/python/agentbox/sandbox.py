@@ -93,10 +93,10 @@ class Files:
 
     _q = staticmethod(file_query)
 
-    def write(self, path: str, data: Writable, *, mode: Optional[int] = None,
+    def write(self, path: str, data: Writable, *, mode: "Optional[int | str]" = None,
               user: Optional[str] = None) -> FileInfo:
         """Write ``data`` (str, bytes or a binary file object, streamed) to
-        ``path``, creating parent directories. ``mode`` e.g. 0o755."""
+        ``path``, creating parent directories. ``mode`` e.g. 0o755 or "0755"."""
         return self._http.call(calls.file_write(self._id, path, data, mode, user, write_content))
 
     def read(self, path: str) -> bytes:
@@ -132,7 +132,7 @@ class Files:
         except NotFoundError:
             return False
 
-    def mkdir(self, path: str, *, mode: Optional[int] = None, user: Optional[str] = None) -> FileInfo:
+    def mkdir(self, path: str, *, mode: "Optional[int | str]" = None, user: Optional[str] = None) -> FileInfo:
         """Create a directory and its parents (mkdir -p)."""
         return self._http.call(calls.file_mkdir(self._id, path, mode, user))
 
