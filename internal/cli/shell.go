@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -59,6 +60,14 @@ func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreateP
 			req.Cols, req.Rows = w, h
 		}
 	}
+	if fd < 0 {
+		// Without a terminal nothing could end the session but the
+		// sandbox's TTL: refuse at once.
+		if len(req.Cmd) == 0 {
+			return usageErrorf("%s needs a terminal on stdin, and stdin is not one; to run a command without a terminal use `agentbox exec %s -- CMD` (-i passes stdin)", c.CommandPath(), id)
+		}
+		return usageErrorf("exec -t needs a terminal on stdin, and stdin is not one; drop -t (and add -i to pass stdin): `agentbox exec -i %s -- %s`", id, strings.Join(req.Cmd, " "))
+	}
 	sess, err := cl.CreatePTY(ctx, id, req)
 	if err != nil {
 		return err
@@ -103,5 +112,5 @@ func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreateP
 	if err == nil {
 		err = errors.New("the terminal connection closed before the program ended")
 	}
-	return fmt.Errorf("terminal of pid %d: %w (it keeps running; `agentbox kill` ends it)", sess.Pid, err)
+	return fmt.Errorf("terminal of pid %d: %w (it keeps running; `agentbox kill %s %d` ends it)", sess.Pid, err, id, sess.Pid)
 }

@@ -155,8 +155,12 @@ def snapshot(sandbox_id: str, name: Optional[str], memory: bool) -> Call:
     return Call("POST", sandbox_path(sandbox_id, "/snapshots"), json_body=body, decode=Snapshot.from_dict)
 
 
-def reset(sandbox_id: str, snapshot: Optional[str]) -> Call:
-    body = {"snapshot": snapshot} if snapshot else {}
+def reset(sandbox_id: str, snapshot: Optional[str], template: bool = False) -> Call:
+    if snapshot and template:
+        raise InvalidArgumentError("reset to a snapshot or to the template, not both")
+    body: Dict[str, Any] = {"snapshot": snapshot} if snapshot else {}
+    if template:
+        body["template"] = True
     return Call("POST", sandbox_path(sandbox_id, "/reset"), json_body=body, decode=SandboxInfo.from_dict)
 
 

@@ -405,10 +405,11 @@ class AsyncSandbox:
         """Save the sandbox's state (``memory=True``, gvisor: processes too)."""
         return await self._http.call(calls.snapshot(self.id, name, memory))
 
-    async def reset(self, snapshot: Optional[str] = None) -> SandboxInfo:
+    async def reset(self, snapshot: Optional[str] = None, *, template: bool = False) -> SandboxInfo:
         """Put the sandbox's files back to where it started (or to
-        ``snapshot``), in place; running processes are ended."""
-        self._info = await self._http.call(calls.reset(self.id, snapshot))
+        ``snapshot``; or with ``template=True`` to its template alone,
+        leaving any snapshot), in place; running processes are ended."""
+        self._info = await self._http.call(calls.reset(self.id, snapshot, template))
         return self._info
 
     async def fork(self, count: int = 1, memory: bool = False) -> List["AsyncSandbox"]:

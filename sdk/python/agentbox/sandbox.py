@@ -415,10 +415,11 @@ class Sandbox:
         ``memory=True`` (gvisor tier) captures processes and memory too."""
         return self._http.call(calls.snapshot(self.id, name, memory))
 
-    def reset(self, snapshot: Optional[str] = None) -> SandboxInfo:
+    def reset(self, snapshot: Optional[str] = None, *, template: bool = False) -> SandboxInfo:
         """Put the sandbox's files back to where it started (or to
-        ``snapshot``), in place; running processes are ended."""
-        self._info = self._http.call(calls.reset(self.id, snapshot))
+        ``snapshot``; or with ``template=True`` to its template alone,
+        leaving any snapshot), in place; running processes are ended."""
+        self._info = self._http.call(calls.reset(self.id, snapshot, template))
         return self._info
 
     def fork(self, count: int = 1, memory: bool = False) -> List["Sandbox"]:
