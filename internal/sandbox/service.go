@@ -569,8 +569,12 @@ func (s *Service) SetTTL(ctx context.Context, tenant, id string, ttlSeconds int6
 	if ttlSeconds == 0 || ttlSeconds < -1 {
 		return nil, errdefs.Invalid("ttl_seconds must be positive, or -1 for no TTL, got %d", ttlSeconds)
 	}
-	if lim > 0 && (ttlSeconds == -1 || time.Duration(ttlSeconds)*time.Second > lim) {
-		return nil, errdefs.Invalid("ttl_seconds must be at most %d (limits.ttl in the daemon's config), got %d", int64(lim/time.Second), ttlSeconds)
+	ttl := time.Duration(ttlSeconds) * time.Second
+	if ttlSeconds == -1 {
+		ttl = 0
+	}
+	if err := checkTTLLimit(lim, ttl, ttlSeconds); err != nil {
+		return nil, err
 	}
 	var out *store.SandboxRecord
 	err := s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
