@@ -59,7 +59,7 @@ func newResetCommand(g *globals) *cobra.Command {
 template, or the snapshot it was created from or last reset to); with --to
 onto a snapshot; with --template onto its template alone, leaving any
 snapshot. Every process is ended.`,
-		Args:  exactArgs(1),
+		Args: exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if to != "" && toTemplate {
 				return usageErrorf("reset takes --to SNAPSHOT or --template, not both")
