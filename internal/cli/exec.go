@@ -127,8 +127,12 @@ func streamExec(c *cobra.Command, cl *client.Client, id string, req api.ExecRequ
 }
 
 // exitStatusOf maps an exit event to a shell-style exit status: the code,
-// 128+N for signal N, 124 for a timeout (with a message).
+// 128+N for signal N, 124 for a timeout (with a message), 137 with a
+// message for an OOM kill.
 func exitStatusOf(ev *api.ExecEvent, timeout time.Duration) (int, string) {
+	if ev.OOMKilled {
+		return 137, "the command was killed for running out of memory (the sandbox's memory limit; create it with more, e.g. --memory 2G)"
+	}
 	if ev.TimedOut {
 		if timeout > 0 {
 			return 124, fmt.Sprintf("the command timed out after %s and was killed", timeout)
