@@ -239,3 +239,26 @@ func TestSplitExecArgs(t *testing.T) {
 		})
 	}
 }
+
+func TestFormatDuration(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{30 * time.Second, "30s"},
+		{10 * time.Minute, "10m"},
+		{90 * time.Minute, "1h30m"},
+		{24 * time.Hour, "24h"},
+		{84 * time.Hour, "3d12h"},
+		{72 * time.Hour, "3d"},
+	}
+	for _, tt := range tests {
+		if got := formatDuration(tt.d); got != tt.want {
+			t.Errorf("formatDuration(%s) = %q, want %q", tt.d, got, tt.want)
+		}
+		// What it writes parses back to the same duration.
+		if back, err := parseDuration("ttl", formatDuration(tt.d)); err != nil || back != tt.d {
+			t.Errorf("parseDuration(%q) = %s, %v; want %s", formatDuration(tt.d), back, err, tt.d)
+		}
+	}
+}

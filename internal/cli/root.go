@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/version"
 )
 
 // ServeFunc runs the daemon until ctx ends.
@@ -128,6 +129,8 @@ uses the local socket and the admin key by default.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.Version = version.Version
+	root.SetVersionTemplate("agentbox {{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.host, "host", "", "daemon address (default $AGENTBOX_HOST, else the local daemon)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		if c.Name() == "exec" || c.Name() == "run" {
@@ -149,7 +152,7 @@ uses the local socket and the admin key by default.`,
 		newRmCommand(g),
 		newTTLCommand(g),
 		newTemplateCommand(g),
-		newVersionCommand(g),
+		newVersionCommand(g), newInfoCommand(g),
 		newBenchCommand(g),
 		newShellCommand(g), newPsCommand(g), newLogsCommand(g), newKillCommand(g),
 	)
