@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
@@ -143,5 +144,127 @@ func TestEmptyAPIKeyEnv(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "AGENTBOX_API_KEY is set but empty") {
 		t.Fatalf("ls with AGENTBOX_API_KEY empty: %v\n%s", err, out)
+	}
+}
+
+// TestDockerHabits: names and id prefixes wherever an id goes, ls -q and
+// its columns, rm -f and --all, --version, template inspect as JSON,
+// tenant sizes, ps on a multi-line command.
+func TestDockerHabits(t *testing.T) {
+	tag := "habits-" + randHex(3)
+	name := "web-" + randHex(3)
+	out, e, code := cli(t, "", "create", "--template", "busybox", "--name", name, "--meta", "suite="+tag)
+	if code != 0 {
+		t.Fatalf("create --name: %s", e)
+	}
+	id := strings.TrimSpace(out)
+	t.Cleanup(func() { _ = env.client.DestroySandbox(context.Background(), id) })
+	if _, e, code := cli(t, "", "create", "--template", "busybox", "--name", name); code != 1 || !strings.Contains(e, "already named") {
+		t.Fatalf("a second sandbox with the same name: exit %d %q", code, e)
+	}
+	for _, ref := range []string{name, id[:6]} {
+		if out, e, code := cli(t, "", "exec", ref, "--", "echo", "hi"); code != 0 || out != "hi\n" {
+			t.Fatalf("exec by %q: exit %d %q %q", ref, code, out, e)
+		}
+	}
+	if _, e, code := cli(t, "", "cp", "-", name+":/tmp/f"); code != 0 {
+		t.Fatalf("cp to NAME:/path: %s", e)
+	}
+	out, _, _ = cli(t, "", "inspect", name)
+	if !strings.Contains(out, `"id": "`+id+`"`) {
+		t.Fatalf("inspect by name: %s", out)
+	}
+
+	out, _, _ = cli(t, "", "ls", "-q", "--meta", "suite="+tag)
+	if out != id+"\n" {
+		t.Fatalf("ls -q: %q, want the id alone", out)
+	}
+	out, _, _ = cli(t, "", "ls", "--meta", "suite="+tag)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "NAME") || !strings.Contains(lines[0], "ISOLATION") ||
+		!strings.Contains(lines[1], name) || !strings.Contains(lines[1], "container") || !strings.Contains(lines[1], "in 9m") {
+		t.Fatalf("ls table:\n%s", out)
+	}
+
+	// ps keeps one row per process whatever the command holds.
+	if _, e, code := cli(t, "", "exec", "-d", name, "--", "sh", "-c", "sleep 100\necho two"); code != 0 {
+		t.Fatalf("exec -d: %s", e)
+	}
+	out, _, _ = cli(t, "", "ps", name)
+	if rows := strings.Split(strings.TrimSpace(out), "\n"); len(rows) != 2 || !strings.Contains(rows[1], `sleep 100\necho two`) {
+		t.Fatalf("ps with a multi-line command:\n%s", out)
+	}
+
+	if _, e, code := cli(t, "", "rm", "-f", "nosuchsandbox"); code != 0 {
+		t.Fatalf("rm -f of a missing sandbox: exit %d %q", code, e)
+	}
+	if _, _, code := cli(t, "", "rm", "nosuchsandbox"); code != 1 {
+		t.Fatalf("rm of a missing sandbox: exit %d, want 1", code)
+	}
+	out2, _, _ := cli(t, "", "create", "--template", "busybox", "--meta", "suite="+tag)
+	out, e, code = cli(t, "", "rm", "--all", "--meta", "suite="+tag)
+	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, strings.TrimSpace(out2)) {
+		t.Fatalf("rm --all --meta: exit %d %q %q", code, out, e)
+	}
+	if out, _, _ := cli(t, "", "ls", "-q", "--meta", "suite="+tag); out != "" {
+		t.Fatalf("after rm --all: %q", out)
+	}
+
+	out, _, code = cli(t, "", "--version")
+	if code != 0 || !strings.HasPrefix(out, "agentbox ") {
+		t.Fatalf("--version: %d %q", code, out)
+	}
+	out, _, _ = cli(t, "", "template", "inspect", "busybox")
+	var tpl api.Template
+	if err := json.Unmarshal([]byte(out), &tpl); err != nil || tpl.Name != "busybox" {
+		t.Fatalf("template inspect is not JSON: %v\n%s", err, out)
+	}
+	tenant := "t" + randHex(3)
+	if _, e, code := cli(t, "", "tenant", "create", tenant, "--memory", "1G", "--disk", "10G"); code != 0 {
+		t.Fatalf("tenant create --memory 1G: %s", e)
+	}
+	t.Cleanup(func() { cli(t, "", "tenant", "rm", tenant) })
+	got, err := env.client.GetTenant(context.Background(), tenant)
+	if err != nil || got.Quotas.MemoryMB != 1024 || got.Quotas.DiskMB != 10240 {
+		t.Fatalf("tenant quotas: %+v %v", got, err)
+	}
+}
+
+// TestInfo: agentbox info names every tier with whether it runs, the
+// defaults and limits, and for the admin where data and logs are.
+func TestInfo(t *testing.T) {
+	out, e, code := cli(t, "", "info", "--json")
+	if code != 0 {
+		t.Fatalf("info: %s", e)
+	}
+	var got struct {
+		Daemon api.Info         `json:"daemon"`
+		Pools  []api.PoolStatus `json:"pools"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("info --json: %v\n%s", err, out)
+	}
+	d := got.Daemon
+	h, _ := env.client.Health(context.Background())
+	var avail []string
+	for _, tr := range d.Tiers {
+		if tr.Available {
+			avail = append(avail, tr.Name)
+		} else if tr.Error == "" {
+			t.Errorf("tier %s is unavailable without a reason", tr.Name)
+		}
+	}
+	if strings.Join(avail, ",") != strings.Join(h.Drivers, ",") {
+		t.Errorf("available tiers %v, the daemon runs %v", avail, h.Drivers)
+	}
+	if d.Defaults.TTLSeconds != int64(env.cfg.Defaults.TTL/time.Second) || d.Limits.MemoryMB != env.cfg.Limits.MemoryMB ||
+		d.DataDir != env.cfg.DataDir || d.Socket != env.cfg.Socket || d.Log == "" || d.DefaultTemplate != env.cfg.DefaultTemplate {
+		t.Errorf("info: %+v", d)
+	}
+	out, _, _ = cli(t, "", "info")
+	for _, want := range []string{"Tiers:", "container", "Defaults:", "ttl 10m", "Limits:", "ttl 24h", "Pools:", "Data:", env.cfg.DataDir, "Log:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("info lacks %q:\n%s", want, out)
+		}
 	}
 }

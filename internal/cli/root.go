@@ -129,6 +129,10 @@ uses the local socket and the admin key by default.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// A sandbox's name or id prefix works wherever its id does (resolve.go).
+	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
+		return resolveSandboxArgs(c, g, args)
+	}
 	root.Version = version.Version
 	root.SetVersionTemplate("agentbox {{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.host, "host", "", "daemon address (default $AGENTBOX_HOST, else the local daemon)")
