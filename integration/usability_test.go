@@ -1,14 +1,19 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"github.com/agentbox/agentbox/api"
 )
@@ -266,5 +271,49 @@ func TestInfo(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("info lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestBuildHints: a package step in a build without network, and a step
+// whose user may not enter the working directory, fail with a hint.
+func TestBuildHints(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ spec, want string }{
+		{"from: busybox\nsteps:\n  - apt: [curl]\n", "put `network: internet` at the top of the spec"},
+		{"from: busybox\nsteps:\n  - workdir: /root\n  - run: id\n    as: nobody\n", "add a `workdir:` step it may enter"},
+	} {
+		spec := filepath.Join(dir, "spec.yaml")
+		if err := os.WriteFile(spec, []byte(tc.spec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, e, code := cli(t, "", "template", "build", spec, "--name", "hint-"+randHex(3), "-q")
+		if code == 0 || !strings.Contains(e, tc.want) {
+			t.Errorf("build of\n%s: exit %d, stderr %q; want a hint %q", tc.spec, code, e, tc.want)
+		}
+	}
+}
+
+// TestShellWarnsBeforeTTL: a shell in a sandbox with a minute left says
+// so, with the command that extends it.
+func TestShellWarnsBeforeTTL(t *testing.T) {
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", TTLSeconds: 60})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, env.cliBin, "shell", id)
+	cmd.Env = append(os.Environ(), "AGENTBOX_HOST=unix://"+env.cfg.Socket, "AGENTBOX_API_KEY="+env.key)
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 100, Rows: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&out, ptmx); close(done) }()
+	time.Sleep(time.Second)
+	ptmx.Write([]byte("sleep 2; exit 0\r"))
+	_ = cmd.Wait()
+	<-done
+	if !strings.Contains(out.String(), "expires in") || !strings.Contains(out.String(), "agentbox ttl "+id) {
+		t.Fatalf("no TTL warning in the shell's output:\n%q", out.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -99,6 +100,9 @@ func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreateP
 			}
 		}()
 	}
+	// The TTL would end the session without a word: say so a minute
+	// ahead. The goroutine ends with ctx.
+	go warnBeforeExpiry(ctx, cl, id, c.ErrOrStderr(), time.Minute)
 	// Keystrokes go to the terminal; this goroutine may stay blocked in
 	// Read after the end, which is harmless as the process exits.
 	go io.Copy(conn, in)
@@ -113,4 +117,29 @@ func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreateP
 		err = errors.New("the terminal connection closed before the program ended")
 	}
 	return fmt.Errorf("terminal of pid %d: %w (it keeps running; `agentbox kill %s %d` ends it)", sess.Pid, err, id, sess.Pid)
+}
+
+// warnBeforeExpiry writes a warning on w when sandbox id has less than
+// ahead left before its TTL ends it, looking again when the time comes
+// (the TTL may have been extended meanwhile). It returns when ctx ends,
+// after the warning, or when the sandbox has no TTL.
+func warnBeforeExpiry(ctx context.Context, cl *client.Client, id string, w io.Writer, ahead time.Duration) {
+	for {
+		sb, err := cl.GetSandbox(ctx, id)
+		if err != nil || sb.ExpiresAt == nil {
+			return
+		}
+		left := time.Until(*sb.ExpiresAt)
+		if left <= ahead+5*time.Second {
+			fmt.Fprintf(w, "\r\nagentbox: sandbox %s expires in %s (its TTL); extend it with `agentbox ttl %s 1h`\r\n", id, left.Round(time.Second), id)
+			return
+		}
+		t := time.NewTimer(left - ahead)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }

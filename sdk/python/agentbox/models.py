@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
 
 __all__ = [
@@ -94,6 +94,14 @@ class SandboxInfo:
     #: egress policy and preview access (``preview``, ``preview_token``,
     #: ``preview_domain``, ...), as the API sent it; see docs/network.md.
     network: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def time_left(self) -> Optional[float]:
+        """Seconds until the TTL ends the sandbox (0 once past), as of
+        when this info was read; None without a TTL."""
+        if self.expires_at is None:
+            return None
+        return max(0.0, (self.expires_at - datetime.now(timezone.utc)).total_seconds())
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "SandboxInfo":

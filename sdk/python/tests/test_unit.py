@@ -285,3 +285,14 @@ def test_file_mode_int_or_octal_string(mode, want):
 def test_file_mode_rejects(mode):
     with pytest.raises(InvalidArgumentError, match="octal string"):
         _calls.file_mode(mode)
+
+
+def test_sandbox_info_time_left():
+    from datetime import datetime, timedelta, timezone
+    from agentbox.models import SandboxInfo
+    soon = (datetime.now(timezone.utc) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    info = SandboxInfo.from_dict({"id": "x", "state": "running", "expires_at": soon})
+    assert 200 < info.time_left <= 300
+    assert SandboxInfo.from_dict({"id": "x", "state": "running"}).time_left is None
+    past = SandboxInfo.from_dict({"id": "x", "state": "running", "expires_at": "2020-01-01T00:00:00Z"})
+    assert past.time_left == 0.0
