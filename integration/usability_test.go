@@ -317,3 +317,22 @@ func TestShellWarnsBeforeTTL(t *testing.T) {
 		t.Fatalf("no TTL warning in the shell's output:\n%q", out.String())
 	}
 }
+
+// TestCpTrailingSlash: cp FILE ID:/dir/ copies into the directory, as
+// docker cp does.
+func TestCpTrailingSlash(t *testing.T) {
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox"})
+	mustSh(t, id, "mkdir -p /root/dir")
+	local := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(local, []byte("n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range []string{id + ":/root/dir/", id + ":/root/new/"} {
+		if _, e, code := cli(t, "", "cp", local, dst); code != 0 {
+			t.Fatalf("cp %s: exit %d %q", dst, code, e)
+		}
+	}
+	if got := mustSh(t, id, "cat /root/dir/notes.txt /root/new/notes.txt"); got != "n\nn" {
+		t.Fatalf("copied files: %q", got)
+	}
+}
