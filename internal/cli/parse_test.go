@@ -290,3 +290,22 @@ func TestOneLine(t *testing.T) {
 		}
 	}
 }
+
+func TestLastLines(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"a\nb\nc\n", 2, "b\nc\n"},
+		{"a\nb\nc", 2, "b\nc"},
+		{"a\nb\n", 5, "a\nb\n"},
+		{"a\nb\n", 0, ""},
+		{"", 3, ""},
+	}
+	for _, tt := range tests {
+		if got := string(lastLines([]byte(tt.in), tt.n)); got != tt.want {
+			t.Errorf("lastLines(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+		}
+	}
+}
