@@ -275,12 +275,13 @@ func TestInfo(t *testing.T) {
 }
 
 // TestBuildHints: a package step in a build without network, and a step
-// whose user may not enter the working directory, fail with a hint.
+// whose user may not enter the working directory (docs/templates.md's
+// example did), fail saying what to do.
 func TestBuildHints(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct{ spec, want string }{
 		{"from: busybox\nsteps:\n  - apt: [curl]\n", "put `network: internet` at the top of the spec"},
-		{"from: busybox\nsteps:\n  - workdir: /root\n  - run: id\n    as: nobody\n", "add a `workdir:` step it may enter"},
+		{"from: busybox\nsteps:\n  - workdir: /root\n  - run: id\n    as: nobody\n", "may not enter cwd \"/root\" (mode 0700, owner 0:0); pick a directory that user can use"},
 	} {
 		spec := filepath.Join(dir, "spec.yaml")
 		if err := os.WriteFile(spec, []byte(tc.spec), 0o644); err != nil {

@@ -334,8 +334,6 @@ func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *St
 		switch {
 		case (step.Kind == KindApt || step.Kind == KindPip || step.Kind == KindNpm) && req.Spec.Network != "internet":
 			se.Hint = fmt.Sprintf("hint: this build's network is %q, so a %s step cannot fetch packages; put `network: internet` at the top of the spec", orNone(req.Spec.Network), step.Kind)
-		case strings.Contains(se.Output, "may not enter cwd"):
-			se.Hint = "hint: the step's user cannot enter the working directory; add a `workdir:` step it may enter (e.g. /tmp or a directory it owns) before it"
 		}
 		return code, se
 	}
