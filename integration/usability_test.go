@@ -200,6 +200,25 @@ func TestDockerHabits(t *testing.T) {
 		t.Fatalf("ps with a multi-line command:\n%s", out)
 	}
 
+	// exec -d --tag: logs and kill take the tag.
+	if _, e, code := cli(t, "", "exec", "-d", "--tag", "printer", name, "--", "sh", "-c", "echo one; echo two; echo three; sleep 100"); code != 0 {
+		t.Fatalf("exec -d --tag: %s", e)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, _, _ = cli(t, "", "logs", "--tail", "2", name, "printer")
+		if out == "two\nthree\n" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out != "two\nthree\n" {
+		t.Fatalf("logs --tail 2 of a tagged process: %q", out)
+	}
+	if _, e, code := cli(t, "", "kill", name, "printer"); code != 0 {
+		t.Fatalf("kill by tag: %s", e)
+	}
+
 	if _, e, code := cli(t, "", "rm", "-f", "nosuchsandbox"); code != 0 {
 		t.Fatalf("rm -f of a missing sandbox: exit %d %q", code, e)
 	}

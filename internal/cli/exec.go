@@ -66,6 +66,7 @@ func splitExecArgs(dash int, args []string) (id string, cmd []string, err error)
 func newExecCommand(g *globals) *cobra.Command {
 	var f execFlags
 	var tty, detach bool
+	var tag string
 	c := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox, streaming its output",
@@ -90,9 +91,12 @@ is still one argument. Use sh -c for a shell:
 			if err != nil {
 				return err
 			}
+			if tag != "" && !detach {
+				return usageErrorf("--tag names a background process: use it with -d")
+			}
 			switch {
 			case detach:
-				return startDetached(c, cl, id, req)
+				return startDetached(c, cl, id, req, tag)
 			case tty:
 				return runTerminal(c, cl, id, api.CreatePTYRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User})
 			}
@@ -102,6 +106,7 @@ is still one argument. Use sh -c for a shell:
 	f.register(c.Flags(), true)
 	c.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a terminal, interactively (see agentbox shell)")
 	c.Flags().BoolVarP(&detach, "detach", "d", false, "start the command in the background and print its pid (see ps, logs, kill)")
+	c.Flags().StringVar(&tag, "tag", "", "with -d: a name for the process that ps, logs and kill take instead of its pid")
 	return c
 }
 

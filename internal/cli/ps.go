@@ -71,8 +71,8 @@ func exitText(p api.Process) string {
 }
 
 // startDetached starts req as a background process and prints its pid.
-func startDetached(c *cobra.Command, cl *client.Client, id string, req api.ExecRequest) error {
-	p, err := cl.StartProcess(c.Context(), id, api.StartProcessRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TimeoutMs: req.TimeoutMs})
+func startDetached(c *cobra.Command, cl *client.Client, id string, req api.ExecRequest, tag string) error {
+	p, err := cl.StartProcess(c.Context(), id, api.StartProcessRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TimeoutMs: req.TimeoutMs, Tag: tag})
 	if err != nil {
 		return err
 	}
