@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -187,7 +187,7 @@ func TestDockerHabits(t *testing.T) {
 	out, _, _ = cli(t, "", "ls", "--meta", "suite="+tag)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "NAME") || !strings.Contains(lines[0], "ISOLATION") ||
-		!strings.Contains(lines[1], name) || !strings.Contains(lines[1], "container") || !strings.Contains(lines[1], "in 9m") {
+		!strings.Contains(lines[1], name) || !strings.Contains(lines[1], "container") || !strings.Contains(lines[1], " in ") {
 		t.Fatalf("ls table:\n%s", out)
 	}
 
@@ -326,15 +326,31 @@ func TestShellWarnsBeforeTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ptmx.Close()
-	var out bytes.Buffer
-	done := make(chan struct{})
-	go func() { io.Copy(&out, ptmx); close(done) }()
-	time.Sleep(time.Second)
-	ptmx.Write([]byte("sleep 2; exit 0\r"))
+	var (
+		mu  sync.Mutex
+		out bytes.Buffer
+	)
+	go func() { // ends when ptmx is closed
+		b := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(b)
+			mu.Lock()
+			out.Write(b[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	text := func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(text(), "agentbox ttl "+id) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	ptmx.Write([]byte("exit 0\r"))
 	_ = cmd.Wait()
-	<-done
-	if !strings.Contains(out.String(), "expires in") || !strings.Contains(out.String(), "agentbox ttl "+id) {
-		t.Fatalf("no TTL warning in the shell's output:\n%q", out.String())
+	if got := text(); !strings.Contains(got, "expires in") || !strings.Contains(got, "agentbox ttl "+id) {
+		t.Fatalf("no TTL warning in the shell's output:\n%q", got)
 	}
 }
 
