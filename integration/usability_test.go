@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -370,5 +372,43 @@ func TestCpTrailingSlash(t *testing.T) {
 	}
 	if got := mustSh(t, id, "cat /root/dir/notes.txt /root/new/notes.txt"); got != "n\nn" {
 		t.Fatalf("copied files: %q", got)
+	}
+}
+
+// TestAttachCLI: agentbox attach connects this terminal to a terminal
+// session by its pid, takes this terminal's size and exits with the
+// session's status; without a terminal it is refused at once.
+func TestAttachCLI(t *testing.T) {
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox"})
+	sess, err := env.client.CreatePTY(context.Background(), id, api.CreatePTYRequest{Cmd: []string{"sh"}, Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(sess.Pid)
+	if _, e, code := cli(t, "", "attach", id, pid); code != 2 || !strings.Contains(e, "attach needs a terminal") {
+		t.Fatalf("attach without a terminal: exit %d %q", code, e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, env.cliBin, "attach", id, pid)
+	cmd.Env = append(os.Environ(), "AGENTBOX_HOST=unix://"+env.cfg.Socket, "AGENTBOX_API_KEY="+env.key)
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 90, Rows: 33})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&out, ptmx); close(done) }()
+	ptmx.Write([]byte("stty size; echo attached-$((2+3)); exit 5\r"))
+	err = cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 5 {
+		t.Fatalf("attach: %v, want exit status 5", err)
+	}
+	ptmx.Close()
+	<-done
+	if got := out.String(); !strings.Contains(got, "33 90") || !strings.Contains(got, "attached-5") {
+		t.Fatalf("attach output %q, want the terminal's size and the command's output", got)
 	}
 }

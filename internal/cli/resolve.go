@@ -29,7 +29,7 @@ var sandboxArgs = map[string]string{
 	"agentbox ttl": "first", "agentbox ps": "first", "agentbox logs": "first",
 	"agentbox kill": "first", "agentbox pause": "first", "agentbox resume": "first",
 	"agentbox snapshot": "first", "agentbox fork": "first", "agentbox reset": "first",
-	"agentbox url": "first", "agentbox egress": "first", "agentbox egress log": "first",
+	"agentbox url": "first", "agentbox attach": "first", "agentbox egress": "first", "agentbox egress log": "first",
 	"agentbox rm": "all", "agentbox cp": "cp",
 }
 

@@ -158,7 +158,7 @@ uses the local socket and the admin key by default.`,
 		newTemplateCommand(g),
 		newVersionCommand(g), newInfoCommand(g),
 		newBenchCommand(g),
-		newShellCommand(g), newPsCommand(g), newLogsCommand(g), newKillCommand(g),
+		newShellCommand(g), newAttachCommand(g), newPsCommand(g), newLogsCommand(g), newKillCommand(g),
 	)
 	// State (docs/state.md).
 	root.AddCommand(newPauseCommand(g), newResumeCommand(g), newSnapshotCommand(g), newForkCommand(g), newResetCommand(g))

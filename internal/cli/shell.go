@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -51,6 +52,12 @@ exits with the shell's exit status.`,
 // process's terminal to it until the program ends; its exit status
 // becomes ours.
 func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreatePTYRequest) error {
+	return connectTerminal(c, cl, id, req, 0)
+}
+
+// connectTerminal is runTerminal, or with attach > 0 connects to the
+// running terminal session of that pid instead of starting one.
+func connectTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreatePTYRequest, attach int) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Context()))
 	defer cancel()
 	in, out := c.InOrStdin(), c.OutOrStdout()
@@ -64,20 +71,29 @@ func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreateP
 	if fd < 0 {
 		// Without a terminal nothing could end the session but the
 		// sandbox's TTL: refuse at once.
+		if attach > 0 {
+			return usageErrorf("attach needs a terminal on stdin, and stdin is not one; `agentbox kill %s %d` ends the session", id, attach)
+		}
 		if len(req.Cmd) == 0 {
 			return usageErrorf("%s needs a terminal on stdin, and stdin is not one; to run a command without a terminal use `agentbox exec %s -- CMD` (-i passes stdin)", c.CommandPath(), id)
 		}
 		return usageErrorf("exec -t needs a terminal on stdin, and stdin is not one; drop -t (and add -i to pass stdin): `agentbox exec -i %s -- %s`", id, strings.Join(req.Cmd, " "))
 	}
-	sess, err := cl.CreatePTY(ctx, id, req)
-	if err != nil {
-		return err
+	sess := &api.PTYSession{Pid: attach}
+	if attach == 0 {
+		var err error
+		if sess, err = cl.CreatePTY(ctx, id, req); err != nil {
+			return err
+		}
 	}
 	conn, err := cl.AttachPTY(ctx, id, sess.Pid)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	if attach > 0 && req.Cols > 0 {
+		conn.Resize(req.Cols, req.Rows) // the session takes this terminal's size
+	}
 	if fd >= 0 {
 		old, err := term.MakeRaw(fd)
 		if err != nil {
@@ -116,7 +132,7 @@ func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreateP
 	if err == nil {
 		err = errors.New("the terminal connection closed before the program ended")
 	}
-	return fmt.Errorf("terminal of pid %d: %w (it keeps running; `agentbox kill %s %d` ends it)", sess.Pid, err, id, sess.Pid)
+	return fmt.Errorf("terminal of pid %d: %w (it keeps running; `agentbox attach %s %d` goes back to it, `agentbox kill %s %d` ends it)", sess.Pid, err, id, sess.Pid, id, sess.Pid)
 }
 
 // warnBeforeExpiry writes a warning on w when sandbox id has less than
@@ -141,5 +157,28 @@ func warnBeforeExpiry(ctx context.Context, cl *client.Client, id string, w io.Wr
 			return
 		case <-t.C:
 		}
+	}
+}
+
+func newAttachCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "attach ID PID",
+		Short: "Connect this terminal to a running terminal session (shell, exec -t) by its pid",
+		Long: `Connect this terminal to a terminal session that runs in a sandbox (one
+that agentbox shell or exec -t started, or the API's PTY routes), by the
+pid its error or the API gave. It exits with the session's exit status
+when the program ends.`,
+		Args: exactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			pid, err := strconv.Atoi(args[1])
+			if err != nil || pid <= 0 {
+				return usageErrorf("attach wants the session's pid, a positive number, got %q", args[1])
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			return connectTerminal(c, cl, args[0], api.CreatePTYRequest{}, pid)
+		},
 	}
 }
