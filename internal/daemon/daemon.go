@@ -99,6 +99,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	drivers := map[string]driver.Driver{}
+	unavailable := map[string]error{} // for GET /v1/info
 	for _, name := range driver.Names() {
 		d, err := driver.New(name, driver.Options{
 			GuestBinary:  guestBin,
@@ -112,6 +113,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 		if err != nil {
 			log.Warn("isolation tier unavailable", "driver", name, "err", err)
+			unavailable[name] = err
 			continue
 		}
 		drivers[name] = d
@@ -147,7 +149,8 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	authn := auth.New(st, cfg.AdminKeyPath(), log)
 	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes(),
 		Store: st, RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst,
-		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount}})
+		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount},
+		Info:    daemonInfo(cfg, unavailable)})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
