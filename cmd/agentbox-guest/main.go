@@ -79,6 +79,9 @@ func run() error {
 	if err := boot.Stage(stage); err != nil {
 		return err
 	}
+	if err := boot.Announce(api.BootChannelFD); err != nil {
+		return err
+	}
 	r, err := boot.Receive(api.BootChannelFD)
 	if err != nil {
 		return err

@@ -100,6 +100,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	drivers := map[string]driver.Driver{}
+	unavailable := map[string]error{} // for GET /v1/info
 	for _, name := range driver.Names() {
 		d, err := driver.New(name, driver.Options{
 			GuestBinary:  guestBin,
@@ -113,6 +114,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 		if err != nil {
 			log.Warn("isolation tier unavailable", "driver", name, "err", err)
+			unavailable[name] = err
 			continue
 		}
 		drivers[name] = d
@@ -156,6 +158,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes(),
 		Store: st, RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst,
 		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount},
+		Info:    daemonInfo(cfg, unavailable),
 		Usage:   obs.usage, Events: hub})
 	srv := &http.Server{
 		Handler:           obs.metrics.Wrap(api), // request ids, log lines, GET /metrics

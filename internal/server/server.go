@@ -48,6 +48,8 @@ type Options struct {
 	// stream (observe.go); nil: none.
 	Usage  UsageSource
 	Events *events.Hub
+	// Info is what GET /v1/info answers (info.go), less what changes.
+	Info api.Info
 }
 
 // Server serves the API.
@@ -63,6 +65,7 @@ type Server struct {
 	limiter *limiter
 	usage   UsageSource
 	events  *events.Hub
+	info    api.Info
 
 	// The preview proxy's transport (ports.go).
 	previewOnce sync.Once
@@ -85,6 +88,7 @@ func New(o Options) *Server {
 	s := &Server{svc: o.Service, pool: o.Pool, auth: o.Auth, log: o.Logger, maxBody: o.MaxBodyBytes, mux: http.NewServeMux()}
 	s.st, s.posture, s.limiter = o.Store, o.Posture, newLimiter(o.RateLimit, o.RateBurst)
 	s.usage, s.events = o.Usage, o.Events
+	s.info = o.Info
 	s.routes()
 	return s
 }
@@ -108,7 +112,8 @@ func tenant(r *http.Request) string {
 func (s *Server) routes() {
 	handlers := map[string]http.HandlerFunc{
 		"GET /v1/health":            s.health,
-		"GET /v1/pools":             s.listPools, // pools.go
+		"GET /v1/info":              s.infoHandler, // info.go
+		"GET /v1/pools":             s.listPools,   // pools.go
 		"POST /v1/sandboxes":        s.createSandbox,
 		"GET /v1/sandboxes":         s.listSandboxes,
 		"GET /v1/sandboxes/{id}":    s.getSandbox,
