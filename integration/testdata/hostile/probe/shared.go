@@ -1,0 +1,265 @@
+package main
+
+// Subcommands for the battery items on resources the host shares with
+// every sandbox (items 39-44): each takes as much as the sandbox lets it
+// and holds it, so that the host can read its counters meanwhile.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	sharedCmds = map[string]func([]string){
+		"holdfiles": probeHoldFiles, "holdfiles1": probeHoldFiles1,
+		"tcpfill": probeTCPFill, "loopback": probeLoopback,
+		"udpflood": probeUDPFlood, "flows": probeFlows, "sparse": probeSparse,
+	}
+}
+
+// readyFile is created once a holding subcommand holds all it could take,
+// for the host to poll: /tmp/ready-<name>.
+func ready(name string) { _ = os.WriteFile("/tmp/ready-"+name, nil, 0o644) }
+
+// probeSparse makes args[0] a sparse file of args[1] bytes.
+func probeSparse(args []string) {
+	size, _ := strconv.ParseInt(args[1], 10, 64)
+	f, err := os.Create(args[0])
+	if err == nil {
+		err = f.Truncate(size)
+		f.Close()
+	}
+	report("sparse", err, size)
+}
+
+// probeHoldFiles starts args[0] copies of itself that each open
+// /dev/null until an error and hold the files for args[1] seconds.
+func probeHoldFiles(args []string) {
+	procs, _ := strconv.Atoi(args[0])
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total, started := 0, 0
+	for i := 0; i < procs; i++ {
+		cmd := exec.Command("/proc/self/exe", "holdfiles1", args[1])
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
+			report("start", err, i)
+			break
+		}
+		started++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := make([]byte, 256)
+			n, _ := out.Read(b)
+			var errName string
+			var held int
+			fmt.Sscanf(string(b[:n]), "held %s %d", &errName, &held)
+			mu.Lock()
+			total += held
+			mu.Unlock()
+			os.Stdout.Write(b[:n])
+		}()
+	}
+	wg.Wait()
+	report("holdfiles", nil, started, " ", total)
+	ready("holdfiles")
+	secs, _ := strconv.Atoi(args[1])
+	time.Sleep(time.Duration(secs) * time.Second)
+}
+
+func probeHoldFiles1(args []string) {
+	secs, _ := strconv.Atoi(args[0])
+	var lim unix.Rlimit
+	_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
+	lim.Cur = lim.Max
+	_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	n := 0
+	var err error
+	for {
+		if _, err = unix.Open("/dev/null", unix.O_RDONLY, 0); err != nil {
+			break
+		}
+		n++
+	}
+	report("held", err, n)
+	time.Sleep(time.Duration(secs) * time.Second)
+}
+
+// probeTCPFill makes args[0] loopback TCP pairs, fills each one's buffers
+// (the largest the kernel grants) without reading, reports the bytes
+// queued and holds them args[1] seconds.
+func probeTCPFill(args []string) {
+	pairs, _ := strconv.Atoi(args[0])
+	secs, _ := strconv.Atoi(args[1])
+	var keep []net.Conn
+	var total int64
+	buf := make([]byte, 64<<10)
+	var err error
+	for i := 0; i < pairs; i++ {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			break
+		}
+		var a net.Conn
+		if a, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+			ln.Close()
+			break
+		}
+		c, aerr := ln.Accept()
+		ln.Close()
+		if aerr != nil {
+			err = aerr
+			break
+		}
+		c.(*net.TCPConn).SetReadBuffer(1 << 30)
+		a.(*net.TCPConn).SetWriteBuffer(1 << 30)
+		keep = append(keep, a, c)
+		for {
+			a.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			n, werr := a.Write(buf)
+			total += int64(n)
+			if werr != nil {
+				break
+			}
+		}
+	}
+	report("tcpfill", err, len(keep)/2, " ", total>>20)
+	ready("tcpfill")
+	time.Sleep(time.Duration(secs) * time.Second)
+}
+
+// probeLoopback moves args[0] bytes over one loopback TCP connection and
+// reports how long it took.
+func probeLoopback(args []string) {
+	n, _ := strconv.ParseInt(args[0], 10, 64)
+	start := time.Now()
+	err := loopbackTransfer(n, 60*time.Second)
+	report("loopback", err, time.Since(start).Milliseconds(), "ms")
+}
+
+func loopbackTransfer(n int64, limit time.Duration) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(limit))
+		var total int64
+		b := make([]byte, 64<<10)
+		for {
+			m, err := c.Read(b)
+			total += int64(m)
+			if err != nil {
+				break
+			}
+		}
+		got <- total
+	}()
+	c, err := net.DialTimeout("tcp", ln.Addr().String(), limit)
+	if err != nil {
+		return err
+	}
+	c.SetDeadline(time.Now().Add(limit))
+	b := make([]byte, 64<<10)
+	for sent := int64(0); sent < n; {
+		m, err := c.Write(b[:min(int64(len(b)), n-sent)])
+		sent += int64(m)
+		if err != nil {
+			c.Close()
+			return err
+		}
+	}
+	c.Close()
+	if total := <-got; total != n {
+		return fmt.Errorf("received %d of %d bytes", total, n)
+	}
+	return nil
+}
+
+// probeUDPFlood sends UDP datagrams to args[0] (ip:port) as fast as it
+// can for args[1] seconds, each from a new socket (a new flow), and
+// reports how many it sent.
+func probeUDPFlood(args []string) {
+	secs, _ := strconv.Atoi(args[1])
+	addr, err := net.ResolveUDPAddr("udp", args[0])
+	if err != nil {
+		report("udpflood", err)
+		return
+	}
+	deadline := time.Now().Add(time.Duration(secs) * time.Second)
+	sent := 0
+	for time.Now().Before(deadline) {
+		c, err := net.DialUDP("udp", nil, addr)
+		if err != nil {
+			continue
+		}
+		for i := 0; i < 16; i++ {
+			if _, err := c.Write([]byte("x")); err == nil {
+				sent++
+			}
+		}
+		c.Close()
+	}
+	report("udpflood", nil, sent)
+}
+
+// probeFlows opens new flows to args[0] (ip:port) for args[1] seconds:
+// UDP datagrams from fresh sockets (kept open, so each is a flow of its
+// own) and TCP connects, and reports how many of each went out and how
+// many connects were refused by the firewall.
+func probeFlows(args []string) {
+	secs, _ := strconv.Atoi(args[1])
+	deadline := time.Now().Add(time.Duration(secs) * time.Second)
+	udp, tcp, refused := 0, 0, 0
+	var keep []net.Conn
+	for time.Now().Before(deadline) && udp < 64000 {
+		c, err := net.Dial("udp", args[0])
+		if err != nil {
+			break
+		}
+		if _, err := c.Write([]byte{0}); err == nil {
+			udp++
+		}
+		keep = append(keep, c)
+		if len(keep) > 2000 {
+			keep[0].Close()
+			keep = keep[1:]
+		}
+	}
+	for _, c := range keep {
+		c.Close()
+	}
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", args[0], 2*time.Second)
+		if err != nil {
+			if errors.Is(err, unix.EHOSTUNREACH) {
+				refused++
+			}
+			continue
+		}
+		tcp++
+		c.Close()
+	}
+	report("flows", nil, "udp=", udp, " tcp=", tcp, " refused=", refused)
+}
