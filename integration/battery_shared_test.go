@@ -30,33 +30,11 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 )
 
-// holdUntilReady starts req in id and waits (up to two minutes) for the
-// probe to create /tmp/ready-<name>: it then holds what it took. The
-// exec's outcome arrives on the channel when it ends.
-func holdUntilReady(t *testing.T, b *battery, id, name string, req api.ExecRequest) <-chan execOutcome {
-	t.Helper()
-	ch := goExec(id, req)
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := env.client.Stat(ctx, id, "/tmp/ready-"+name)
-		cancel()
-		if err == nil {
-			return ch
-		}
-		select {
-		case out := <-ch:
-			t.Fatalf("the probe ended before it held anything: %+v, %v", out.res, out.err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	t.Fatalf("the probe did not report holding its take within 2 minutes")
-	return nil
-}
-
-// holdOrEnd is holdUntilReady for a probe that the sandbox's own limits
-// may end before it holds anything: held is false then, and the host's
-// checks run against what is left.
+// holdOrEnd starts req in id and waits (up to two minutes) for the probe
+// to create /tmp/ready-<name>: it then holds what it took, and the exec's
+// outcome arrives on ch when it ends. The sandbox's own limits may end
+// the probe before it says so (its memory limit, reached): held is false
+// then, and the host's checks run against what is left.
 func holdOrEnd(t *testing.T, b *battery, id, name string, req api.ExecRequest) (ch <-chan execOutcome, held bool) {
 	t.Helper()
 	ch = goExec(id, req)
@@ -168,7 +146,7 @@ func itemFileTable(t *testing.T, b *battery) {
 	bound := memLimit / filp
 	before := hostField(t, "/proc/sys/fs/file-nr", 0)
 	peak := sample(100*time.Millisecond, func() int64 { return hostField(t, "/proc/sys/fs/file-nr", 0) })
-	ch := holdUntilReady(t, b, id, "holdfiles", api.ExecRequest{Cmd: []string{"/tmp/probe", "holdfiles", "100", "15"}, Env: map[string]string{"GOMAXPROCS": "1"}, TimeoutMs: 120_000})
+	ch, ok := holdOrEnd(t, b, id, "holdfiles", api.ExecRequest{Cmd: []string{"/tmp/probe", "holdfiles", "100", "15"}, Env: map[string]string{"GOMAXPROCS": "1"}, TimeoutMs: 120_000})
 	// Held: the host's root, a non-root uid and a sibling still open
 	// files and start processes.
 	f, rootErr := os.Open("/etc/hostname")
@@ -179,7 +157,10 @@ func itemFileTable(t *testing.T, b *battery) {
 	sibErr := alive(b.sib)
 	sibOpen := siblingProbe(t, b, "open_until_error", "fds")
 	maxHeld := peak.Stop()
-	out := finish(t, b, ch)
+	out := "holdfiles (the sandbox ended the prober at its memory limit)"
+	if ok {
+		out = finish(t, b, ch)
+	}
 	var held string
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "holdfiles ") {
@@ -273,7 +254,7 @@ func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
 // 40: socket buffer memory.
 func itemSocketMemory(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{MemoryMB: 128})
+	id := b.hostileSandbox(t, api.CreateSandboxRequest{MemoryMB: 64})
 	memLimit := sandboxMemLimit(t, id)
 	page := int64(os.Getpagesize())
 	var tcpLimit int64 = memLimit
@@ -288,15 +269,18 @@ func itemSocketMemory(t *testing.T, b *battery) {
 	// gVisor keeps socket buffers in the sandbox's own memory: filling
 	// them ends the sandbox at its memory limit, before the prober can
 	// say it holds them. That is the sandbox at its worst there.
-	ch, held := holdOrEnd(t, b, id, "tcpfill", api.ExecRequest{Cmd: []string{"/tmp/probe", "tcpfill", "800", "10"}, TimeoutMs: 180_000})
+	ch, held := holdOrEnd(t, b, id, "tcpfill", api.ExecRequest{Cmd: []string{"/tmp/probe", "tcpfill", "500", "10"}, TimeoutMs: 180_000})
 	hostErr := hostLoopback(1 << 20)
 	sib := siblingProbe(t, b, "loopback", "loopback", strconv.Itoa(1<<20))
 	maxMem := peak.Stop()
 	var charged string
 	if b.tier == "container" {
-		charged = fmt.Sprintf("; cgroup memory.kmem.tcp max_usage %d MiB of limit %d MiB, failcnt %d",
-			readHostInt(t, filepath.Join(cgroupPath("memory", id), "memory.kmem.tcp.max_usage_in_bytes"))>>20, tcpLimit>>20,
-			readHostInt(t, filepath.Join(cgroupPath("memory", id), "memory.kmem.tcp.failcnt")))
+		maxUsage := readHostInt(t, filepath.Join(cgroupPath("memory", id), "memory.kmem.tcp.max_usage_in_bytes"))
+		failcnt := readHostInt(t, filepath.Join(cgroupPath("memory", id), "memory.kmem.tcp.failcnt"))
+		charged = fmt.Sprintf("; cgroup memory.kmem.tcp max_usage %d MiB of limit %d MiB, failcnt %d", maxUsage>>20, tcpLimit>>20, failcnt)
+		if failcnt == 0 && maxUsage < tcpLimit*9/10 {
+			t.Errorf("the sandbox's socket memory never reached its limit (max %d of %d bytes, failcnt 0): the item tested nothing", maxUsage, tcpLimit)
+		}
 	}
 	out := "tcpfill (the sandbox ended at its memory limit) "
 	if held {
@@ -569,4 +553,51 @@ func siblingDownload(t testing.TB, b *battery) string {
 		return fmt.Sprintf("%d bytes, %v", len(got), err)
 	}
 	return "ok"
+}
+
+// 45: per-user kernel counts (inotify instances, message queues, queued
+// signals, pipe pages).
+func itemPerUserCounts(t *testing.T, b *battery) {
+	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
+	ch, held := holdOrEnd(t, b, id, "peruser", api.ExecRequest{Cmd: []string{"/tmp/probe", "peruser", "20"}, TimeoutMs: 120_000})
+	if !held {
+		t.Fatal("the prober ended before it held its take")
+	}
+	_ = os.Chmod(filepath.Dir(probePath), 0o755) // for uid 65534
+	hostRoot, rootErr := exec.Command(probePath, "peruser", "check").CombinedOutput()
+	nobody := exec.Command(probePath, "peruser", "check")
+	nobody.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	hostNobody, nobodyErr := nobody.CombinedOutput()
+	sibGot, sibRes := b.probe(t, b.shared(t), "", "peruser", "check")
+	out := finish(t, b, ch)
+	took := map[string]int{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 3 {
+			took[f[0]], _ = strconv.Atoi(f[2])
+		}
+	}
+	oneLine := func(b []byte) string { return strings.Join(strings.Fields(string(b)), " ") }
+	evidence(t, "the sandbox took inotify %d, mqueue %d, sigqueue %d, pipes %d; meanwhile the host's root: %s; uid 65534: %s; a sibling: %s",
+		took["inotify"], took["mqueue"], took["sigqueue"], took["pipes"], oneLine(hostRoot), oneLine(hostNobody), oneLine([]byte(sibRes.Stdout)))
+	if rootErr != nil || nobodyErr != nil {
+		t.Errorf("the host's probes failed to run: root %v, uid 65534 %v", rootErr, nobodyErr)
+	}
+	for _, k := range []string{"inotify", "mqueue", "sigqueue", "pipes"} {
+		for who, o := range map[string]string{"the host's root": string(hostRoot), "uid 65534 on the host": string(hostNobody)} {
+			if !strings.Contains(o, k+" OK ") {
+				t.Errorf("%s could not take one %s while a sandbox held all it could: %s", who, k, o)
+			}
+		}
+		if sibGot[k] != "OK" {
+			t.Errorf("a sibling sandbox could not take one %s: %s", k, sibRes.Stdout)
+		}
+	}
+	if b.tier == "container" {
+		// The limits of the sandbox's user namespace and rlimits
+		// (internal/guest/boot/ucounts_linux.go), for its one uid.
+		if took["inotify"] > 128 || took["sigqueue"] > 4096 || took["mqueue"] > 1 {
+			t.Errorf("one uid of a sandbox took inotify %d (limit 128), sigqueue %d (4096), mqueue %d (102400 bytes: one queue)",
+				took["inotify"], took["sigqueue"], took["mqueue"])
+		}
+	}
 }

@@ -211,6 +211,7 @@ func TestBattery(t *testing.T) {
 		{"42_conntrack", itemConntrack},
 		{"43_reject_log_flood", itemRejectFlood},
 		{"44_sparse_download", itemSparseDownload},
+		{"45_per_user_counts", itemPerUserCounts},
 	}
 	from := rowCount()
 	t.Cleanup(func() { printTable("hostile battery", from) })

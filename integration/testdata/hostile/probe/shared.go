@@ -10,18 +10,23 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+func unsafePtr[T any](p *T) unsafe.Pointer { return unsafe.Pointer(p) }
 
 func init() {
 	sharedCmds = map[string]func([]string){
 		"holdfiles": probeHoldFiles, "holdfiles1": probeHoldFiles1,
 		"tcpfill": probeTCPFill, "loopback": probeLoopback,
 		"udpflood": probeUDPFlood, "flows": probeFlows, "sparse": probeSparse,
+		"peruser": probePerUser,
 	}
 }
 
@@ -82,6 +87,9 @@ func probeHoldFiles(args []string) {
 
 func probeHoldFiles1(args []string) {
 	secs, _ := strconv.Atoi(args[0])
+	// At the memory limit the OOM killer takes a holder, not the parent
+	// that reports.
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0o644)
 	var lim unix.Rlimit
 	_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
 	lim.Cur = lim.Max
@@ -128,7 +136,7 @@ func probeTCPFill(args []string) {
 		a.(*net.TCPConn).SetWriteBuffer(1 << 30)
 		keep = append(keep, a, c)
 		for {
-			a.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			a.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
 			n, werr := a.Write(buf)
 			total += int64(n)
 			if werr != nil {
@@ -262,4 +270,96 @@ func probeFlows(args []string) {
 		c.Close()
 	}
 	report("flows", nil, "udp=", udp, " tcp=", tcp, " refused=", refused)
+}
+
+// probePerUser takes, in turn, as much as it can of the per-user kernel
+// counts (inotify instances, POSIX message queues, queued signals, pipes
+// at full size), reports each count, creates /tmp/ready-peruser and holds
+// everything args[0] seconds. With "check" instead of seconds it takes
+// one of each and reports whether it could: what a neighbour or the host
+// runs meanwhile.
+func probePerUser(args []string) {
+	check := args[0] == "check"
+	most := 1 << 20
+	if check {
+		most = 1
+	}
+	n := 0
+	var err error
+	for ; n < most; n++ {
+		if _, err = unix.InotifyInit1(unix.IN_CLOEXEC); err != nil {
+			break
+		}
+	}
+	report("inotify", errIf(check, err), n)
+	n, err = 0, nil
+	attr := struct{ flags, maxmsg, msgsize, curmsgs int64 }{0, 10, 8192, 0}
+	for ; n < most; n++ {
+		name := []byte(fmt.Sprintf("abprobe%d-%d\x00", os.Getpid(), n))
+		fd, _, e := unix.Syscall6(unix.SYS_MQ_OPEN, uintptr(unsafePtr(&name[0])), uintptr(unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC), 0o600, uintptr(unsafePtr(&attr)), 0, 0)
+		if e != 0 {
+			err = e
+			break
+		}
+		_ = fd
+		if check {
+			unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafePtr(&name[0])), 0, 0)
+		}
+	}
+	report("mqueue", errIf(check, err), n)
+	n, err = sigqueueUntil(most)
+	report("sigqueue", errIf(check, err), n)
+	n, err = 0, nil
+	small := 0
+	for ; n < min(most, 4096); n++ {
+		var p [2]int
+		if err = unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			break
+		}
+		if sz, _ := unix.FcntlInt(uintptr(p[0]), unix.F_GETPIPE_SZ, 0); sz < 65536 {
+			small++
+		}
+	}
+	if check && small > 0 {
+		err = fmt.Errorf("a new pipe holds less than 64 KiB")
+	}
+	report("pipes", errIf(check, err), n, " ", small)
+	if check {
+		return
+	}
+	ready("peruser")
+	secs, _ := strconv.Atoi(args[0])
+	time.Sleep(time.Duration(secs) * time.Second)
+}
+
+// errIf is err for a check (any failure counts) and nil otherwise (the
+// count is what matters).
+func errIf(check bool, err error) error {
+	if check {
+		return err
+	}
+	return nil
+}
+
+// sigqueueUntil queues SIGRTMIN+2 to this thread, blocked, until most
+// are queued or the kernel refuses one.
+func sigqueueUntil(most int) (int, error) {
+	runtime.LockOSThread()
+	sig := unix.Signal(34 + 2)
+	var set unix.Sigset_t
+	set.Val[0] = 1 << (uint(sig) - 1)
+	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &set, nil); err != nil {
+		return 0, err
+	}
+	pid, tid := unix.Getpid(), unix.Gettid()
+	var info [128]byte
+	*(*int32)(unsafePtr(&info[0])) = int32(sig)
+	*(*int32)(unsafePtr(&info[8])) = -1 // SI_QUEUE
+	n := 0
+	for ; n < most; n++ {
+		if _, _, e := unix.Syscall6(unix.SYS_RT_TGSIGQUEUEINFO, uintptr(pid), uintptr(tid), uintptr(sig), uintptr(unsafePtr(&info[0])), 0, 0); e != 0 {
+			return n, e
+		}
+	}
+	return n, nil
 }
