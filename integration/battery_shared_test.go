@@ -269,7 +269,7 @@ func itemSocketMemory(t *testing.T, b *battery) {
 	// gVisor keeps socket buffers in the sandbox's own memory: filling
 	// them ends the sandbox at its memory limit, before the prober can
 	// say it holds them. That is the sandbox at its worst there.
-	ch, held := holdOrEnd(t, b, id, "tcpfill", api.ExecRequest{Cmd: []string{"/tmp/probe", "tcpfill", "500", "10"}, TimeoutMs: 180_000})
+	ch, held := holdOrEnd(t, b, id, "tcpfill", api.ExecRequest{Cmd: []string{"/tmp/probe", "tcpfill", "1500", "10"}, TimeoutMs: 180_000})
 	hostErr := hostLoopback(1 << 20)
 	sib := siblingProbe(t, b, "loopback", "loopback", strconv.Itoa(1<<20))
 	maxMem := peak.Stop()

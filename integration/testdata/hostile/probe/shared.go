@@ -135,14 +135,20 @@ func probeTCPFill(args []string) {
 		c.(*net.TCPConn).SetReadBuffer(1 << 30)
 		a.(*net.TCPConn).SetWriteBuffer(1 << 30)
 		keep = append(keep, a, c)
-		for {
-			a.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
-			n, werr := a.Write(buf)
-			total += int64(n)
-			if werr != nil {
-				break
+		// Write until the kernel would block (the fd is non-blocking
+		// under Go's poller): both buffers full.
+		rc, _ := a.(*net.TCPConn).SyscallConn()
+		rc.Write(func(fd uintptr) bool {
+			for {
+				n, werr := unix.Write(int(fd), buf)
+				if n > 0 {
+					total += int64(n)
+				}
+				if werr != nil {
+					return true
+				}
 			}
-		}
+		})
 	}
 	report("tcpfill", err, len(keep)/2, " ", total>>20)
 	ready("tcpfill")
