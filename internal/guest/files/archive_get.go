@@ -50,6 +50,10 @@ func (s *service) getArchive(w http.ResponseWriter, r *http.Request) error {
 		var size int64
 		if kind == unix.S_IFDIR {
 			err = tarSizeDir(fd, &size, limit, map[devIno]bool{})
+			// The walk read the directory; the archive reads it again.
+			if _, serr := unix.Seek(fd, 0, io.SeekStart); err == nil && serr != nil {
+				err = serr
+			}
 		} else {
 			size = tarEntrySize(&st)
 		}
