@@ -269,21 +269,21 @@ func itemSocketMemory(t *testing.T, b *battery) {
 	// gVisor keeps socket buffers in the sandbox's own memory: filling
 	// them ends the sandbox at its memory limit, before the prober can
 	// say it holds them. That is the sandbox at its worst there.
-	ch, held := holdOrEnd(t, b, id, "tcpfill", api.ExecRequest{Cmd: []string{"/tmp/probe", "tcpfill", "1500", "10"}, TimeoutMs: 180_000})
+	ch, held := holdOrEnd(t, b, id, "tcpfill", api.ExecRequest{Cmd: []string{"/tmp/probe", "tcpfill", "800", "10"}, TimeoutMs: 180_000})
 	hostErr := hostLoopback(1 << 20)
 	sib := siblingProbe(t, b, "loopback", "loopback", strconv.Itoa(1<<20))
 	maxMem := peak.Stop()
 	var charged string
 	if b.tier == "container" {
-		maxUsage := readHostInt(t, filepath.Join(cgroupPath("memory", id), "memory.kmem.tcp.max_usage_in_bytes"))
-		failcnt := readHostInt(t, filepath.Join(cgroupPath("memory", id), "memory.kmem.tcp.failcnt"))
-		// Either limit may stop the sender first: socket buffers count in
-		// the TCP counter, and their buffers' kernel memory in the
-		// memory counter too.
-		memFail := readHostInt(t, filepath.Join(cgroupPath("memory", id), "memory.failcnt"))
-		charged = fmt.Sprintf("; cgroup memory.kmem.tcp max_usage %d MiB of limit %d MiB, failcnt %d; memory.failcnt %d", maxUsage>>20, tcpLimit>>20, failcnt, memFail)
-		if failcnt == 0 && memFail == 0 && maxUsage < tcpLimit*9/10 {
-			t.Errorf("the sandbox reached neither its socket memory limit nor its memory limit (TCP max %d of %d bytes): the item tested nothing", maxUsage, tcpLimit)
+		// The prober sits in the workload cgroup, whose limits are the
+		// requested ones (the sandbox's cgroup adds the agent's reserve).
+		wl := func(f string) int64 { return readHostInt(t, filepath.Join(workloadPath("memory", id), f)) }
+		maxUsage, failcnt, wlLimit := wl("memory.kmem.tcp.max_usage_in_bytes"), wl("memory.kmem.tcp.failcnt"), wl("memory.kmem.tcp.limit_in_bytes")
+		memFail := wl("memory.failcnt")
+		charged = fmt.Sprintf("; the sandbox's TCP limit %d MiB; its workload's memory.kmem.tcp max_usage %d MiB of limit %d MiB, failcnt %d; memory.failcnt %d",
+			tcpLimit>>20, maxUsage>>20, wlLimit>>20, failcnt, memFail)
+		if failcnt == 0 && memFail == 0 && maxUsage < wlLimit*9/10 {
+			t.Errorf("the sandbox reached neither its socket memory limit nor its memory limit (TCP max %d of %d bytes): the item tested nothing", maxUsage, wlLimit)
 		}
 	}
 	out := "tcpfill (the sandbox ended at its memory limit) "
