@@ -290,9 +290,14 @@ func probePerUser(args []string) {
 	if check {
 		most = 1
 	}
+	// Half the fds for inotify and an eighth for pipes, so that a
+	// sandbox whose own kernel counts no less (gVisor) still has fds left
+	// to say it is ready.
+	var lim unix.Rlimit
+	_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
 	n := 0
 	var err error
-	for ; n < most; n++ {
+	for ; n < min(most, int(lim.Cur/2)); n++ {
 		if _, err = unix.InotifyInit1(unix.IN_CLOEXEC); err != nil {
 			break
 		}
@@ -317,7 +322,7 @@ func probePerUser(args []string) {
 	report("sigqueue", errIf(check, err), n)
 	n, err = 0, nil
 	small := 0
-	for ; n < min(most, 4096); n++ {
+	for ; n < min(most, 4096, int(lim.Cur/8)); n++ {
 		var p [2]int
 		if err = unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 			break
