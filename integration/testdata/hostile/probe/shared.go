@@ -290,7 +290,8 @@ func probePerUser(args []string) {
 	if check {
 		most = 1
 	}
-	// Half the fds for inotify and an eighth for pipes, so that a
+	// Half the fds for inotify, an eighth for queues and a quarter for
+	// pipes (two each), so that a
 	// sandbox whose own kernel counts no less (gVisor) still has fds left
 	// to say it is ready.
 	var lim unix.Rlimit
@@ -305,7 +306,7 @@ func probePerUser(args []string) {
 	report("inotify", errIf(check, err), n)
 	n, err = 0, nil
 	attr := struct{ flags, maxmsg, msgsize, curmsgs int64 }{0, 10, 8192, 0}
-	for ; n < most; n++ {
+	for ; n < min(most, int(lim.Cur/8)); n++ {
 		name := []byte(fmt.Sprintf("abprobe%d-%d\x00", os.Getpid(), n))
 		fd, _, e := unix.Syscall6(unix.SYS_MQ_OPEN, uintptr(unsafePtr(&name[0])), uintptr(unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC), 0o600, uintptr(unsafePtr(&attr)), 0, 0)
 		if e != 0 {
