@@ -69,6 +69,10 @@ type Config struct {
 	// MaxRequestBodyMB (max_request_body_mb) caps JSON request bodies
 	// (file uploads are limited separately). Default 1.
 	MaxRequestBodyMB int64 `toml:"max_request_body_mb"`
+	// MaxDownloadMB (max_download_mb) caps what one file or archive
+	// download from a sandbox may hold: 0 (the default) is the sandbox's
+	// disk limit, -1 no limit.
+	MaxDownloadMB int64 `toml:"max_download_mb"`
 
 	// Defaults ([defaults]) apply to a sandbox whose request leaves a
 	// field unset.

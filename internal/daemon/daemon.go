@@ -91,6 +91,9 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer pool.Close()
 
+	if err := raiseHostLimits(cfg, log); err != nil { // hostlimits_linux.go
+		return err
+	}
 	if cfg.CgroupFavorDynmods {
 		favorDynmods(log) // cheap cgroup migrations (favordynmods_linux.go)
 	}

@@ -67,7 +67,7 @@ func (s *Service) attachNet(ctx context.Context, rec *store.SandboxRecord, h *dr
 			return nil
 		})
 		if err != nil {
-			_ = s.net.Detach(rec.ID)
+			_ = s.detachNet(rec.ID)
 			return fmt.Errorf("recording the sandbox's address: %w", err)
 		}
 	}

@@ -637,6 +637,24 @@ func (s *Service) Guest(ctx context.Context, tenant, id string) (http.RoundTripp
 	return activeTransport{e}, nil
 }
 
+// DownloadLimit is the most bytes a file or archive download from a
+// tenant's sandbox id may hold (max_download_mb; by default the sandbox's
+// disk limit: a sandbox cannot hand the host more than it may store, a
+// sparse file's holes included); 0: no limit.
+func (s *Service) DownloadLimit(ctx context.Context, tenant, id string) (int64, error) {
+	switch {
+	case s.cfg.MaxDownloadMB < 0:
+		return 0, nil
+	case s.cfg.MaxDownloadMB > 0:
+		return s.cfg.MaxDownloadMB << 20, nil
+	}
+	rec, err := s.st.GetSandbox(ctx, id)
+	if err != nil || (tenant != "" && rec.Tenant != tenant) {
+		return 0, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
+	}
+	return rec.Resources.DiskMB << 20, nil
+}
+
 // DriverNames lists the isolation tiers this daemon runs.
 func (s *Service) DriverNames() []string {
 	var names []string

@@ -282,6 +282,9 @@ func Stage(dir string) error {
 	if err := stageSpecial(dir); err != nil {
 		return err
 	}
+	if err := limitUserNS(); err != nil { // ucounts_linux.go
+		return err
+	}
 	return loopbackUp()
 }
 
