@@ -201,9 +201,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // read to its end (at most maxBody bytes) before the answer, so that the
 // server does not close a connection the client is still writing to: over
 // TCP that close resets the connection, and the client would see the reset
-// instead of the 4xx.
+// instead of the 4xx. For the same reason a client that sends an
+// oversized body without waiting for 100 Continue has it read and
+// dropped, up to maxDrain bytes, before the 413.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.ContentLength > s.maxBody {
+		if r.ContentLength <= maxDrain && !strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain))
+		}
 		return tooLarge(s.maxBody, r.ContentLength)
 	}
 	body := http.MaxBytesReader(w, r.Body, s.maxBody)
@@ -213,6 +218,10 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	return err
 }
+
+// maxDrain bounds what decode reads of a body it refuses; past it the
+// connection is closed instead.
+const maxDrain = 64 << 20
 
 // tooLargeError is a request body over the limit: 413, code
 // invalid_argument (the SDKs' invalid-argument error).

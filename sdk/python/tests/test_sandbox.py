@@ -268,3 +268,20 @@ def test_url_is_the_preview_url(shared_sbx):
     assert u == f"http://8080-{shared_sbx.id}.{net['preview_domain']}/?agentbox_token={net['preview_token']}"
     with pytest.raises(InvalidArgumentError):
         shared_sbx.url(0)
+
+
+def test_oversized_request_is_invalid_argument():
+    # Over the daemon's JSON limit: 413, refused before the body is read.
+    with pytest.raises(InvalidArgumentError) as e:
+        Sandbox.create(template=TEMPLATE, env={"BIG": "x" * (2 << 20)})
+    assert e.value.status == 413 and "larger than" in str(e.value)
+
+
+def test_connect_destroyed_is_not_found():
+    sbx = Sandbox.create(template=TEMPLATE, ttl_seconds=300)
+    sid = sbx.id
+    sbx.destroy()
+    sbx.close()
+    with pytest.raises(NotFoundError) as e:
+        Sandbox.connect(sid)
+    assert e.value.status == 404 and "destroyed" in str(e.value)

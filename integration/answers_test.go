@@ -1,13 +1,20 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
 )
 
 // TestDestroyedNotFound: a destroyed sandbox answers like one that never
@@ -61,4 +68,31 @@ func TestDestroyedNotFound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOversizedCreate: a create whose body is over the daemon's JSON limit
+// is answered 413 before the body is read (no 100 Continue for a client
+// that asks), and the Go SDK returns its invalid-argument error.
+func TestOversizedCreate(t *testing.T) {
+	ctx := context.Background()
+	_, err := env.client.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox", Env: map[string]string{"BIG": strings.Repeat("x", 2<<20)}})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("create with a 2 MiB env: %v, want invalid argument saying the body is too large", err)
+	}
+	conn, err := net.Dial("unix", env.cfg.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(conn, "POST /v1/sandboxes HTTP/1.1\r\nHost: agentbox\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", env.key, 50<<20)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "invalid_argument") {
+		t.Fatalf("50 MB Content-Length with Expect: 100-continue: first answer %d %s, want 413 invalid_argument", resp.StatusCode, body)
+	}
+	evidence(t, "2 MiB create: %v; 50 MB Content-Length: %d before any body byte", err, resp.StatusCode)
 }
