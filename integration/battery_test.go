@@ -204,6 +204,9 @@ func TestBattery(t *testing.T) {
 		{"28_file_api_paths", itemFilePaths},
 		{"29_file_api_symlinks", itemFileSymlinks},
 		{"30_archive_upload", itemArchive},
+		// What a program inside sees (battery_inside_test.go).
+		{"33_mountinfo", itemMountinfo},
+		{"34_host_counters", itemHostCounters},
 	}
 	from := rowCount()
 	t.Cleanup(func() { printTable("hostile battery", from) })

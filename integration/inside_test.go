@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -79,4 +80,55 @@ ls -d __pycache__ 2>/dev/null || echo no-cache`
 			}
 		})
 	}
+}
+
+// TestContainerResourceView: on the container tier, /proc/meminfo (and
+// so free) shows the sandbox's memory cgroup, read live (a resize shows
+// at once), and /proc/uptime its own age, through LXCFS
+// (docs/sandbox-view.md). The verdict compares with the cgroup limit and
+// the init's start time read on the host.
+func TestContainerResourceView(t *testing.T) {
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Isolation: "container", MemoryMB: 256})
+	limitFile := cgroupPath("memory", id) + "/memory.limit_in_bytes"
+	memTotal := func() int64 {
+		out := mustSh(t, id, `awk '/^MemTotal:/{print $2}' /proc/meminfo; free | awk '/^Mem:/{print $2}'`)
+		f := strings.Fields(out)
+		if len(f) != 2 || f[0] != f[1] {
+			t.Fatalf("MemTotal and free's total disagree: %q", out)
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		return n << 10
+	}
+	limit := readHostInt(t, limitFile)
+	hostMem, _ := os.ReadFile("/proc/meminfo")
+	hostKB, _ := strconv.ParseInt(strings.Fields(firstLineWith(string(hostMem), "MemTotal:")+" x 0")[1], 10, 64)
+	hostTotal := hostKB << 10
+	if got := memTotal(); got != limit || got >= hostTotal {
+		t.Errorf("MemTotal inside = %d bytes; want the sandbox's memory cgroup limit %d read on the host (the host has %d)", got, limit, hostTotal)
+	}
+	if limit < 256<<20 || limit > 256<<20+64<<20 {
+		t.Errorf("the sandbox's memory cgroup limit is %d; want 256 MiB plus the agent's reserve", limit)
+	}
+	// A resize (as a warm pool's claim does it: the cgroup limit changes)
+	// shows at the next read.
+	raised := limit + 128<<20
+	if err := os.WriteFile(limitFile, []byte(strconv.FormatInt(raised, 10)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := memTotal(); got != raised {
+		t.Errorf("after the limit was raised to %d on the host, MemTotal inside = %d", raised, got)
+	}
+	// Uptime: the sandbox's init's age, not the host's.
+	out := mustSh(t, id, `cut -d' ' -f1 /proc/uptime`)
+	inside, _ := strconv.ParseFloat(out, 64)
+	hostUp, _ := os.ReadFile("/proc/uptime")
+	host, _ := strconv.ParseFloat(strings.Fields(string(hostUp))[0], 64)
+	stat, _ := os.ReadFile("/proc/" + strconv.Itoa(sandboxPid(t, id)) + "/stat")
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	start, _ := strconv.ParseFloat(f[19], 64) // starttime, in clock ticks (100 a second)
+	age := host - start/100
+	if inside <= 0 || inside > age+5 || inside < age-5 {
+		t.Errorf("uptime inside = %.1f s; want its init's age, %.1f s read on the host (the host's is %.1f s)", inside, age, host)
+	}
+	t.Logf("MemTotal %d (limit %d, then %d; host %d); uptime %.1f s (init's age %.1f s, host's %.1f s)", limit, limit, raised, hostTotal, inside, age, host)
 }

@@ -98,6 +98,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	lxcfs := ensureLxcfs(ctx, cfg.LxcfsDir, cfg.RunDir, log) // lxcfs_linux.go
 	drivers := map[string]driver.Driver{}
 	for _, name := range driver.Names() {
 		d, err := driver.New(name, driver.Options{
@@ -108,6 +109,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			Seccomp:      true,
 			RunRoot:      cfg.RunDir,
 			Prespawn:     cfg.PrespawnInits,
+			LxcfsDir:     lxcfs,
 			Logger:       log.With("driver", name),
 		})
 		if err != nil {
@@ -147,7 +149,8 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	authn := auth.New(st, cfg.AdminKeyPath(), log)
 	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes(),
 		Store: st, RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst,
-		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount}})
+		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount,
+			HostPaths: []string{cfg.DataDir, cfg.RunDir}}})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
