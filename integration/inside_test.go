@@ -101,7 +101,7 @@ func TestContainerResourceView(t *testing.T) {
 	}
 	limit := readHostInt(t, limitFile)
 	hostMem, _ := os.ReadFile("/proc/meminfo")
-	hostKB, _ := strconv.ParseInt(strings.Fields(firstLineWith(string(hostMem), "MemTotal:")+" x 0")[1], 10, 64)
+	hostKB, _ := strconv.ParseInt(strings.Fields(firstLineWith(string(hostMem), "MemTotal:") + " x 0")[1], 10, 64)
 	hostTotal := hostKB << 10
 	if got := memTotal(); got != limit || got >= hostTotal {
 		t.Errorf("MemTotal inside = %d bytes; want the sandbox's memory cgroup limit %d read on the host (the host has %d)", got, limit, hostTotal)
