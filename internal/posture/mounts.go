@@ -61,11 +61,11 @@ func MountinfoLeaks(mountinfo string, hostPaths []string) []string {
 		}
 		for _, opt := range strings.Split(g[2], ",") {
 			k, v, ok := strings.Cut(opt, "=")
-			if !ok || !strings.Contains(v, "/") {
+			if !ok {
 				continue
 			}
 			for _, p := range strings.Split(v, ":") {
-				if p != "" && !strings.HasPrefix(p, "/proc/self/fd/") {
+				if strings.HasPrefix(p, "/") && p != "/" && !strings.HasPrefix(p, "/proc/self/fd/") {
 					bad = append(bad, k+"="+p+" at "+f[4])
 				}
 			}
