@@ -34,13 +34,19 @@ func stageView(root, view, lxcfs string) error {
 	in := func(p string) string { return filepath.Join(root, p) }
 	var binds [][2]string
 	if lxcfs != "" {
+		var got [][2]string
 		for _, f := range lxcfsFiles {
 			src := filepath.Join(lxcfs, f)
 			if _, err := os.Stat(src); err != nil {
-				return fmt.Errorf("LXCFS at %s has no %s (is lxcfs running there?): %w", lxcfs, f, err)
+				// lxcfs stopped or crashed: the sandbox still starts, with
+				// the host's figures, rather than none starting at all.
+				fmt.Fprintf(os.Stderr, "agentbox-guest: LXCFS at %s has no %s (%v); this sandbox sees the host's memory and uptime\n", lxcfs, f, err)
+				got = nil
+				break
 			}
-			binds = append(binds, [2]string{src, in(f)})
+			got = append(got, [2]string{src, in(f)})
 		}
+		binds = append(binds, got...)
 	}
 	if err := os.MkdirAll(view, 0o755); err != nil {
 		return fmt.Errorf("mkdir %s: %w", view, err)
