@@ -253,10 +253,10 @@ def test_typed_errors_lifecycle():
     assert "AGENTBOX_HOST" in str(ei.value)
 
 
-def test_exec_on_destroyed_sandbox_is_conflict():
+def test_exec_on_destroyed_sandbox_is_not_found():
     sbx = Sandbox.create(template=TEMPLATE)
     sbx.destroy()
-    with pytest.raises(ConflictError):
+    with pytest.raises(NotFoundError):
         sbx.exec("true")
     sbx.close()
 
