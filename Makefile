@@ -5,7 +5,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
 
-.PHONY: build install deps up test test-unit test-integration bench soak clean lint fuzz battery
+.PHONY: build install deps up test test-under-load test-unit test-integration bench soak clean lint fuzz battery
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
@@ -23,6 +23,12 @@ up:
 
 test:
 	scripts/test.sh
+
+# `make test-under-load` runs `make test` while stress-ng keeps every core
+# busy (scripts/test-under-load.sh): no verdict may depend on a fast
+# machine.
+test-under-load:
+	scripts/test-under-load.sh
 
 test-unit:
 	$(GO) test ./...

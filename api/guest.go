@@ -40,9 +40,16 @@ type GuestInfo struct {
 // new stdout and stderr), then for each entry of BootSpec.Cgroups its
 // workload and home directories. BootFiles counts the files before the
 // cgroup directories.
+//
+// Before that, once its bounding set is empty and its /proc, /dev and /sys
+// are staged, the init writes one byte, BootReady, on the channel: only
+// then does the driver count it as waiting, and the driver reads that byte
+// before it sends a spec (closing a socket with unread data would reset
+// the init's end).
 const (
 	BootChannelFD = 3
 	BootFiles     = 2
+	BootReady     = byte('R')
 )
 
 // BootStageEnv names the environment variable that gives `agentbox-guest

@@ -64,6 +64,7 @@ type Process struct {
 	ExitCode  *int       `json:"exit_code,omitempty"`
 	Signal    string     `json:"signal,omitempty"`
 	TimedOut  bool       `json:"timed_out,omitempty"`
+	OOMKilled bool       `json:"oom_killed,omitempty"` // the OOM killer ended it at the memory limit
 	StartedAt time.Time  `json:"started_at"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
 }

@@ -18,6 +18,7 @@ const SandboxPrefix = "/v1/sandboxes/{id}"
 // this list and a test checks that api/openapi.yaml documents each one.
 var Routes = []Route{
 	{"GET", "/v1/health"},
+	{"GET", "/v1/info"},  // tiers, defaults, limits, paths (api/info.go)
 	{"GET", "/v1/pools"}, // warm pools (api/pool.go)
 
 	{"POST", "/v1/sandboxes"},

@@ -67,4 +67,7 @@ type ResetRequest struct {
 	// Snapshot (id or name) to reset to; empty: where the sandbox
 	// started (its template, or the snapshot it was created from).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Template: back to the sandbox's template, leaving the snapshot it
+	// was created from or last reset to. Not with Snapshot.
+	Template bool `json:"template,omitempty"`
 }

@@ -206,6 +206,7 @@ type ExecEvent struct {
 	ExitCode   *int    `json:"exit_code,omitempty"`
 	Signal     string  `json:"signal,omitempty"` // e.g. "SIGKILL" when killed by a signal
 	TimedOut   bool    `json:"timed_out,omitempty"`
+	OOMKilled  bool    `json:"oom_killed,omitempty"`
 	Truncated  bool    `json:"truncated,omitempty"`
 	DurationMs float64 `json:"duration_ms,omitempty"`
 	// error:
@@ -224,6 +225,9 @@ type ExecResult struct {
 	TimedOut   bool    `json:"timed_out,omitempty"`
 	Truncated  bool    `json:"truncated,omitempty"`
 	DurationMs float64 `json:"duration_ms"`
+	// OOMKilled: the kernel's OOM killer ended the command (or the process
+	// it waited for) at the sandbox's memory limit; ExitCode is then 137.
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // File types in FileInfo.Type.

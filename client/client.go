@@ -21,6 +21,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/agentbox/agentbox/errdefs"
 )
 
 // Defaults used when neither an option nor the environment names a host.
@@ -85,12 +87,16 @@ func WithUserAgent(ua string) Option { return func(c *config) { c.userAgent = ua
 // WithoutEnvironment makes New ignore AGENTBOX_HOST and AGENTBOX_API_KEY.
 func WithoutEnvironment() Option { return func(c *config) { c.noEnv = true } }
 
+// errEmptyKeyEnv is New's answer to AGENTBOX_API_KEY set to nothing.
+var errEmptyKeyEnv = errdefs.Invalid("%s is set but empty (did the command that made the key fail?); set it to an API key, or unset it to use the admin key as root on the daemon's host", EnvAPIKey)
+
 // New returns a client. The host comes from WithHost, else AGENTBOX_HOST;
 // the key from WithAPIKey, else AGENTBOX_API_KEY. When no host is set and
 // the process runs as root, New uses the local unix socket if it exists
 // (else DefaultHTTPHost); when no key is set and the process runs as root,
 // it reads the admin key file if there is one, for a daemon on this
-// machine only (a unix socket or a loopback address).
+// machine only (a unix socket or a loopback address). AGENTBOX_API_KEY set
+// but empty is an error: it never falls back to the admin key.
 func New(opts ...Option) (*Client, error) {
 	cfg := config{
 		socketPath:   DefaultSocketPath,
@@ -105,7 +111,14 @@ func New(opts ...Option) (*Client, error) {
 			cfg.host = os.Getenv(EnvHost)
 		}
 		if cfg.apiKey == "" {
-			cfg.apiKey = os.Getenv(EnvAPIKey)
+			if v, set := os.LookupEnv(EnvAPIKey); set {
+				// Set but empty is a mistake (a script whose `key create`
+				// failed), never a reason to fall back to the admin key.
+				if strings.TrimSpace(v) == "" {
+					return nil, errEmptyKeyEnv
+				}
+				cfg.apiKey = v
+			}
 		}
 	}
 	root := os.Geteuid() == 0

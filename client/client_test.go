@@ -128,7 +128,7 @@ func TestNewResolution(t *testing.T) {
 	}
 	t.Run("admin key stays local", func(t *testing.T) {
 		t.Setenv(EnvHost, "http://10.255.255.1:7423")
-		t.Setenv(EnvAPIKey, "")
+		setenvOrUnset(t, EnvAPIKey, "")
 		c, err := New(WithAdminKeyPath(keyFile))
 		if err != nil {
 			t.Fatal(err)
@@ -137,10 +137,22 @@ func TestNewResolution(t *testing.T) {
 			t.Errorf("the admin key was picked up for the remote host %s", c.Host())
 		}
 	})
+	t.Run("empty key variable never means the admin key", func(t *testing.T) {
+		t.Setenv(EnvHost, "")
+		t.Setenv(EnvAPIKey, "")
+		_, err := New(WithSocketPath(sock), WithAdminKeyPath(keyFile))
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "AGENTBOX_API_KEY is set but empty") {
+			t.Fatalf("New with AGENTBOX_API_KEY=\"\": %v, want an invalid-argument error naming the variable", err)
+		}
+		// WithAPIKey still wins over the empty variable.
+		if _, err := New(WithSocketPath(sock), WithAdminKeyPath(keyFile), WithAPIKey("k")); err != nil {
+			t.Fatal(err)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv(EnvHost, tt.envHost)
-			t.Setenv(EnvAPIKey, tt.envKey)
+			setenvOrUnset(t, EnvAPIKey, tt.envKey)
 			c, err := New(tt.opts...)
 			if err != nil {
 				t.Fatal(err)
@@ -224,4 +236,13 @@ func TestTypedErrors(t *testing.T) {
 			t.Errorf("err = %v, want unavailable with a hint", err)
 		}
 	})
+}
+
+// setenvOrUnset sets key to v for the test, or unsets it when v is empty.
+func setenvOrUnset(t *testing.T, key, v string) {
+	t.Helper()
+	t.Setenv(key, v)
+	if v == "" {
+		os.Unsetenv(key)
+	}
 }

@@ -106,3 +106,14 @@ func checkID(id string) error {
 	}
 	return nil
 }
+
+// Info returns what the daemon offers: its isolation tiers and whether
+// each runs, the defaults and limits of a create; to admins also where it
+// keeps its state and logs.
+func (c *Client) Info(ctx context.Context) (*api.Info, error) {
+	var out api.Info
+	if err := c.doJSON(ctx, "GET", "/v1/info", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -25,6 +25,12 @@ func (c *Client) ResetSandbox(ctx context.Context, id, snapshot string) (*api.Sa
 	return c.sandboxAction(ctx, id, "/reset", api.ResetRequest{Snapshot: snapshot})
 }
 
+// ResetToTemplate puts a sandbox back to its template alone, leaving the
+// snapshot it was created from or last reset to; same id.
+func (c *Client) ResetToTemplate(ctx context.Context, id string) (*api.Sandbox, error) {
+	return c.sandboxAction(ctx, id, "/reset", api.ResetRequest{Template: true})
+}
+
 func (c *Client) sandboxAction(ctx context.Context, id, action string, body any) (*api.Sandbox, error) {
 	if err := checkID(id); err != nil {
 		return nil, err

@@ -34,6 +34,11 @@ import (
 
 // tenantKey creates a tenant with quotas and a key for it, and returns a
 // client acting with that key and the key.
+
+// slowHealth bounds a health call while the API is attacked: far above
+// what a loaded host needs, far below the attacks' own duration.
+const slowHealth = 10 * time.Second
+
 func tenantKey(t testing.TB, prefix string, q *api.Quotas) (string, *client.Client, *api.Key) {
 	t.Helper()
 	ctx := context.Background()
@@ -437,12 +442,15 @@ loop:
 	if readAfter == 0 {
 		t.Errorf("slowloris connection still open after 40 s")
 	}
-	if worst > 500*time.Millisecond {
-		t.Errorf("health took %v during the attack, want < 500ms", worst)
+	// A daemon the attack blocked would answer only once the slowloris
+	// is closed (tens of seconds); a loaded host answers in well under
+	// slowHealth.
+	if worst > slowHealth {
+		t.Errorf("health took %v during the attack, want < %v", worst, slowHealth)
 	}
 	_ = closed.Load()
 	_ = closedAfter
-	if d := healthLatency(t); d > 500*time.Millisecond {
+	if d := healthLatency(t); d > slowHealth {
 		t.Errorf("health after the attacks took %v", d)
 	}
 	evidence(t, "malformed/wrong-type/unknown-field/trailing JSON: 400 invalid_argument; 10 MB body: %d in %v; 1 MB header: %d (0 = closed); slowloris closed by the daemon after %v; health worst %v during it",

@@ -385,9 +385,11 @@ func itemTimeoutEscape(t *testing.T, b *battery) {
 ( ( trap '' TERM; exec sleep 1002 ) & )
 ( setsid sh -c '( trap "" TERM; sleep 1003 & ) ; sleep 1004' & )
 sleep 1005`
-	ch := goExec(id, api.ExecRequest{Shell: script, TimeoutMs: 1500})
-	time.Sleep(800 * time.Millisecond)
-	during := sandboxPids(id)
+	// The timeout leaves the script time to start its five sleepers on a
+	// loaded host; the host counts them once they are there.
+	ch := goExec(id, api.ExecRequest{Shell: script, TimeoutMs: escapeTimeoutMs})
+	var during []int
+	waitCount(func() int { during = sandboxPids(id); return len(during) }, func(n int) bool { return n >= 7 }, escapeTimeoutMs*time.Millisecond*9/10)
 	out := <-ch
 	if out.err != nil {
 		t.Fatalf("exec: %v", out.err)
@@ -415,8 +417,8 @@ sleep 1005`
 	if !out.res.TimedOut {
 		t.Errorf("exec was not flagged timed out")
 	}
-	if out.res.DurationMs > 3500 {
-		t.Errorf("exec with a 1.5 s timeout took %.0f ms", out.res.DurationMs)
+	if out.res.DurationMs > escapeTimeoutMs+60000 {
+		t.Errorf("exec with a %d ms timeout took %.0f ms: its processes held it past the timeout", escapeTimeoutMs, out.res.DurationMs)
 	}
 	if len(left) != 1 || left[0] != pid {
 		t.Errorf("after the timeout the sandbox's cgroup still holds %v (only init %d may remain)", left, pid)
@@ -466,32 +468,32 @@ func itemKillAll(t *testing.T, b *battery) {
 	// Host sleepers: one as root, one with the very host uid of the
 	// sandbox's root, one with the host uid of its user 1000.
 	sleepers := hostSleepers(t)
-	storm := goExec(id, api.ExecRequest{Shell: `for i in $(seq 60); do sh -c 'sleep 0 & sleep 0 & exec sleep 2' & done; sleep 2.5`, TimeoutMs: 10000})
-	time.Sleep(1200 * time.Millisecond)
-	zombies := 0
-	for _, p := range nsProcs(pid) {
-		if !pidAlive(p) {
-			zombies++
+	// The storm's 60 sleepers never reap their two children, so its
+	// zombies stay until kill -9 -1: the host counts them once all are
+	// there (a condition, however slow the machine), not after a delay.
+	storm := goExec(id, api.ExecRequest{Shell: stormShell, TimeoutMs: 150000})
+	countZombies := func() int {
+		n := 0
+		for _, p := range nsProcs(pid) {
+			if !pidAlive(p) {
+				n++
+			}
 		}
+		return n
 	}
-	<-storm
+	zombies := waitCount(countZombies, func(n int) bool { return n >= stormZombies }, time.Minute)
 	kill := b.hostile(t, id, api.ExecRequest{Shell: "sleep 30 & sleep 30 & kill -9 -1; echo rc=$?", TimeoutMs: 10000})
+	<-storm
 	var dead []int
 	for _, c := range sleepers {
 		if !pidAlive(c.Process.Pid) {
 			dead = append(dead, c.Process.Pid)
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
-	zombiesAfter := 0
-	for _, p := range nsProcs(pid) {
-		if !pidAlive(p) {
-			zombiesAfter++
-		}
-	}
+	zombiesAfter := waitCount(countZombies, func(n int) bool { return n == 0 }, time.Minute)
 	evidence(t, "zombies seen by the host during the storm: %d, after: %d; kill -9 -1: %q; host sleepers killed: %v", zombies, zombiesAfter, strings.TrimSpace(kill.Stdout), dead)
-	if zombies == 0 {
-		t.Errorf("the zombie storm made no zombies; the test did not run")
+	if zombies < stormZombies {
+		t.Errorf("the zombie storm made %d zombies in a minute, want %d; the test did not run", zombies, stormZombies)
 	}
 	if len(dead) > 0 {
 		t.Errorf("kill -9 -1 inside a sandbox killed host processes %v", dead)
@@ -506,7 +508,35 @@ func itemKillAll(t *testing.T, b *battery) {
 		t.Errorf("sibling sandbox does not answer: %v", err)
 	}
 	if zombiesAfter > 0 {
-		t.Errorf("%d zombies remain in the sandbox 0.5 s later", zombiesAfter)
+		t.Errorf("%d zombies remain in the sandbox a minute after kill -9 -1", zombiesAfter)
+	}
+}
+
+// stormShell is item 08's storm: 60 `sleep 600`, each the parent of two
+// exited `sleep 0` it never reaps (stormZombies zombies in all), until
+// kill -9 -1 ends them.
+const (
+	stormShell    = `for i in $(seq 60); do sh -c 'sleep 0 & sleep 0 & exec sleep 600' & done; wait`
+	stormZombies  = 120
+	stormSleepers = 60
+)
+
+// escapeTimeoutMs is the exec timeout of the escape items (07): long
+// enough for the script to start its sleepers on a loaded host, far
+// shorter than the sleepers (1001 s and more), which must not hold the
+// exec past it.
+const escapeTimeoutMs = 10000
+
+// waitCount polls count until ok accepts its value or limit passes, and
+// returns the last value: verdicts on a condition, not on a delay.
+func waitCount(count func() int, ok func(int) bool, limit time.Duration) int {
+	deadline := time.Now().Add(limit)
+	for {
+		n := count()
+		if ok(n) || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

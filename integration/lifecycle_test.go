@@ -195,6 +195,28 @@ type hostCounts struct {
 	veths, chains int
 }
 
+// grewFrom says whether any count is above before's: something was left
+// (fewer is an earlier test's teardown finishing meanwhile).
+func (c hostCounts) grewFrom(before hostCounts) bool {
+	return c.mounts > before.mounts || c.cgroups > before.cgroups || c.procs > before.procs || c.runFiles > before.runFiles ||
+		c.layers > before.layers || c.veths > before.veths || c.chains > before.chains
+}
+
+// settledCounts polls countHost until nothing is above before (teardown
+// finishes in the background on a busy host) or a minute passes, and
+// returns the last counts.
+func settledCounts(t testing.TB, before hostCounts) hostCounts {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c := countHost(t)
+		if !c.grewFrom(before) || time.Now().After(deadline) {
+			return c
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func countHost(t testing.TB) hostCounts {
 	t.Helper()
 	var c hostCounts
@@ -266,8 +288,6 @@ func TestLeavesNothing(t *testing.T) {
 		fmt.Sscan(v, &cycles)
 	}
 	ctx := context.Background()
-	// Let earlier tests' destroys settle.
-	time.Sleep(300 * time.Millisecond)
 	before := countHost(t)
 	for i := 0; i < cycles; i++ {
 		req := api.CreateSandboxRequest{Template: "busybox"}
@@ -288,13 +308,7 @@ func TestLeavesNothing(t *testing.T) {
 			assertNoTrace(t, sb.ID)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
-	after := countHost(t)
-	if after.mounts != before.mounts || after.cgroups != before.cgroups || after.runFiles != before.runFiles || after.layers != before.layers ||
-		after.veths != before.veths || after.chains != before.chains {
-		t.Fatalf("after %d cycles: before %+v, after %+v", cycles, before, after)
-	}
-	if after.procs != before.procs {
-		t.Fatalf("host processes grew from %d to %d over %d cycles", before.procs, after.procs, cycles)
+	if after := settledCounts(t, before); after.grewFrom(before) {
+		t.Fatalf("after %d cycles and a minute to settle: before %+v, after %+v", cycles, before, after)
 	}
 }

@@ -131,13 +131,15 @@ func TestPTYTopResizeAndCtrlC(t *testing.T) {
 	conn.Write([]byte("stty size\r"))
 	at = scr.waitFor(t, at, "43 132")
 	conn.Resize(100, 30) // over the WebSocket
-	time.Sleep(200 * time.Millisecond)
-	conn.Write([]byte("stty size\r"))
-	at = scr.waitFor(t, at, "30 100")
+	// The resize and the next line race: the shell waits for the size.
+	conn.Write([]byte("until [ \"$(stty size)\" = '30 100' ]; do sleep 0.05; done; echo resized-$((29+1))\r"))
+	at = scr.waitFor(t, at, "resized-30")
 
 	// Ctrl-C reaches the foreground process group.
-	conn.Write([]byte("sleep 100\r"))
-	time.Sleep(500 * time.Millisecond)
+	// The marker comes from the process that then becomes sleep: ^C
+	// reaches it whichever it is by then, and either ends with 130.
+	conn.Write([]byte("sh -c 'echo sleeping-$((6*7)); exec sleep 100'\r"))
+	at = scr.waitFor(t, at, "sleeping-42")
 	start := time.Now()
 	conn.Write([]byte{3})
 	conn.Write([]byte("echo sleep-rc=$?\r"))
@@ -425,18 +427,28 @@ func TestProcessCLI(t *testing.T) {
 	if code != 0 || pid == "" {
 		t.Fatalf("exec -d: %d %q %q", code, out, errOut)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Its output is there once it has run that far (polled, not slept).
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		out, errOut, code = cli(t, "", "logs", id, pid)
+		if (code == 0 && out == "started\n" && errOut == "oops\n") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if code != 0 || out != "started\n" || errOut != "oops\n" {
+		t.Errorf("logs: %d %q %q", code, out, errOut)
+	}
 	out, _, code = cli(t, "", "ps", id)
 	if code != 0 || !strings.Contains(out, pid) || !strings.Contains(out, "running") {
 		t.Errorf("ps: %d %q", code, out)
 	}
-	out, errOut, code = cli(t, "", "logs", id, pid)
-	if code != 0 || out != "started\n" || errOut != "oops\n" {
-		t.Errorf("logs: %d %q %q", code, out, errOut)
-	}
 	out, errOut, code = cli(t, "", "exec", "-d", id, "--", "sh", "-c", "trap 'echo bye; exit 5' TERM; echo up; while :; do sleep 0.1; done")
 	pid2 := strings.TrimSpace(out)
-	time.Sleep(500 * time.Millisecond)
+	// "up" comes after its trap is set: only then may TERM come.
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if up, _, _ := cli(t, "", "logs", id, pid2); up == "up\n" {
+			break
+		}
+	}
 	if _, errOut, code = cli(t, "", "kill", "-s", "TERM", id, pid2); code != 0 {
 		t.Errorf("kill -s TERM: %d %q", code, errOut)
 	}

@@ -325,9 +325,15 @@ func TestStateReset(t *testing.T) {
 		t.Fatalf("rm after its sandbox is gone: %v", err)
 	}
 	assertNoTrace(t, id)
-	time.Sleep(200 * time.Millisecond) // an old init's layer goes in the background
-	if m, _ := filepath.Glob(filepath.Join(env.cfg.DataDir, "storage", "sandboxes", id+".*")); len(m) > 0 {
-		t.Errorf("standby layers left after destroy: %v", m)
+	// An old init's layer goes in the background: polled.
+	var m []string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if m, _ = filepath.Glob(filepath.Join(env.cfg.DataDir, "storage", "sandboxes", id+".*")); len(m) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(m) > 0 {
+		t.Errorf("standby layers left a minute after destroy: %v", m)
 	}
 }
 
@@ -823,7 +829,6 @@ func TestStateCyclesLeaveNothing(t *testing.T) {
 		fmt.Sscan(v, &cycles)
 	}
 	ctx := context.Background()
-	time.Sleep(300 * time.Millisecond)
 	before := countHost(t)
 	snapDir := filepath.Join(env.cfg.DataDir, "storage", "snapshots")
 	snapsBefore, _ := os.ReadDir(snapDir)
@@ -854,10 +859,8 @@ func TestStateCyclesLeaveNothing(t *testing.T) {
 			assertNoTrace(t, kids[0].ID)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
-	after := countHost(t)
-	if after.mounts != before.mounts || after.cgroups != before.cgroups || after.runFiles != before.runFiles || after.layers != before.layers || after.procs != before.procs {
-		t.Fatalf("after %d cycles: before %+v, after %+v", cycles, before, after)
+	if after := settledCounts(t, before); after.grewFrom(before) {
+		t.Fatalf("after %d cycles and a minute to settle: before %+v, after %+v", cycles, before, after)
 	}
 	if snapsAfter, _ := os.ReadDir(snapDir); len(snapsAfter) != len(snapsBefore) {
 		t.Fatalf("after %d cycles: %d snapshot dirs, before %d", cycles, len(snapsAfter), len(snapsBefore))
@@ -890,28 +893,32 @@ func waitState(t *testing.T, id, want string, d time.Duration) *api.Sandbox {
 // TestStateIdleTimeout: idle_timeout applies on_timeout after no API use;
 // a long exec is use the whole time; resume starts the clock again.
 func TestStateIdleTimeout(t *testing.T) {
+	// idle (seconds) leaves a loaded host room between two calls of
+	// the test that are one use apart.
+	const idle = 3
 	ctx := context.Background()
 	if _, err := env.client.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: -1}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("idle_timeout -1: %v, want invalid argument", err)
 	}
-	pause := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: 1, OnTimeout: api.OnTimeoutPause})
-	destroy := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: 1})
-	busy := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: 1, OnTimeout: api.OnTimeoutPause})
-	if sb, _ := env.client.GetSandbox(ctx, pause); sb.IdleTimeoutSeconds != 1 {
+	pause := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: idle, OnTimeout: api.OnTimeoutPause})
+	destroy := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: idle})
+	busy := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", IdleTimeoutSeconds: idle, OnTimeout: api.OnTimeoutPause})
+	if sb, _ := env.client.GetSandbox(ctx, pause); sb.IdleTimeoutSeconds != idle {
 		t.Fatalf("idle_timeout shown as %d", sb.IdleTimeoutSeconds)
 	}
-	// 3 s of exec with no output: never idle meanwhile.
-	if got := mustSh(t, busy, "sleep 3; echo done"); got != "done" {
+	// An exec of twice the idle timeout with no output: never idle
+	// meanwhile.
+	if got := mustSh(t, busy, fmt.Sprintf("sleep %d; echo done", 2*idle)); got != "done" {
 		t.Fatalf("long exec: %q", got)
 	}
 	if sb, _ := env.client.GetSandbox(ctx, busy); sb.State != api.StateRunning {
-		t.Fatalf("during a 3 s exec a 1 s idle timeout hit: %s", sb.State)
+		t.Fatalf("during a %d s exec a %d s idle timeout hit: %s", 2*idle, idle, sb.State)
 	}
-	waitState(t, pause, api.StatePaused, 10*time.Second)
-	waitState(t, destroy, api.StateDestroyed, 10*time.Second)
-	waitState(t, busy, api.StatePaused, 10*time.Second)
+	waitState(t, pause, api.StatePaused, time.Minute)
+	waitState(t, destroy, api.StateDestroyed, time.Minute)
+	waitState(t, busy, api.StatePaused, time.Minute)
 	// Paused: the idle clock stops, the sandbox stays paused.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(idle*time.Second + 500*time.Millisecond)
 	if sb, _ := env.client.GetSandbox(ctx, pause); sb.State != api.StatePaused {
 		t.Fatalf("paused sandbox after more idle time: %s", sb.State)
 	}
@@ -921,7 +928,7 @@ func TestStateIdleTimeout(t *testing.T) {
 	if got := mustSh(t, pause, "echo up"); got != "up" {
 		t.Fatalf("after resume: %q", got)
 	}
-	waitState(t, pause, api.StatePaused, 10*time.Second)
+	waitState(t, pause, api.StatePaused, time.Minute)
 	assertNoTrace(t, destroy)
 }
 
@@ -987,9 +994,12 @@ func TestStateResetEgress(t *testing.T) {
 // timeout pauses the sandbox.
 func TestStateIdlePreview(t *testing.T) {
 	const port = 8000
-	sb := startPreviewServer(t, api.CreateSandboxRequest{Template: "base", IdleTimeoutSeconds: 2, OnTimeout: api.OnTimeoutPause}, port)
+	// Traffic for twice the idle timeout, every 300 ms; the timeout is
+	// long enough that a loaded host's slow request is not a gap.
+	const idle = 5
+	sb := startPreviewServer(t, api.CreateSandboxRequest{Template: "base", IdleTimeoutSeconds: idle, OnTimeout: api.OnTimeoutPause}, port)
 	hc := unixHTTP()
-	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
+	for end := time.Now().Add(2 * idle * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
 		resp, err := hc.Do(previewReq(t, sb, port, "/headers", true))
 		if err != nil {
 			t.Fatal(err)
@@ -1000,9 +1010,9 @@ func TestStateIdlePreview(t *testing.T) {
 		}
 	}
 	if got, _ := env.client.GetSandbox(context.Background(), sb.ID); got.State != api.StateRunning {
-		t.Fatalf("after 4 s of preview traffic with a 2 s idle timeout: %s", got.State)
+		t.Fatalf("after %d s of preview traffic with a %d s idle timeout: %s", 2*idle, idle, got.State)
 	}
-	waitState(t, sb.ID, api.StatePaused, 10*time.Second)
+	waitState(t, sb.ID, api.StatePaused, time.Minute)
 }
 
 // TestStateResetRestart: a standby init an earlier daemon prepared is
@@ -1030,7 +1040,10 @@ func TestStateResetRestart(t *testing.T) {
 	if err != nil || sb.State != api.StateRunning {
 		t.Fatalf("after restart: %+v %v", sb, err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The re-adopt kills the standby; polled, a busy host reaps slowly.
+	for deadline := time.Now().Add(time.Minute); len(procs()) > 1 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if p := procs(); len(p) != 1 || p[0] != strconv.Itoa(sb.Pid) {
 		t.Fatalf("after restart the sandbox's agent cgroup holds %v; want only its init %d", p, sb.Pid)
 	}

@@ -82,7 +82,7 @@ func TestTemplateImageImport(t *testing.T) {
 		t.Fatalf("run: code %d out %q (want %q) err %q", code, out, want, errOut)
 	}
 
-	out, _, code = cli(t, "", "template", "inspect", name)
+	out, _, code = cli(t, "", "template", "inspect", "--pretty", name)
 	for _, want := range []string{"user:     app", "workdir:  /home/app", "GREETING=from-image", "cmd:      /bin/sh", "source:   image upload@sha256:"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("inspect lacks %q: %q", want, out)

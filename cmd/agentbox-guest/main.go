@@ -80,6 +80,9 @@ func run() error {
 	if err := boot.Stage(stage, lxcfs); err != nil {
 		return err
 	}
+	if err := boot.Announce(api.BootChannelFD); err != nil {
+		return err
+	}
 	r, err := boot.Receive(api.BootChannelFD)
 	if err != nil {
 		return err

@@ -26,7 +26,8 @@ import (
 // mount, uts, ipc and net namespaces with the uid map, the exec of the
 // guest binary and its runtime's start, the drop of its main thread's
 // capability bounding set, and the mounts of Stage. The driver keeps a few such
-// processes waiting on their boot channel (api.BootChannelFD), so that a
+// processes waiting on their boot channel (api.BootChannelFD), each counted
+// only once it has said it is ready there (api.BootReady), so that a
 // create only places one in its cgroups and sends it the spec; a create
 // that finds none starts one on the spot, the same way. A waiting init
 // belongs to no sandbox: it has no files of one, a cgroup of its own (v1)
@@ -43,6 +44,8 @@ type initProc struct {
 	exited   chan struct{}
 	// boot is our end of its boot channel; -1 once given or closed.
 	boot int
+	// ready: its api.BootReady byte was read (awaitReady).
+	ready bool
 	// out is its stdout and stderr until it gets its sandbox's log (a
 	// memfd): why it exited, if it did before that.
 	out *os.File
@@ -143,6 +146,16 @@ func (d *Driver) refill() {
 			p, err := d.startInit()
 			if err != nil {
 				d.log.Warn("pre-spawning a sandbox init", "err", err)
+				pre.mu.Lock()
+				pre.filling = false
+				pre.mu.Unlock()
+				return
+			}
+			// Counted as waiting only once it says so: its bounding set
+			// is empty and its mounts are staged.
+			if err := p.awaitReady(readyTimeout); err != nil {
+				d.log.Warn("pre-spawning a sandbox init", "err", fmt.Errorf("%w%s", err, p.output()))
+				d.discard(p)
 				pre.mu.Lock()
 				pre.filling = false
 				pre.mu.Unlock()
@@ -298,7 +311,7 @@ func (d *Driver) giveInit(p *initProc, placed bool, boot *api.BootSpec, files []
 		if err == nil {
 			return p, nil
 		}
-		gone := errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.ESRCH)
+		gone := errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.ESRCH) || errors.Is(err, errInitExited)
 		err = fmt.Errorf("%w%s", err, p.output())
 		d.discard(p)
 		if !gone || attempt == 2 {
@@ -310,6 +323,51 @@ func (d *Driver) giveInit(p *initProc, placed bool, boot *api.BootSpec, files []
 		}
 		replaced(p)
 		placed = false
+	}
+}
+
+// readyTimeout bounds the wait for an init's api.BootReady: a guest
+// runtime start and a few mounts, generous for a loaded host.
+const readyTimeout = time.Minute
+
+// errInitExited: an init closed its boot channel before it was ready.
+var errInitExited = errors.New("the sandbox init exited before it was ready")
+
+// awaitReady reads p's api.BootReady byte, waiting up to timeout.
+func (p *initProc) awaitReady(timeout time.Duration) error {
+	if p.ready {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("the sandbox init was not ready after %v", timeout)
+		}
+		fds := []unix.PollFd{{Fd: int32(p.boot), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if err == unix.EINTR || (err == nil && n == 0) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("waiting for the sandbox init: %w", err)
+		}
+		var b [1]byte
+		m, err := unix.Read(p.boot, b[:])
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", errInitExited, err)
+		}
+		if m == 0 {
+			return errInitExited
+		}
+		if b[0] != api.BootReady {
+			return fmt.Errorf("the sandbox init sent %q on its boot channel, want %q", b[0], api.BootReady)
+		}
+		p.ready = true
+		return nil
 	}
 }
 
@@ -326,6 +384,9 @@ func (p *initProc) give(spec *api.BootSpec, files []*os.File) error {
 		fds[i] = int(f.Fd())
 	}
 	defer p.closeBoot()
+	if err := p.awaitReady(readyTimeout); err != nil {
+		return err
+	}
 	if err := unix.Sendmsg(p.boot, body[:1], unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL); err != nil {
 		return fmt.Errorf("sending boot spec: %w", err)
 	}

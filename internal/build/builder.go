@@ -51,10 +51,17 @@ type StepError struct {
 	Text     string
 	ExitCode int
 	Output   string // its last output
+	// Hint says what is likely wrong, when something is: e.g. a package
+	// step in a build without network.
+	Hint string
 }
 
 func (e *StepError) Error() string {
-	return fmt.Sprintf("build step %d (%s) failed with exit code %d; its last output:\n%s", e.Step, e.Text, e.ExitCode, e.Output)
+	msg := fmt.Sprintf("build step %d (%s) failed with exit code %d; its last output:\n%s", e.Step, e.Text, e.ExitCode, e.Output)
+	if e.Hint != "" {
+		msg += "\n" + e.Hint
+	}
+	return msg
 }
 
 // Is makes a StepError an invalid-argument error (the spec is at fault).
@@ -323,7 +330,12 @@ func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *St
 		return code, err
 	}
 	fail := func(code int) (int, error) {
-		return code, &StepError{Step: num, Text: step.String(), ExitCode: code, Output: lines.tail()}
+		se := &StepError{Step: num, Text: step.String(), ExitCode: code, Output: lines.tail()}
+		switch {
+		case (step.Kind == KindApt || step.Kind == KindPip || step.Kind == KindNpm) && req.Spec.Network != "internet":
+			se.Hint = fmt.Sprintf("hint: this build's network is %q, so a %s step cannot fetch packages; put `network: internet` at the top of the spec", orNone(req.Spec.Network), step.Kind)
+		}
+		return code, se
 	}
 	if st.mkWorkdir {
 		code, err := run(api.StartProcessRequest{Cmd: []string{"mkdir", "-p", st.workdir}, User: "root"})
@@ -438,4 +450,11 @@ func (l *lineSplitter) tail() string {
 		s = "..." + s[len(s)-4<<10:]
 	}
 	return strings.TrimRight(s, "\n")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -121,11 +121,13 @@ func (cp *copier) upload(local string, dst cpArg) error {
 	if err != nil {
 		return fmt.Errorf("cannot copy %s: %w", local, err)
 	}
-	isDir, exists, err := cp.remoteDir(dst.id, dst.path)
+	// "ID:/dir/" names the directory: the daemon takes paths without a
+	// trailing slash.
+	isDir, exists, err := cp.remoteDir(dst.id, path.Clean(dst.path))
 	if err != nil {
 		return err
 	}
-	target := dst.path
+	target := path.Clean(dst.path)
 	base := filepath.Base(filepath.Clean(local))
 	if isDir || (!exists && strings.HasSuffix(dst.path, "/") && !fi.IsDir()) {
 		target = path.Join(dst.path, base)

@@ -1,18 +1,22 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
 )
 
 // createFlags are the flags of create, shared by run.
 type createFlags struct {
 	template  string
+	name      string
 	ttl       string
 	cpu       float64
 	memory    string
@@ -32,6 +36,7 @@ type createFlags struct {
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.template, "template", "", "template to start from (default: the daemon's, \"base\")")
+	fs.StringVar(&f.name, "name", "", "a name to use wherever the sandbox's id goes (kept as metadata name=NAME; unique among your sandboxes)")
 	fs.StringVar(&f.ttl, "ttl", "", "destroy the sandbox after this long, e.g. 30m, 2h, 1d; \"none\" for no TTL (default: the daemon's)")
 	fs.Float64Var(&f.cpu, "cpu", 0, "CPU cores, e.g. 0.5 or 2")
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M, 2G, 1GiB (plain numbers are MiB)")
@@ -91,6 +96,15 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 	if req.Metadata, err = parseKV("meta", f.meta); err != nil {
 		return req, err
 	}
+	if f.name != "" {
+		if fullID.MatchString(f.name) || strings.ContainsAny(f.name, ": /") {
+			return req, usageErrorf("--name %q could be taken for an id or a path; pick a name with a dash, a dot or a capital, without ':', '/' or spaces", f.name)
+		}
+		if req.Metadata == nil {
+			req.Metadata = map[string]string{}
+		}
+		req.Metadata[NameKey] = f.name
+	}
 	req.Network = f.net.request()
 	return req, nil
 }
@@ -112,6 +126,9 @@ func newCreateCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := checkNameFree(c.Context(), cl, f.name); err != nil {
+				return err
+			}
 			sb, err := cl.CreateSandbox(c.Context(), req)
 			if err != nil {
 				return err
@@ -122,4 +139,19 @@ func newCreateCommand(g *globals) *cobra.Command {
 	}
 	f.register(c.Flags())
 	return c
+}
+
+// checkNameFree refuses a name one of the caller's sandboxes has already.
+func checkNameFree(ctx context.Context, cl *client.Client, name string) error {
+	if name == "" {
+		return nil
+	}
+	taken, err := cl.ListSandboxes(ctx, client.ListOptions{Metadata: map[string]string{NameKey: name}})
+	if err != nil {
+		return err
+	}
+	if len(taken) > 0 {
+		return fmt.Errorf("sandbox %s is already named %q; remove it (agentbox rm %s) or pick another name", taken[0].ID, name, name)
+	}
+	return nil
 }

@@ -66,6 +66,7 @@ func splitExecArgs(dash int, args []string) (id string, cmd []string, err error)
 func newExecCommand(g *globals) *cobra.Command {
 	var f execFlags
 	var tty, detach bool
+	var tag string
 	c := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox, streaming its output",
@@ -90,9 +91,12 @@ is still one argument. Use sh -c for a shell:
 			if err != nil {
 				return err
 			}
+			if tag != "" && !detach {
+				return usageErrorf("--tag names a background process: use it with -d")
+			}
 			switch {
 			case detach:
-				return startDetached(c, cl, id, req)
+				return startDetached(c, cl, id, req, tag)
 			case tty:
 				return runTerminal(c, cl, id, api.CreatePTYRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User})
 			}
@@ -102,6 +106,7 @@ is still one argument. Use sh -c for a shell:
 	f.register(c.Flags(), true)
 	c.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a terminal, interactively (see agentbox shell)")
 	c.Flags().BoolVarP(&detach, "detach", "d", false, "start the command in the background and print its pid (see ps, logs, kill)")
+	c.Flags().StringVar(&tag, "tag", "", "with -d: a name for the process that ps, logs and kill take instead of its pid")
 	return c
 }
 
@@ -127,8 +132,12 @@ func streamExec(c *cobra.Command, cl *client.Client, id string, req api.ExecRequ
 }
 
 // exitStatusOf maps an exit event to a shell-style exit status: the code,
-// 128+N for signal N, 124 for a timeout (with a message).
+// 128+N for signal N, 124 for a timeout (with a message), 137 with a
+// message for an OOM kill.
 func exitStatusOf(ev *api.ExecEvent, timeout time.Duration) (int, string) {
+	if ev.OOMKilled {
+		return 137, "the command was killed for running out of memory (the sandbox's memory limit; create it with more, e.g. --memory 2G)"
+	}
 	if ev.TimedOut {
 		if timeout > 0 {
 			return 124, fmt.Sprintf("the command timed out after %s and was killed", timeout)

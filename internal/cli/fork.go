@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/api"
 )
 
 func newForkCommand(g *globals) *cobra.Command {
@@ -46,17 +48,31 @@ func newForkCommand(g *globals) *cobra.Command {
 }
 
 func newResetCommand(g *globals) *cobra.Command {
-	var to string
+	var (
+		to         string
+		toTemplate bool
+	)
 	c := &cobra.Command{
-		Use:   "reset ID [--to SNAPSHOT]",
+		Use:   "reset ID [--to SNAPSHOT | --template]",
 		Short: "Put a sandbox back to its template or snapshot in place (same id)",
-		Args:  exactArgs(1),
+		Long: `Put a sandbox back, in place (same id): by default to where it started (its
+template, or the snapshot it was created from or last reset to); with --to
+onto a snapshot; with --template onto its template alone, leaving any
+snapshot. Every process is ended.`,
+		Args: exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if to != "" && toTemplate {
+				return usageErrorf("reset takes --to SNAPSHOT or --template, not both")
+			}
 			cl, err := g.client()
 			if err != nil {
 				return err
 			}
-			sb, err := cl.ResetSandbox(c.Context(), args[0], to)
+			reset := func() (*api.Sandbox, error) { return cl.ResetSandbox(c.Context(), args[0], to) }
+			if toTemplate {
+				reset = func() (*api.Sandbox, error) { return cl.ResetToTemplate(c.Context(), args[0]) }
+			}
+			sb, err := reset()
 			if err != nil {
 				return err
 			}
@@ -65,5 +81,6 @@ func newResetCommand(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&to, "to", "", "snapshot (id or name) to reset to (default: where the sandbox started)")
+	c.Flags().BoolVar(&toTemplate, "template", false, "back to the sandbox's template, leaving the snapshot it was created from or last reset to")
 	return c
 }

@@ -132,3 +132,22 @@ func formatAge(d time.Duration) string {
 	}
 	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
 }
+
+// sizeMBFlag is a flag holding a size in MiB, given like --memory 16G
+// (parseSizeMB), or 0.
+type sizeMBFlag int64
+
+func (f *sizeMBFlag) String() string { return strconv.FormatInt(int64(*f), 10) }
+func (f *sizeMBFlag) Type() string   { return "SIZE" }
+func (f *sizeMBFlag) Set(s string) error {
+	if strings.TrimSpace(s) == "0" {
+		*f = 0
+		return nil
+	}
+	mb, err := parseSizeMB("size", s)
+	if err != nil {
+		return fmt.Errorf("want a size like 512M, 16G or 1TiB (plain numbers are MiB; 0: no limit), got %q", s)
+	}
+	*f = sizeMBFlag(mb)
+	return nil
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -237,5 +238,74 @@ func TestSplitExecArgs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{30 * time.Second, "30s"},
+		{10 * time.Minute, "10m"},
+		{90 * time.Minute, "1h30m"},
+		{24 * time.Hour, "24h"},
+		{84 * time.Hour, "3d12h"},
+		{72 * time.Hour, "3d"},
+	}
+	for _, tt := range tests {
+		if got := formatDuration(tt.d); got != tt.want {
+			t.Errorf("formatDuration(%s) = %q, want %q", tt.d, got, tt.want)
+		}
+		// What it writes parses back to the same duration.
+		if back, err := parseDuration("ttl", formatDuration(tt.d)); err != nil || back != tt.d {
+			t.Errorf("parseDuration(%q) = %s, %v; want %s", formatDuration(tt.d), back, err, tt.d)
+		}
+	}
+}
+
+func TestSizeMBFlag(t *testing.T) {
+	for in, want := range map[string]int64{"1G": 1024, "512M": 512, "256": 256, "0": 0, "1.5GiB": 1536} {
+		var f sizeMBFlag
+		if err := f.Set(in); err != nil || int64(f) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, f, err, want)
+		}
+	}
+	for _, in := range []string{"1Q", "-1G", "", "lots"} {
+		var f sizeMBFlag
+		if err := f.Set(in); err == nil || !strings.Contains(err.Error(), "want a size like") {
+			t.Errorf("Set(%q): %v, want a size error", in, err)
+		}
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	for in, want := range map[string]string{
+		"sh -c sleep 1":                  "sh -c sleep 1",
+		"sh -c for i in 1 2\ndo echo\tx": `sh -c for i in 1 2\ndo echo\tx`,
+		"python3 -c print('é')":          "python3 -c print('é')",
+	} {
+		if got := oneLine(in); got != want {
+			t.Errorf("oneLine(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestLastLines(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"a\nb\nc\n", 2, "b\nc\n"},
+		{"a\nb\nc", 2, "b\nc"},
+		{"a\nb\n", 5, "a\nb\n"},
+		{"a\nb\n", 0, ""},
+		{"", 3, ""},
+	}
+	for _, tt := range tests {
+		if got := string(lastLines([]byte(tt.in), tt.n)); got != tt.want {
+			t.Errorf("lastLines(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -33,11 +34,21 @@ API), running and recently ended: pid, tag, state, exit code, age, command.`,
 			fmt.Fprintln(tw, "PID\tTAG\tSTATE\tEXIT\tSTARTED\tCOMMAND")
 			for _, p := range procs {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.Pid, orDash(p.Tag), p.State, exitText(p),
-					time.Since(p.StartedAt).Round(time.Second).String()+" ago", strings.Join(p.Cmd, " "))
+					time.Since(p.StartedAt).Round(time.Second).String()+" ago", oneLine(strings.Join(p.Cmd, " ")))
 			}
 			return tw.Flush()
 		},
 	}
+}
+
+// oneLine writes s on one table row: newlines, tabs and other control
+// characters as Go escapes (\n, \t).
+func oneLine(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 func orDash(s string) string {
@@ -60,8 +71,8 @@ func exitText(p api.Process) string {
 }
 
 // startDetached starts req as a background process and prints its pid.
-func startDetached(c *cobra.Command, cl *client.Client, id string, req api.ExecRequest) error {
-	p, err := cl.StartProcess(c.Context(), id, api.StartProcessRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TimeoutMs: req.TimeoutMs})
+func startDetached(c *cobra.Command, cl *client.Client, id string, req api.ExecRequest, tag string) error {
+	p, err := cl.StartProcess(c.Context(), id, api.StartProcessRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, User: req.User, TimeoutMs: req.TimeoutMs, Tag: tag})
 	if err != nil {
 		return err
 	}

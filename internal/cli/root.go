@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/version"
 )
 
 // ServeFunc runs the daemon until ctx ends.
@@ -128,6 +129,12 @@ uses the local socket and the admin key by default.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// A sandbox's name or id prefix works wherever its id does (resolve.go).
+	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
+		return resolveSandboxArgs(c, g, args)
+	}
+	root.Version = version.Version
+	root.SetVersionTemplate("agentbox {{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.host, "host", "", "daemon address (default $AGENTBOX_HOST, else the local daemon)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		if c.Name() == "exec" || c.Name() == "run" {
@@ -149,9 +156,9 @@ uses the local socket and the admin key by default.`,
 		newRmCommand(g),
 		newTTLCommand(g),
 		newTemplateCommand(g),
-		newVersionCommand(g),
+		newVersionCommand(g), newInfoCommand(g),
 		newBenchCommand(g),
-		newShellCommand(g), newPsCommand(g), newLogsCommand(g), newKillCommand(g),
+		newShellCommand(g), newAttachCommand(g), newPsCommand(g), newLogsCommand(g), newKillCommand(g),
 	)
 	// State (docs/state.md).
 	root.AddCommand(newPauseCommand(g), newResumeCommand(g), newSnapshotCommand(g), newForkCommand(g), newResetCommand(g))

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -11,16 +12,17 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/errdefs"
 )
 
 func newLsCommand(g *globals) *cobra.Command {
 	var (
-		asJSON bool
-		state  string
-		meta   []string
+		asJSON, quiet bool
+		state         string
+		meta          []string
 	)
 	c := &cobra.Command{
-		Use:   "ls [--json] [--state S] [--meta K=V]...",
+		Use:   "ls [--json | -q] [--state S] [--meta K=V]...",
 		Short: "List sandboxes",
 		Args:  exactArgs(0),
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -42,10 +44,17 @@ func newLsCommand(g *globals) *cobra.Command {
 				}
 				return printJSON(c.OutOrStdout(), sbs)
 			}
+			if quiet {
+				for _, sb := range sbs {
+					fmt.Fprintln(c.OutOrStdout(), sb.ID)
+				}
+				return nil
+			}
 			return printSandboxTable(c.OutOrStdout(), sbs, time.Now())
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print the ids only, one a line")
 	c.Flags().StringVar(&state, "state", "", "only sandboxes in this state (creating, running, paused, stopped, failed, ...)")
 	c.Flags().StringArrayVar(&meta, "meta", nil, "only sandboxes with this metadata KEY=VALUE (repeatable; all must match)")
 	return c
@@ -53,7 +62,7 @@ func newLsCommand(g *globals) *cobra.Command {
 
 func printSandboxTable(w io.Writer, sbs []api.Sandbox, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tAGE\tEXPIRES")
+	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tTEMPLATE\tISOLATION\tAGE\tEXPIRES")
 	for _, sb := range sbs {
 		expires := "never"
 		if sb.ExpiresAt != nil {
@@ -63,7 +72,8 @@ func printSandboxTable(w io.Writer, sbs []api.Sandbox, now time.Time) error {
 				expires = "now"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Template, formatAge(now.Sub(sb.CreatedAt)), expires)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, orDash(sb.Metadata[NameKey]), sb.State, sb.Template, orDash(sb.Isolation),
+			formatAge(now.Sub(sb.CreatedAt)), expires)
 	}
 	return tw.Flush()
 }
@@ -101,18 +111,51 @@ func newInspectCommand(g *globals) *cobra.Command {
 }
 
 func newRmCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "rm ID...",
-		Short: "Destroy sandboxes",
-		Args:  minArgs(1),
+	var force, all bool
+	var meta []string
+	c := &cobra.Command{
+		Use:   "rm [-f] (ID... | --all [--meta K=V]...)",
+		Short: "Destroy sandboxes (by id, name or id prefix; --all: every one ls shows)",
+		Long: `Destroy sandboxes, running or not, and everything they hold. Each may be
+given by id, name or a unique id prefix. --all destroys every sandbox ls
+shows (with an admin key: every tenant's), or with --meta only those with
+that metadata. -f ignores sandboxes that do not exist.`,
+		Args: func(c *cobra.Command, args []string) error {
+			if all && len(args) > 0 {
+				return usageErrorf("rm takes ids or --all, not both")
+			}
+			if !all && len(args) == 0 {
+				return usageErrorf("rm wants the sandboxes to destroy (ids or names), or --all; usage: %s", c.UseLine())
+			}
+			if !all && len(meta) > 0 {
+				return usageErrorf("--meta goes with --all")
+			}
+			return nil
+		},
 		RunE: func(c *cobra.Command, args []string) error {
 			cl, err := g.client()
 			if err != nil {
 				return err
 			}
+			if all {
+				md, err := parseKV("meta", meta)
+				if err != nil {
+					return err
+				}
+				sbs, err := cl.ListSandboxes(c.Context(), client.ListOptions{Metadata: md})
+				if err != nil {
+					return err
+				}
+				for _, sb := range sbs {
+					args = append(args, sb.ID)
+				}
+			}
 			failed := 0
 			for _, id := range args {
 				if err := cl.DestroySandbox(c.Context(), id); err != nil {
+					if force && errors.Is(err, errdefs.ErrNotFound) {
+						continue
+					}
 					failed++
 					fmt.Fprintf(c.ErrOrStderr(), "agentbox: %s: %v\n", id, err)
 					continue
@@ -125,6 +168,10 @@ func newRmCommand(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().BoolVarP(&force, "force", "f", false, "ignore sandboxes that do not exist")
+	c.Flags().BoolVar(&all, "all", false, "destroy every sandbox ls shows")
+	c.Flags().StringArrayVar(&meta, "meta", nil, "with --all: only sandboxes with this metadata KEY=VALUE (repeatable)")
+	return c
 }
 
 func newTTLCommand(g *globals) *cobra.Command {

@@ -7,7 +7,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -49,6 +52,12 @@ exits with the shell's exit status.`,
 // process's terminal to it until the program ends; its exit status
 // becomes ours.
 func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreatePTYRequest) error {
+	return connectTerminal(c, cl, id, req, 0)
+}
+
+// connectTerminal is runTerminal, or with attach > 0 connects to the
+// running terminal session of that pid instead of starting one.
+func connectTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreatePTYRequest, attach int) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Context()))
 	defer cancel()
 	in, out := c.InOrStdin(), c.OutOrStdout()
@@ -59,15 +68,32 @@ func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreateP
 			req.Cols, req.Rows = w, h
 		}
 	}
-	sess, err := cl.CreatePTY(ctx, id, req)
-	if err != nil {
-		return err
+	if fd < 0 {
+		// Without a terminal nothing could end the session but the
+		// sandbox's TTL: refuse at once.
+		if attach > 0 {
+			return usageErrorf("attach needs a terminal on stdin, and stdin is not one; `agentbox kill %s %d` ends the session", id, attach)
+		}
+		if len(req.Cmd) == 0 {
+			return usageErrorf("%s needs a terminal on stdin, and stdin is not one; to run a command without a terminal use `agentbox exec %s -- CMD` (-i passes stdin)", c.CommandPath(), id)
+		}
+		return usageErrorf("exec -t needs a terminal on stdin, and stdin is not one; drop -t (and add -i to pass stdin): `agentbox exec -i %s -- %s`", id, strings.Join(req.Cmd, " "))
+	}
+	sess := &api.PTYSession{Pid: attach}
+	if attach == 0 {
+		var err error
+		if sess, err = cl.CreatePTY(ctx, id, req); err != nil {
+			return err
+		}
 	}
 	conn, err := cl.AttachPTY(ctx, id, sess.Pid)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	if attach > 0 && req.Cols > 0 {
+		conn.Resize(req.Cols, req.Rows) // the session takes this terminal's size
+	}
 	if fd >= 0 {
 		old, err := term.MakeRaw(fd)
 		if err != nil {
@@ -90,6 +116,9 @@ func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreateP
 			}
 		}()
 	}
+	// The TTL would end the session without a word: say so a minute
+	// ahead. The goroutine ends with ctx.
+	go warnBeforeExpiry(ctx, cl, id, c.ErrOrStderr(), time.Minute)
 	// Keystrokes go to the terminal; this goroutine may stay blocked in
 	// Read after the end, which is harmless as the process exits.
 	go io.Copy(conn, in)
@@ -103,5 +132,53 @@ func runTerminal(c *cobra.Command, cl *client.Client, id string, req api.CreateP
 	if err == nil {
 		err = errors.New("the terminal connection closed before the program ended")
 	}
-	return fmt.Errorf("terminal of pid %d: %w (it keeps running; `agentbox kill` ends it)", sess.Pid, err)
+	return fmt.Errorf("terminal of pid %d: %w (it keeps running; `agentbox attach %s %d` goes back to it, `agentbox kill %s %d` ends it)", sess.Pid, err, id, sess.Pid, id, sess.Pid)
+}
+
+// warnBeforeExpiry writes a warning on w when sandbox id has less than
+// ahead left before its TTL ends it, looking again when the time comes
+// (the TTL may have been extended meanwhile). It returns when ctx ends,
+// after the warning, or when the sandbox has no TTL.
+func warnBeforeExpiry(ctx context.Context, cl *client.Client, id string, w io.Writer, ahead time.Duration) {
+	for {
+		sb, err := cl.GetSandbox(ctx, id)
+		if err != nil || sb.ExpiresAt == nil {
+			return
+		}
+		left := time.Until(*sb.ExpiresAt)
+		if left <= ahead+5*time.Second {
+			fmt.Fprintf(w, "\r\nagentbox: sandbox %s expires in %s (its TTL); extend it with `agentbox ttl %s 1h`\r\n", id, left.Round(time.Second), id)
+			return
+		}
+		t := time.NewTimer(left - ahead)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func newAttachCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "attach ID PID",
+		Short: "Connect this terminal to a running terminal session (shell, exec -t) by its pid",
+		Long: `Connect this terminal to a terminal session that runs in a sandbox (one
+that agentbox shell or exec -t started, or the API's PTY routes), by the
+pid its error or the API gave. It exits with the session's exit status
+when the program ends.`,
+		Args: exactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			pid, err := strconv.Atoi(args[1])
+			if err != nil || pid <= 0 {
+				return usageErrorf("attach wants the session's pid, a positive number, got %q", args[1])
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			return connectTerminal(c, cl, args[0], api.CreatePTYRequest{}, pid)
+		},
+	}
 }

@@ -44,10 +44,10 @@ func uploadTemplate(c *cobra.Command, g *globals, file string, req api.ImportTem
 }
 
 func newTemplateInspectCommand(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, pretty bool
 	c := &cobra.Command{
-		Use:   "inspect NAME",
-		Short: "Show a template's newest version and its defaults",
+		Use:   "inspect NAME [--pretty]",
+		Short: "Show a template's newest version and its defaults as JSON (--pretty: as text)",
 		Args:  exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			cl, err := g.client()
@@ -59,7 +59,7 @@ func newTemplateInspectCommand(g *globals) *cobra.Command {
 				return err
 			}
 			out := c.OutOrStdout()
-			if asJSON {
+			if !pretty {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(t)
@@ -87,7 +87,9 @@ func newTemplateInspectCommand(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print the API object as JSON")
+	c.Flags().BoolVar(&pretty, "pretty", false, "print a text summary instead of JSON")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the API object as JSON (the default)")
+	c.Flags().Lookup("json").Hidden = true
 	return c
 }
 

@@ -17,7 +17,7 @@ func newTenantCommand(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "tenant create|ls|inspect|set|rm",
 		Short: "Manage tenants and their quotas (admin)",
-		Example: `  agentbox tenant create acme --sandboxes 10 --cpu 8 --memory 16384 --disk 102400
+		Example: `  agentbox tenant create acme --sandboxes 10 --cpu 8 --memory 16G --disk 100G
   agentbox tenant ls
   agentbox tenant set acme --sandboxes 20
   agentbox tenant rm acme`,
@@ -33,14 +33,14 @@ func newTenantCommand(g *globals) *cobra.Command {
 func quotaFlags(c *cobra.Command, q *api.Quotas) {
 	c.Flags().Int64Var(&q.Sandboxes, "sandboxes", 0, "most sandboxes creating, running or paused at once (0: no limit)")
 	c.Flags().Float64Var(&q.CPU, "cpu", 0, "most CPU cores of those sandboxes together (0: no limit)")
-	c.Flags().Int64Var(&q.MemoryMB, "memory", 0, "most memory in MB of those sandboxes together (0: no limit)")
-	c.Flags().Int64Var(&q.DiskMB, "disk", 0, "most disk in MB of every sandbox not destroyed (0: no limit)")
+	c.Flags().Var((*sizeMBFlag)(&q.MemoryMB), "memory", "most memory of those sandboxes together, e.g. 16G or 512M; plain numbers are MiB (0: no limit)")
+	c.Flags().Var((*sizeMBFlag)(&q.DiskMB), "disk", "most disk of every sandbox not destroyed, e.g. 100G; plain numbers are MiB (0: no limit)")
 }
 
 func newTenantCreateCommand(g *globals) *cobra.Command {
 	var q api.Quotas
 	c := &cobra.Command{
-		Use:   "create NAME [--sandboxes N] [--cpu C] [--memory MB] [--disk MB]",
+		Use:   "create NAME [--sandboxes N] [--cpu C] [--memory SIZE] [--disk SIZE]",
 		Short: "Create a tenant",
 		Args:  exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -131,7 +131,7 @@ func newTenantInspectCommand(g *globals) *cobra.Command {
 func newTenantSetCommand(g *globals) *cobra.Command {
 	var q api.Quotas
 	c := &cobra.Command{
-		Use:   "set NAME [--sandboxes N] [--cpu C] [--memory MB] [--disk MB]",
+		Use:   "set NAME [--sandboxes N] [--cpu C] [--memory SIZE] [--disk SIZE]",
 		Short: "Change a tenant's quotas (only the flags given; 0 removes a limit)",
 		Args:  exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {

@@ -94,7 +94,8 @@ type Config struct {
 // Sandbox is a set of per-sandbox settings, used both for the defaults and
 // for the limits.
 type Sandbox struct {
-	// TTL (ttl) is the wall-clock lifetime. Defaults 10m / 24h.
+	// TTL (ttl) is the wall-clock lifetime. Defaults 10m / 24h; a limit
+	// of 0 means none (a sandbox may then have no TTL).
 	TTL time.Duration `toml:"ttl"`
 	// CPU (cpu) in cores. Defaults 1 / the host's CPU count. In [limits],
 	// 0 means the host's CPU count.

@@ -147,6 +147,15 @@ cpu = 4
 				}
 			},
 		},
+		{
+			name: "limits ttl 0 means no limit",
+			text: "[limits]\nttl = \"0\"\n",
+			check: func(t *testing.T, c Config) {
+				if c.Limits.TTL != 0 {
+					t.Errorf("limits.ttl = %s, want 0 (no limit)", c.Limits.TTL)
+				}
+			},
+		},
 		{name: "unknown top-level key", text: "datadir = \"/x\"\n", wantErr: "unknown key datadir"},
 		{name: "unknown nested key", text: "[defaults]\nmemory = 5\n", wantErr: "unknown key defaults.memory"},
 		{name: "unknown table", text: "[network]\nx = 1\n", wantErr: "unknown key network"},

@@ -95,7 +95,7 @@ func (c Config) Validate() error {
 	if d.Pids < minPids {
 		v.addf("defaults.pids must be >= %d, got %d", minPids, d.Pids)
 	}
-	if l.TTL < d.TTL {
+	if l.TTL != 0 && l.TTL < d.TTL { // 0: no limit
 		v.addf("limits.ttl must be >= defaults.ttl (%s), got %s", fmtDuration(d.TTL), fmtDuration(l.TTL))
 	}
 	if l.CPU < d.CPU {

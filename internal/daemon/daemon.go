@@ -100,6 +100,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	lxcfs := ensureLxcfs(ctx, cfg.LxcfsDir, cfg.RunDir, log) // lxcfs_linux.go
 	drivers := map[string]driver.Driver{}
+	unavailable := map[string]error{} // for GET /v1/info
 	for _, name := range driver.Names() {
 		d, err := driver.New(name, driver.Options{
 			GuestBinary:  guestBin,
@@ -114,6 +115,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		})
 		if err != nil {
 			log.Warn("isolation tier unavailable", "driver", name, "err", err)
+			unavailable[name] = err
 			continue
 		}
 		drivers[name] = d
@@ -150,7 +152,8 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes(),
 		Store: st, RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst,
 		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount,
-			HostPaths: []string{cfg.DataDir, cfg.RunDir}}})
+			HostPaths: []string{cfg.DataDir, cfg.RunDir}},
+		Info: daemonInfo(cfg, unavailable)})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,

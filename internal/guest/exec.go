@@ -257,6 +257,9 @@ type proc struct {
 	// to pre-write; nil otherwise.
 	stdin *os.File
 	cg    *execCgroup
+	// oomBefore is the sandbox's OOM kill count when p started; -1:
+	// unknown (oom.go).
+	oomBefore int64
 
 	killOnce sync.Once
 	killDone chan struct{}
@@ -276,7 +279,7 @@ func (s *Server) start(sp *execSpec, in stdinSource) (p *proc, err error) {
 	var cu cleanup
 	defer cu.run()
 
-	p = &proc{killDone: make(chan struct{})}
+	p = &proc{killDone: make(chan struct{}), oomBefore: s.oom.count()}
 	var outR, outW, errR, errW int
 	if outR, outW, err = pipe(true); err != nil {
 		return nil, err

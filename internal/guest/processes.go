@@ -43,12 +43,13 @@ type bgProc struct {
 	stdinClosed bool
 
 	// mu guards the exit fields.
-	mu       sync.Mutex
-	exited   bool
-	code     int
-	signal   string
-	timedOut bool
-	ended    time.Time
+	mu        sync.Mutex
+	exited    bool
+	code      int
+	signal    string
+	timedOut  bool
+	oomKilled bool
+	ended     time.Time
 }
 
 func (b *bgProc) info() api.Process {
@@ -60,6 +61,7 @@ func (b *bgProc) info() api.Process {
 		pr.ExitCode = new(b.code)
 		pr.Signal = b.signal
 		pr.TimedOut = b.timedOut
+		pr.OOMKilled = b.oomKilled
 		pr.EndedAt = new(b.ended.UTC())
 	}
 	return pr
@@ -275,6 +277,7 @@ wait:
 	b.exited = true
 	b.code, b.signal = exitStatus(ws)
 	b.timedOut = timedOut
+	b.oomKilled = s.oomKilled(p, ws)
 	b.ended = time.Now()
 	b.mu.Unlock()
 	b.stdout.close()
@@ -384,7 +387,7 @@ func (s *Server) handleProcessStream(w http.ResponseWriter, r *http.Request, b *
 		}
 		if ended == 2 {
 			info := b.info()
-			out.write(&api.ExecEvent{Type: api.EventExit, ExitCode: info.ExitCode, Signal: info.Signal, TimedOut: info.TimedOut,
+			out.write(&api.ExecEvent{Type: api.EventExit, ExitCode: info.ExitCode, Signal: info.Signal, TimedOut: info.TimedOut, OOMKilled: info.OOMKilled,
 				DurationMs: float64(info.EndedAt.Sub(info.StartedAt).Microseconds()) / 1000})
 			return
 		}

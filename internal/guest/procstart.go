@@ -19,7 +19,7 @@ import (
 // foreground process group. A program that cannot be run is an error
 // here, with its shell-style message.
 func (s *Server) startOn(sp *execSpec, files [3]int, ctty bool) (*proc, error) {
-	p := &proc{killDone: make(chan struct{})}
+	p := &proc{killDone: make(chan struct{}), oomBefore: s.oom.count()}
 	var cg *execCgroup
 	if s.cgroups != nil {
 		var err error

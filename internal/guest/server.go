@@ -64,7 +64,8 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	reaper  *reaper
-	cgroups *cgroupSet // nil without cgroups
+	cgroups *cgroupSet  // nil without cgroups
+	oom     *oomCounter // nil without a memory cgroup (oom.go)
 	// devNull is an fd of /dev/null, every exec's default stdin; -1 where
 	// the root has none.
 	devNull int
@@ -108,6 +109,7 @@ func NewServer(cfg Config) *Server {
 	}
 	if len(cfg.Cgroups) > 0 {
 		s.cgroups = newCgroupSet(cfg.Cgroups, s.log)
+		s.oom = findOOMCounter(cfg.Cgroups)
 	}
 	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		s.log.Warn("marking inherited fds close-on-exec", "err", err)
@@ -300,6 +302,7 @@ wait:
 		DurationMs: float64(dur.Microseconds()) / 1000,
 	}
 	res.ExitCode, res.Signal = exitStatus(ws)
+	res.OOMKilled = s.oomKilled(p, ws)
 	if utf8.Valid(stdout.buf) && utf8.Valid(stderr.buf) {
 		res.Stdout, res.Stderr = string(stdout.buf), string(stderr.buf)
 	} else {

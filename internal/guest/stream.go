@@ -177,6 +177,7 @@ func (s *Server) streamExec(r *http.Request, rc *http.ResponseController, dec *j
 				ExitCode:   &code,
 				Signal:     sig,
 				TimedOut:   timedOut,
+				OOMKilled:  s.oomKilled(p, ws),
 				Truncated:  truncated,
 				DurationMs: float64(dur.Microseconds()) / 1000,
 			})

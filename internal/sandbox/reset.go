@@ -12,11 +12,15 @@ import (
 )
 
 // Reset puts a tenant's sandbox back where it started (its template, or
-// the snapshot it was created from), or onto snapshot snapRef, in place:
+// the snapshot it was created from or last reset to), onto snapshot
+// snapRef, or with toTemplate onto its template alone, in place:
 // same id, settings and lineage; every process is killed and the writable
 // layer replaced by an empty one. It skips what a destroy and a create
 // spend on records, ids and the API round trips.
-func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.Sandbox, error) {
+func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTemplate bool) (*api.Sandbox, error) {
+	if snapRef != "" && toTemplate {
+		return nil, errdefs.Invalid("reset to a snapshot or to the template, not both")
+	}
 	e, err := s.lookup(ctx, tenant, id)
 	if err != nil {
 		return nil, err
@@ -61,9 +65,13 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string) (*api.S
 	}
 	var rec *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
-		if snap != nil {
+		switch {
+		case snap != nil:
 			r.Snapshot, r.Lowers, r.Template, r.TemplateVersion = snap.ID, snap.Lowers, snap.Template, snap.TemplateVersion
 			r.Env = mergeEnv(snap.Env, r.Spec.Env)
+		case toTemplate:
+			r.Snapshot, r.Lowers = "", tpl.LowerDirs()
+			r.Env = mergeEnv(nil, r.Spec.Env)
 		}
 		rec = r
 		return nil

@@ -267,7 +267,11 @@ func (s *Service) createCold(ctx context.Context, rec *store.SandboxRecord, tpl 
 	e, err = s.start(ctx, rec, tpl, bootDrv, false)
 	if err != nil {
 		s.log.Warn("create failed", "sandbox", rec.ID, "err", err)
-		_ = s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
+		// ctx may be what ended the boot (its 60 s bound): the record
+		// says failed all the same, never creating for ever.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = s.st.UpdateSandbox(fctx, rec.ID, func(r *store.SandboxRecord) error {
 			r.State = api.StateFailed
 			r.Error = err.Error()
 			return nil
@@ -580,8 +584,12 @@ func (s *Service) SetTTL(ctx context.Context, tenant, id string, ttlSeconds int6
 	if ttlSeconds == 0 || ttlSeconds < -1 {
 		return nil, errdefs.Invalid("ttl_seconds must be positive, or -1 for no TTL, got %d", ttlSeconds)
 	}
-	if lim > 0 && (ttlSeconds == -1 || time.Duration(ttlSeconds)*time.Second > lim) {
-		return nil, errdefs.Invalid("ttl_seconds must be at most %d (limits.ttl in the daemon's config), got %d", int64(lim/time.Second), ttlSeconds)
+	ttl := time.Duration(ttlSeconds) * time.Second
+	if ttlSeconds == -1 {
+		ttl = 0
+	}
+	if err := checkTTLLimit(lim, ttl, ttlSeconds); err != nil {
+		return nil, err
 	}
 	var out *store.SandboxRecord
 	err := s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
@@ -606,7 +614,8 @@ func (s *Service) Destroy(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		if errors.Is(err, errdefs.ErrFailedPrecondition) {
 			// Not running: already destroyed, or failed. Make sure nothing
-			// is left and report success.
+			// is left, record it destroyed (a failed sandbox keeps its
+			// error) and report success.
 			rec, gerr := s.st.GetSandbox(ctx, id)
 			if gerr == nil && rec.State != api.StateDestroyed {
 				var drv driver.Driver = s.drivers[rec.Isolation]
@@ -614,9 +623,7 @@ func (s *Service) Destroy(ctx context.Context, tenant, id string) error {
 				defer cancel()
 				_ = s.release(rctx, id, drv, rec.Handle)
 				_ = s.st.UpdateSandbox(rctx, id, func(r *store.SandboxRecord) error {
-					if r.State != api.StateFailed {
-						r.State = api.StateDestroyed
-					}
+					r.State = api.StateDestroyed
 					return nil
 				})
 				s.collectFor(rctx, id)

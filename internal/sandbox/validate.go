@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -52,8 +53,8 @@ func resolve(cfg *config.Config, req *api.CreateSandboxRequest) (*resolved, erro
 	default:
 		r.TTL = time.Duration(req.TTLSeconds) * time.Second
 	}
-	if lim.TTL > 0 && (r.TTL > lim.TTL || r.TTL == 0) {
-		return nil, errdefs.Invalid("ttl_seconds must be at most %d (limits.ttl in the daemon's config), got %d", int64(lim.TTL/time.Second), req.TTLSeconds)
+	if err := checkTTLLimit(lim.TTL, r.TTL, req.TTLSeconds); err != nil {
+		return nil, err
 	}
 	r.Res = api.Resources{CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Pids: req.Pids}
 	if r.Res.CPU == 0 {
@@ -118,4 +119,28 @@ func ttlString(d time.Duration) string {
 		return "none"
 	}
 	return fmt.Sprint(d)
+}
+
+// checkTTLLimit refuses a TTL (0: none) above limit (0: no limit); asked
+// is the request's ttl_seconds, for the message.
+func checkTTLLimit(limit, ttl time.Duration, asked int64) error {
+	switch {
+	case limit <= 0 || ttl > 0 && ttl <= limit:
+		return nil
+	case ttl == 0:
+		return errdefs.Invalid("this daemon refuses sandboxes without a TTL: its limits.ttl is %s (ttl_seconds at most %d); give a TTL, or set limits.ttl = \"0\" in its config to allow none", shortDuration(limit), int64(limit/time.Second))
+	}
+	return errdefs.Invalid("ttl_seconds must be at most %d (%s, limits.ttl in the daemon's config), got %d", int64(limit/time.Second), shortDuration(limit), asked)
+}
+
+// shortDuration writes 24h rather than 24h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

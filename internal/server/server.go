@@ -42,6 +42,8 @@ type Options struct {
 	// RateLimit 0 disables it.
 	RateLimit float64
 	RateBurst int
+	// Info is what GET /v1/info answers (info.go), less what changes.
+	Info api.Info
 }
 
 // Server serves the API.
@@ -55,6 +57,7 @@ type Server struct {
 	st      *store.Store
 	posture posture.Options
 	limiter *limiter
+	info    api.Info
 
 	// The preview proxy's transport (ports.go).
 	previewOnce sync.Once
@@ -76,6 +79,7 @@ func New(o Options) *Server {
 	}
 	s := &Server{svc: o.Service, pool: o.Pool, auth: o.Auth, log: o.Logger, maxBody: o.MaxBodyBytes, mux: http.NewServeMux()}
 	s.st, s.posture, s.limiter = o.Store, o.Posture, newLimiter(o.RateLimit, o.RateBurst)
+	s.info = o.Info
 	s.routes()
 	return s
 }
@@ -99,7 +103,8 @@ func tenant(r *http.Request) string {
 func (s *Server) routes() {
 	handlers := map[string]http.HandlerFunc{
 		"GET /v1/health":            s.health,
-		"GET /v1/pools":             s.listPools, // pools.go
+		"GET /v1/info":              s.infoHandler, // info.go
+		"GET /v1/pools":             s.listPools,   // pools.go
 		"POST /v1/sandboxes":        s.createSandbox,
 		"GET /v1/sandboxes":         s.listSandboxes,
 		"GET /v1/sandboxes/{id}":    s.getSandbox,

@@ -118,7 +118,7 @@ func (s *Server) resetSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, err := s.svc.Reset(r.Context(), tenant(r), r.PathValue("id"), req.Snapshot)
+	sb, err := s.svc.Reset(r.Context(), tenant(r), r.PathValue("id"), req.Snapshot, req.Template)
 	if err != nil {
 		writeError(w, err)
 		return

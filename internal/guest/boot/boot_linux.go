@@ -49,6 +49,22 @@ type Received struct {
 	cgroups []int
 }
 
+// Announce tells the daemon on the boot channel fd that this init is
+// ready to wait for a sandbox (api.BootReady): its bounding set is empty
+// and Stage is done.
+func Announce(fd int) error {
+	for {
+		_, err := unix.Write(fd, []byte{api.BootReady})
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("announcing on the boot channel: %w", err)
+		}
+		return nil
+	}
+}
+
 // maxSpec bounds the boot spec (its env comes from an API request).
 const maxSpec = 4 << 20
 

@@ -94,7 +94,7 @@ func TestLargeRoundTripBoundedMemory(t *testing.T) {
 	if alloc > 24<<20 {
 		t.Errorf("round trip allocated %d MiB; streaming should stay far below the 100 MiB moved", alloc>>20)
 	}
-	if elapsed > 20*time.Second {
+	if elapsed > 60*time.Second { // sanity only: allocation is the verdict
 		t.Errorf("round trip took %v", elapsed)
 	}
 }

@@ -45,8 +45,21 @@ def _list_of(key: str, item: Decode) -> Decode:
     return lambda d: [item(x) for x in d.get(key) or []]
 
 
-def file_mode(mode: Optional[int]) -> Optional[str]:
-    return None if mode is None else "%04o" % (mode & 0o7777)
+def file_mode(mode: "Optional[int | str]") -> Optional[str]:
+    """A mode for the API: an int (0o600) or an octal string ("0600", "600",
+    "0o600"), the form listings return."""
+    if mode is None:
+        return None
+    if isinstance(mode, str):
+        t = mode.strip().lower()
+        if t.startswith("0o"):
+            t = t[2:]
+        if not t or any(c not in "01234567" for c in t) or int(t, 8) > 0o7777:
+            raise InvalidArgumentError(f"mode must be an int like 0o600 or an octal string like \"0600\", got {mode!r}")
+        mode = int(t, 8)
+    elif isinstance(mode, bool) or not isinstance(mode, int):
+        raise InvalidArgumentError(f"mode must be an int like 0o600 or an octal string like \"0600\", got {mode!r}")
+    return "%04o" % (mode & 0o7777)
 
 
 def file_query(path: str, **extra: Any) -> Dict[str, str]:
@@ -142,8 +155,12 @@ def snapshot(sandbox_id: str, name: Optional[str], memory: bool) -> Call:
     return Call("POST", sandbox_path(sandbox_id, "/snapshots"), json_body=body, decode=Snapshot.from_dict)
 
 
-def reset(sandbox_id: str, snapshot: Optional[str]) -> Call:
-    body = {"snapshot": snapshot} if snapshot else {}
+def reset(sandbox_id: str, snapshot: Optional[str], template: bool = False) -> Call:
+    if snapshot and template:
+        raise InvalidArgumentError("reset to a snapshot or to the template, not both")
+    body: Dict[str, Any] = {"snapshot": snapshot} if snapshot else {}
+    if template:
+        body["template"] = True
     return Call("POST", sandbox_path(sandbox_id, "/reset"), json_body=body, decode=SandboxInfo.from_dict)
 
 

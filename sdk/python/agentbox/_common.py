@@ -145,7 +145,8 @@ class StreamDecoder:
                 stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
                 exit_code=int(ev.get("exit_code", 0)), signal=ev.get("signal", ""),
                 timed_out=bool(ev.get("timed_out", False)), truncated=bool(ev.get("truncated", False)),
-                duration_ms=float(ev.get("duration_ms", 0.0)), stdout_bytes=out, stderr_bytes=err)
+                duration_ms=float(ev.get("duration_ms", 0.0)), stdout_bytes=out, stderr_bytes=err,
+                oom_killed=bool(ev.get("oom_killed", False)))
             return rets
         elif kind == "error":
             e = ev.get("error") or {}

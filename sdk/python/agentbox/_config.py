@@ -75,10 +75,20 @@ def resolve(api_key: Optional[str] = None, base_url: Optional[str] = None, *,
     neither, the local socket if it exists, else http://127.0.0.1:7423. The
     key comes from ``api_key``, else ``AGENTBOX_API_KEY``; as root with
     neither, the admin key file, read only for a daemon on this machine (a
-    unix socket or a loopback address).
+    unix socket or a loopback address). ``AGENTBOX_API_KEY`` set but empty
+    raises InvalidArgumentError: it never falls back to the admin key.
     """
     host = base_url or os.environ.get(ENV_HOST, "")
-    key = api_key if api_key is not None else os.environ.get(ENV_API_KEY, "")
+    key = api_key
+    if key is None:
+        env = os.environ.get(ENV_API_KEY)
+        # Set but empty is a mistake (a script whose `key create` failed),
+        # never a reason to fall back to the admin key.
+        if env is not None and not env.strip():
+            raise InvalidArgumentError(
+                f"{ENV_API_KEY} is set but empty (did the command that made the key fail?); "
+                "set it to an API key, or unset it to use the admin key as root on the daemon's host")
+        key = env or ""
     root = hasattr(os, "geteuid") and os.geteuid() == 0
     if not host:
         host = DEFAULT_HTTP_HOST

@@ -95,7 +95,7 @@ class AsyncFiles:
         self._http = http
         self._id = sandbox_id
 
-    async def write(self, path: str, data: Writable, *, mode: Optional[int] = None,
+    async def write(self, path: str, data: Writable, *, mode: "Optional[int | str]" = None,
                     user: Optional[str] = None) -> FileInfo:
         """Write ``data`` (str, bytes or a binary file object) to ``path``,
         creating parent directories."""
@@ -134,7 +134,7 @@ class AsyncFiles:
         except NotFoundError:
             return False
 
-    async def mkdir(self, path: str, *, mode: Optional[int] = None, user: Optional[str] = None) -> FileInfo:
+    async def mkdir(self, path: str, *, mode: "Optional[int | str]" = None, user: Optional[str] = None) -> FileInfo:
         """Create a directory and its parents (mkdir -p)."""
         return await self._http.call(calls.file_mkdir(self._id, path, mode, user))
 
@@ -405,10 +405,11 @@ class AsyncSandbox:
         """Save the sandbox's state (``memory=True``, gvisor: processes too)."""
         return await self._http.call(calls.snapshot(self.id, name, memory))
 
-    async def reset(self, snapshot: Optional[str] = None) -> SandboxInfo:
+    async def reset(self, snapshot: Optional[str] = None, *, template: bool = False) -> SandboxInfo:
         """Put the sandbox's files back to where it started (or to
-        ``snapshot``), in place; running processes are ended."""
-        self._info = await self._http.call(calls.reset(self.id, snapshot))
+        ``snapshot``; or with ``template=True`` to its template alone,
+        leaving any snapshot), in place; running processes are ended."""
+        self._info = await self._http.call(calls.reset(self.id, snapshot, template))
         return self._info
 
     async def fork(self, count: int = 1, memory: bool = False) -> List["AsyncSandbox"]:

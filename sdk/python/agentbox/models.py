@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
 
 __all__ = [
@@ -95,6 +95,14 @@ class SandboxInfo:
     #: ``preview_domain``, ...), as the API sent it; see docs/network.md.
     network: Dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def time_left(self) -> Optional[float]:
+        """Seconds until the TTL ends the sandbox (0 once past), as of
+        when this info was read; None without a TTL."""
+        if self.expires_at is None:
+            return None
+        return max(0.0, (self.expires_at - datetime.now(timezone.utc)).total_seconds())
+
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "SandboxInfo":
         return cls(
@@ -143,7 +151,9 @@ class ExecResult:
 
     A command that failed is not an error: look at ``exit_code``, ``signal``
     (e.g. "SIGKILL") and ``timed_out`` (the ``timeout`` passed; the command
-    was killed, ``exit_code`` is then 137). ``stdout``/``stderr`` are text
+    was killed, ``exit_code`` is then 137) or ``oom_killed`` (the kernel's
+    OOM killer ended it at the sandbox's memory limit; ``exit_code`` 137).
+    ``stdout``/``stderr`` are text
     (invalid UTF-8 replaced); ``stdout_bytes``/``stderr_bytes`` the exact bytes.
     """
 
@@ -154,6 +164,7 @@ class ExecResult:
     timed_out: bool = False
     truncated: bool = False
     duration_ms: float = 0.0
+    oom_killed: bool = False
     stdout_bytes: bytes = b""
     stderr_bytes: bytes = b""
 
@@ -171,7 +182,8 @@ class ExecResult:
         return cls(stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
                    exit_code=int(d.get("exit_code", 0)), signal=d.get("signal", ""),
                    timed_out=bool(d.get("timed_out", False)), truncated=bool(d.get("truncated", False)),
-                   duration_ms=float(d.get("duration_ms", 0.0)), stdout_bytes=out, stderr_bytes=err)
+                   duration_ms=float(d.get("duration_ms", 0.0)), stdout_bytes=out, stderr_bytes=err,
+                   oom_killed=bool(d.get("oom_killed", False)))
 
 
 @dataclass
@@ -231,6 +243,7 @@ class ProcessInfo:
     exit_code: Optional[int] = None
     signal: str = ""
     timed_out: bool = False
+    oom_killed: bool = False
     started_at: Optional[datetime] = None
     ended_at: Optional[datetime] = None
 
@@ -242,7 +255,7 @@ class ProcessInfo:
         sig = d.get("signal") or ""
         return cls(pid=int(d.get("pid", 0)), tag=d.get("tag") or "", cmd=list(cmd),
                    state=d.get("state", ""), exit_code=d.get("exit_code"), signal=str(sig),
-                   timed_out=bool(d.get("timed_out", False)),
+                   timed_out=bool(d.get("timed_out", False)), oom_killed=bool(d.get("oom_killed", False)),
                    started_at=parse_time(d.get("started_at")), ended_at=parse_time(d.get("ended_at")))
 
 

@@ -93,10 +93,10 @@ class Files:
 
     _q = staticmethod(file_query)
 
-    def write(self, path: str, data: Writable, *, mode: Optional[int] = None,
+    def write(self, path: str, data: Writable, *, mode: "Optional[int | str]" = None,
               user: Optional[str] = None) -> FileInfo:
         """Write ``data`` (str, bytes or a binary file object, streamed) to
-        ``path``, creating parent directories. ``mode`` e.g. 0o755."""
+        ``path``, creating parent directories. ``mode`` e.g. 0o755 or "0755"."""
         return self._http.call(calls.file_write(self._id, path, data, mode, user, write_content))
 
     def read(self, path: str) -> bytes:
@@ -132,7 +132,7 @@ class Files:
         except NotFoundError:
             return False
 
-    def mkdir(self, path: str, *, mode: Optional[int] = None, user: Optional[str] = None) -> FileInfo:
+    def mkdir(self, path: str, *, mode: "Optional[int | str]" = None, user: Optional[str] = None) -> FileInfo:
         """Create a directory and its parents (mkdir -p)."""
         return self._http.call(calls.file_mkdir(self._id, path, mode, user))
 
@@ -415,10 +415,11 @@ class Sandbox:
         ``memory=True`` (gvisor tier) captures processes and memory too."""
         return self._http.call(calls.snapshot(self.id, name, memory))
 
-    def reset(self, snapshot: Optional[str] = None) -> SandboxInfo:
+    def reset(self, snapshot: Optional[str] = None, *, template: bool = False) -> SandboxInfo:
         """Put the sandbox's files back to where it started (or to
-        ``snapshot``), in place; running processes are ended."""
-        self._info = self._http.call(calls.reset(self.id, snapshot))
+        ``snapshot``; or with ``template=True`` to its template alone,
+        leaving any snapshot), in place; running processes are ended."""
+        self._info = self._http.call(calls.reset(self.id, snapshot, template))
         return self._info
 
     def fork(self, count: int = 1, memory: bool = False) -> List["Sandbox"]:

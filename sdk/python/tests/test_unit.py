@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from agentbox import _archive, _config
+from agentbox import _archive, _calls, _config
 from agentbox._common import StreamDecoder, command_fields, exec_body, signal_name
 from agentbox.errors import (AgentboxError, ConflictError, InternalError, InvalidArgumentError,
                              NotFoundError, NotSupportedError, ResourceExhaustedError, TimeoutError, UnauthorizedError,
@@ -66,6 +66,16 @@ def test_resolve_precedence(monkeypatch, tmp_path):
     assert (c.base_url, c.api_key, c.socket) == ("http://127.0.0.1:9", "envkey", None)
     c = _config.resolve(api_key="argkey", base_url="unix:///x.sock")
     assert (c.base_url, c.api_key, c.socket) == ("http://agentbox", "argkey", "/x.sock")
+
+
+def test_resolve_empty_key_env_is_an_error(monkeypatch, tmp_path):
+    key = tmp_path / "admin.key"
+    key.write_text("sekrit\n")
+    monkeypatch.setenv("AGENTBOX_API_KEY", "")
+    with pytest.raises(InvalidArgumentError, match="AGENTBOX_API_KEY is set but empty"):
+        _config.resolve(base_url="http://127.0.0.1:9", admin_key_path=str(key))
+    # An explicit api_key still wins over the empty variable.
+    assert _config.resolve(api_key="k", base_url="http://127.0.0.1:9").api_key == "k"
 
 
 def test_resolve_root_defaults(monkeypatch, tmp_path):
@@ -264,3 +274,25 @@ def test_calls_describe_requests():
                 lambda: calls.template(""), lambda: calls.file_rename("sb", "a", ""), lambda: calls.info("")):
         with pytest.raises(InvalidArgumentError):
             bad()
+
+
+@pytest.mark.parametrize("mode,want", [(0o600, "0600"), ("0600", "0600"), ("600", "0600"), ("0o755", "0755"), (None, None)])
+def test_file_mode_int_or_octal_string(mode, want):
+    assert _calls.file_mode(mode) == want
+
+
+@pytest.mark.parametrize("mode", ["rw-r--r--", "0999", "", "77777", 1.5, True])
+def test_file_mode_rejects(mode):
+    with pytest.raises(InvalidArgumentError, match="octal string"):
+        _calls.file_mode(mode)
+
+
+def test_sandbox_info_time_left():
+    from datetime import datetime, timedelta, timezone
+    from agentbox.models import SandboxInfo
+    soon = (datetime.now(timezone.utc) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    info = SandboxInfo.from_dict({"id": "x", "state": "running", "expires_at": soon})
+    assert 200 < info.time_left <= 300
+    assert SandboxInfo.from_dict({"id": "x", "state": "running"}).time_left is None
+    past = SandboxInfo.from_dict({"id": "x", "state": "running", "expires_at": "2020-01-01T00:00:00Z"})
+    assert past.time_left == 0.0
