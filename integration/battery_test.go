@@ -204,6 +204,9 @@ func TestBattery(t *testing.T) {
 		{"28_file_api_paths", itemFilePaths},
 		{"29_file_api_symlinks", itemFileSymlinks},
 		{"30_archive_upload", itemArchive},
+		// What a program inside sees (battery_inside_test.go).
+		{"33_mountinfo", itemMountinfo},
+		{"34_host_counters", itemHostCounters},
 		// What the host shares (battery_shared_test.go).
 		{"39_file_table", itemFileTable},
 		{"40_socket_memory", itemSocketMemory},

@@ -60,6 +60,12 @@ type Config struct {
 	// inits the daemon keeps started ahead of a create, waiting for their
 	// sandbox (drivers/container/prespawn_linux.go). Default 2.
 	PrespawnInits int `toml:"prespawn_inits"`
+	// LxcfsDir (lxcfs_dir) is where LXCFS serves the per-sandbox views of
+	// /proc/meminfo, uptime, swaps and loadavg that container-tier
+	// sandboxes see (docs/sandbox-view.md); the daemon starts lxcfs there
+	// when nothing is mounted. "" turns the views off. Default
+	// "/var/lib/lxcfs", where Debian's lxcfs.service mounts it.
+	LxcfsDir string `toml:"lxcfs_dir"`
 	// StorageSizeGB (storage_size_gb) is the size of the sparse loop file
 	// backing the btrfs storage pool. Default 64.
 	StorageSizeGB int64 `toml:"storage_size_gb"`
@@ -130,6 +136,7 @@ func Default() Config {
 		// Cheap cgroup migrations (internal/daemon/favordynmods_linux.go).
 		CgroupFavorDynmods: true,
 		PrespawnInits:      2,
+		LxcfsDir:           "/var/lib/lxcfs",
 
 		Defaults: Sandbox{
 			TTL:      10 * time.Minute,

@@ -101,6 +101,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	lxcfs := ensureLxcfs(ctx, cfg.LxcfsDir, cfg.RunDir, log) // lxcfs_linux.go
 	drivers := map[string]driver.Driver{}
 	unavailable := map[string]error{} // for GET /v1/info
 	for _, name := range driver.Names() {
@@ -112,6 +113,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			Seccomp:      true,
 			RunRoot:      cfg.RunDir,
 			Prespawn:     cfg.PrespawnInits,
+			LxcfsDir:     lxcfs,
 			Logger:       log.With("driver", name),
 		})
 		if err != nil {
@@ -152,8 +154,9 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	authn := auth.New(st, cfg.AdminKeyPath(), log)
 	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes(),
 		Store: st, RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst,
-		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount},
-		Info:    daemonInfo(cfg, unavailable)})
+		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount,
+			HostPaths: []string{cfg.DataDir, cfg.RunDir}},
+		Info: daemonInfo(cfg, unavailable)})
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
