@@ -228,8 +228,12 @@ func TestMCPTenants(t *testing.T) {
 		if !strings.Contains(list, c.own) || strings.Contains(list, c.other) {
 			t.Errorf("sandbox_list = %q; want %s and not %s", list, c.own, c.other)
 		}
-		for _, tool := range []string{"exec", "file_read", "sandbox_destroy"} {
-			out, isErr := callTool(t, c.cs, tool, map[string]any{"sandbox_id": c.other, "command": "id", "path": "/etc/hostname"})
+		for tool, args := range map[string]map[string]any{
+			"exec":            {"sandbox_id": c.other, "command": "id"},
+			"file_read":       {"sandbox_id": c.other, "path": "/etc/hostname"},
+			"sandbox_destroy": {"sandbox_id": c.other},
+		} {
+			out, isErr := callTool(t, c.cs, tool, args)
 			if !isErr || !strings.Contains(out, "not found") {
 				t.Errorf("%s on the other tenant's sandbox = %q (error %v), want not found", tool, out, isErr)
 			}

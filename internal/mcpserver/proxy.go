@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -111,7 +112,7 @@ func (p *Proxy) forward(name string) mcp.ToolHandler {
 		if up == nil {
 			return failed("tool %s is unavailable: %s; try again shortly", name, why), nil
 		}
-		params := &mcp.CallToolParams{Name: name, Meta: req.Params.Meta}
+		params := &mcp.CallToolParams{Name: name, Meta: upstreamMeta(req.Params.Meta)}
 		if len(req.Params.Arguments) > 0 {
 			params.Arguments = req.Params.Arguments
 		}
@@ -121,4 +122,21 @@ func (p *Proxy) forward(name string) mcp.ToolHandler {
 		}
 		return res, nil
 	}
+}
+
+// upstreamMeta is the _meta of a call as it goes upstream: the client's,
+// less the protocol's own keys (io.modelcontextprotocol/...: the
+// protocol version, client info and capabilities of the downstream
+// connection; the upstream session negotiated its own).
+func upstreamMeta(m mcp.Meta) mcp.Meta {
+	if len(m) == 0 {
+		return nil
+	}
+	out := mcp.Meta{}
+	for k, v := range m {
+		if !strings.HasPrefix(k, "io.modelcontextprotocol/") {
+			out[k] = v
+		}
+	}
+	return out
 }
