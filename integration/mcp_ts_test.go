@@ -119,7 +119,6 @@ func runTSClient(t *testing.T, dir string, args ...string) tsResult {
 // TypeScript SDK's client: `agentbox mcp` over stdio, the daemon's /mcp
 // over streamable HTTP, and a hosted server's endpoint.
 func TestMCPTypeScriptClient(t *testing.T) {
-	needBase(t)
 	dir := tsClientDir(t)
 	addr := loopbackToSocket(t)
 	for _, c := range []struct{ name, target string }{
@@ -146,6 +145,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 		})
 	}
 	t.Run("hosted", func(t *testing.T) {
+		needBase(t) // the test server is python
 		id := newSandbox(t, api.CreateSandboxRequest{Template: "base"})
 		mustSh(t, id, "mkdir -p /data && touch /data/a /data/b")
 		srv := hostTestServer(t, env.client, id, "ts")
