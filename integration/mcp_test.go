@@ -139,7 +139,7 @@ func TestMCPTools(t *testing.T) {
 	if got := mustTool(t, cs, "file_list", map[string]any{"sandbox_id": id, "path": "/root/dir"}); !strings.Contains(got, "/root/dir/hello.txt") {
 		t.Errorf("file_list = %q", got)
 	}
-	if out, isErr := callTool(t, cs, "file_read", map[string]any{"sandbox_id": id, "path": "/nope"}); !isErr || !strings.Contains(out, "not") {
+	if out, isErr := callTool(t, cs, "file_read", map[string]any{"sandbox_id": id, "path": "/nope"}); !isErr || !strings.Contains(out, "no such file") {
 		t.Errorf("file_read of a missing file = %q (error %v), want a tool error", out, isErr)
 	}
 
@@ -174,8 +174,8 @@ func TestMCPTools(t *testing.T) {
 	}
 
 	mustTool(t, cs, "sandbox_destroy", map[string]any{"sandbox_id": bb})
-	if _, err := env.client.GetSandbox(ctx, bb); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("sandbox_destroy left %s: %v", bb, err)
+	if sb, err := env.client.GetSandbox(ctx, bb); !errors.Is(err, errdefs.ErrNotFound) && (err != nil || sb.State != api.StateDestroyed) {
+		t.Errorf("sandbox_destroy left %s: %+v, %v", bb, sb, err)
 	}
 
 	// The audit log has the calls: tool, sandbox, size, outcome; never the

@@ -34,8 +34,13 @@ func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 	ctx := context.WithValue(r.Context(), principalKey{}, t.p)
 	ctx = storage.WithOwner(ctx, storage.Owner{Tenant: t.p.Tenant, Admin: t.p.Admin})
 	r = r.WithContext(ctx)
-	if r.Body == nil {
-		r.Body = http.NoBody
+	switch {
+	case r.Body == nil || r.Body == http.NoBody:
+		r.Body, r.ContentLength = http.NoBody, 0
+	case r.ContentLength == 0:
+		// A client request's 0 with a body means unknown; a server
+		// request says unknown as -1 (forward.go sends no body for 0).
+		r.ContentLength = -1
 	}
 	pr, pw := io.Pipe()
 	w := &pipeResponse{header: http.Header{}, pw: pw, ready: make(chan struct{})}
