@@ -101,13 +101,13 @@ func TestMCPHostedFilesystemServer(t *testing.T) {
 	dir := npmCache(t, "fs")
 	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", MemoryMB: 1024, DiskMB: 1024})
 	mustSh(t, id, "mkdir -p /opt/mcp-fs /data && echo sandboxed > /data/in.txt")
-	arch := mcpTarDir(filepath.Join(dir, "node_modules"))
+	arch := mcpTarDir(dir) // node_modules and package.json, as npm left them
 	defer arch.Close()
 	if err := env.client.UploadArchive(ctx, id, "/opt/mcp-fs", arch); err != nil {
 		t.Fatal(err)
 	}
 	_, err := env.client.StartMCPServer(ctx, id, api.StartMCPServerRequest{Name: "fs",
-		Command: []string{"node", "/opt/mcp-fs/@modelcontextprotocol/server-filesystem/dist/index.js", "/"}})
+		Command: []string{"node", "/opt/mcp-fs/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js", "/"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestMCPHostedFilesystemServer(t *testing.T) {
 		t.Errorf("server-filesystem read a file planted on the host: %q (error %v)", out, isErr)
 	}
 
-	mustSh(t, id, "pkill -9 -f server-filesystem")
+	mustSh(t, id, "pkill -9 -f 'server-filesystem/dist/index[.]js'") // the pattern does not match this shell's own command line
 	waitServer(t, env.client, id, "fs", func(s *api.MCPServer) bool { return s.Restarts >= 1 && s.State == api.MCPServerRunning })
 	if out := mustTool(t, cs, "read_text_file", map[string]any{"path": "/data/in.txt"}); !strings.Contains(out, "sandboxed") {
 		t.Errorf("read_text_file after the restart = %q", out)

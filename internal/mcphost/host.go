@@ -255,7 +255,7 @@ func (h *Hosted) once(ctx context.Context) error {
 	go func() {
 		ev, err := h.c.ExecStream(ctx, h.id, api.ExecRequest{Cmd: h.req.Command, Env: h.req.Env, Cwd: h.req.Cwd}, inR, outW, &h.stderr)
 		if err == nil {
-			err = fmt.Errorf("the server's process exited with code %d%s", ev.ExitCode, signalOf(ev))
+			err = fmt.Errorf("the server's process %s", exitOf(ev))
 		}
 		outW.CloseWithError(io.EOF)
 		inR.CloseWithError(err)
@@ -290,11 +290,15 @@ func (h *Hosted) once(ctx context.Context) error {
 	return err
 }
 
-func signalOf(ev *api.ExecEvent) string {
-	if ev.Signal != "" {
-		return " (" + ev.Signal + ")"
+// exitOf says how a process ended, from its exit event.
+func exitOf(ev *api.ExecEvent) string {
+	switch {
+	case ev.Signal != "":
+		return "was killed by " + ev.Signal
+	case ev.ExitCode != nil:
+		return fmt.Sprintf("exited with code %d", *ev.ExitCode)
 	}
-	return ""
+	return "exited"
 }
 
 // tail keeps the last stderrTail bytes written to it.
