@@ -41,9 +41,14 @@ func TestMCPLatency(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	restShell := mcpP50(t, n, func() {
+		if _, err := env.client.Exec(ctx, id, api.ExecRequest{Shell: "true"}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	cs := mcpConnect(t, env.client, "/mcp")
 	tool := mcpP50(t, n, func() { mustTool(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "true"}) })
-	t.Logf("exec of true: REST p50 %v, MCP tool call over HTTP p50 %v (+%v)", rest, tool, tool-rest)
+	t.Logf("exec of true: REST p50 %v (argv), %v (shell), MCP exec tool call over HTTP (a shell line) p50 %v (+%v over REST shell)", rest, restShell, tool, tool-restShell)
 
 	srv := hostTestServer(t, env.client, id, "lat")
 	hosted := mcpConnect(t, env.client, srv.Endpoint)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +64,13 @@ func (s *Server) mcpRoutes() map[string]http.HandlerFunc {
 		"GET /v1/sandboxes/{id}/mcp-servers/{name}/mcp":    s.serveHostedMCP,
 		"DELETE /v1/sandboxes/{id}/mcp-servers/{name}/mcp": s.serveHostedMCP,
 	}
+}
+
+// isMCPTransport reports whether r is a request of an MCP endpoint's
+// transport (/mcp or a hosted server's .../mcp), whose tool calls the MCP
+// middleware audits one by one.
+func isMCPTransport(r *http.Request) bool {
+	return r.URL.Path == "/mcp" || strings.HasPrefix(r.URL.Path, "/v1/sandboxes/") && strings.HasSuffix(r.URL.Path, "/mcp") && strings.Contains(r.URL.Path, "/mcp-servers/")
 }
 
 // serveMCP serves agentbox's own MCP server to the caller's key.
