@@ -50,6 +50,12 @@ func (s *Server) mcpInit() *mcpState {
 	return &s.mcp
 }
 
+// Close stops the MCP servers hosted in sandboxes: their processes end with
+// their exec streams.
+func (s *Server) Close() {
+	s.mcpInit().host.Close()
+}
+
 func (s *Server) mcpRoutes() map[string]http.HandlerFunc {
 	return map[string]http.HandlerFunc{
 		"POST /mcp":   s.serveMCP,
