@@ -48,6 +48,15 @@ func TestMCPLatency(t *testing.T) {
 	})
 	cs := mcpConnect(t, env.client, "/mcp")
 	tool := mcpP50(t, n, func() { mustTool(t, cs, "exec", map[string]any{"sandbox_id": id, "command": "true"}) })
+	// preview_url reads the sandbox and nothing else: the MCP transport and
+	// the tool machinery without the exec.
+	bare := mcpP50(t, n, func() { mustTool(t, cs, "preview_url", map[string]any{"sandbox_id": id, "port": 8000}) })
+	get := mcpP50(t, n, func() {
+		if _, err := env.client.GetSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("a tool that only reads the sandbox (preview_url) p50 %v; REST GET of the sandbox p50 %v", bare, get)
 	t.Logf("exec of true: REST p50 %v (argv), %v (shell), MCP exec tool call over HTTP (a shell line) p50 %v (+%v over REST shell)", rest, restShell, tool, tool-restShell)
 
 	srv := hostTestServer(t, env.client, id, "lat")
