@@ -169,6 +169,8 @@ uses the local socket and the admin key by default.`,
 	root.AddCommand(newEgressCommand(g))
 	// Warm pools (docs/PERFORMANCE.md).
 	root.AddCommand(newPoolsCommand(g))
+	// MCP (docs/mcp.md).
+	root.AddCommand(newMCPCommand(g))
 	return root
 }
 

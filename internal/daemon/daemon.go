@@ -157,6 +157,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount,
 			HostPaths: []string{cfg.DataDir, cfg.RunDir}},
 		Info: daemonInfo(cfg, unavailable)})
+	defer api.Close() // hosted MCP servers (docs/mcp.md)
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -67,6 +67,9 @@ type Server struct {
 	// uploads run one at a time, so each sees what the one before it
 	// took of the disk quota (templates.go).
 	uploads sync.Map
+
+	// MCP endpoints and hosted MCP servers (mcp.go).
+	mcp mcpState
 }
 
 // New returns the API handler.
@@ -142,6 +145,9 @@ func (s *Server) routes() {
 		"DELETE /v1/tenants/{name}":       s.deleteTenant,
 		"GET /v1/audit":                   s.listAudit,
 		"GET /v1/sandboxes/{id}/security": s.sandboxSecurity,
+	}
+	for pattern, h := range s.mcpRoutes() { // mcp.go
+		handlers[pattern] = h
 	}
 	// Every route comes from api.Routes, which a test holds against
 	// api/openapi.yaml; the guest's routes are forwarded.
