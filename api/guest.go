@@ -59,6 +59,11 @@ const (
 // once it has one.
 const BootStageEnv = "AGENTBOX_STAGE_DIR"
 
+// BootLxcfsEnv names the environment variable that gives a container-tier
+// init the mounted LXCFS whose proc files it binds over its sandbox's
+// /proc (docs/sandbox-view.md); unset for none.
+const BootLxcfsEnv = "AGENTBOX_LXCFS_DIR"
+
 // BootSpec is what the container driver hands the guest agent on the boot
 // channel when it gives an `agentbox-guest init` its sandbox: how to build
 // the sandbox's root before serving. Paths are host paths, seen before

@@ -218,6 +218,10 @@ type Options struct {
 	// ahead of a create keeps waiting (container tier; 0: none, each
 	// create starts its own).
 	Prespawn int
+	// LxcfsDir is a mounted LXCFS whose proc files a tier that shares the
+	// host's kernel binds over its sandboxes' own (docs/sandbox-view.md);
+	// "" for none.
+	LxcfsDir string
 	Logger   *slog.Logger
 }
 

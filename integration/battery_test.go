@@ -204,6 +204,17 @@ func TestBattery(t *testing.T) {
 		{"28_file_api_paths", itemFilePaths},
 		{"29_file_api_symlinks", itemFileSymlinks},
 		{"30_archive_upload", itemArchive},
+		// What a program inside sees (battery_inside_test.go).
+		{"33_mountinfo", itemMountinfo},
+		{"34_host_counters", itemHostCounters},
+		// What the host shares (battery_shared_test.go).
+		{"39_file_table", itemFileTable},
+		{"40_socket_memory", itemSocketMemory},
+		{"41_pid_space", itemPidSpace},
+		{"42_conntrack", itemConntrack},
+		{"43_reject_log_flood", itemRejectFlood},
+		{"44_sparse_download", itemSparseDownload},
+		{"45_per_user_counts", itemPerUserCounts},
 	}
 	from := rowCount()
 	t.Cleanup(func() { printTable("hostile battery", from) })

@@ -132,7 +132,7 @@ func importNode(t testing.TB) {
 		defer cancel()
 		start := time.Now()
 		_, err := env.client.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "node", Rootfs: dir, User: "root", Workdir: "/root",
-			Env: map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}})
+			Env: builtinTemplateEnv()})
 		if err != nil {
 			nodeImport.err = fmt.Errorf("importing node from %s: %w", dir, err)
 			return

@@ -196,7 +196,7 @@ func importTemplates() error {
 		}
 		user, workdir := "root", "/root"
 		if _, err := env.client.ImportTemplate(ctx, api.ImportTemplateRequest{Name: name, Rootfs: dir, User: user, Workdir: workdir,
-			Env: map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}}); err != nil {
+			Env: builtinTemplateEnv()}); err != nil {
 			return fmt.Errorf("importing %s: %w", name, err)
 		}
 		if name == "base" {

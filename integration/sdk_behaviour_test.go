@@ -416,7 +416,11 @@ func runBehaviourStep(ctx context.Context, t *testing.T, id string, s behaviourS
 		}
 		return err
 	case "connect":
-		_, err := c.GetSandbox(ctx, s.ID)
+		ref := s.ID
+		if ref == "" {
+			ref = id
+		}
+		_, err := c.GetSandbox(ctx, ref)
 		return err
 	case "create":
 		var req api.CreateSandboxRequest

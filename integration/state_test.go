@@ -873,6 +873,10 @@ func waitState(t *testing.T, id, want string, d time.Duration) *api.Sandbox {
 	deadline := time.Now().Add(d)
 	for {
 		sb, err := env.client.GetSandbox(context.Background(), id)
+		if want == api.StateDestroyed && errors.Is(err, errdefs.ErrNotFound) {
+			// A destroyed sandbox is not found (docs/state.md).
+			return nil
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

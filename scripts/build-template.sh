@@ -317,7 +317,12 @@ fi
 
 [[ $IMPORT -eq 1 ]] || exit 0
 
-ENV=(--env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8)
+# The built-in templates' environment (docs/templates.md). PYTHONDONTWRITEBYTECODE:
+# Python's .pyc cache is keyed on the source's mtime in whole seconds and its
+# size, so a fix written within the same second as the first run, of the same
+# size, would run the old code; a sandbox lives too briefly for the cache to
+# pay. integration/main_test.go imports with the same env (a test checks).
+ENV=(--env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 --env PYTHONDONTWRITEBYTECODE=1)
 log "importing $DIR as template \"$NAME\""
 "$AGENTBOX" template import "$NAME" --rootfs "$DIR" --user root --workdir /root "${ENV[@]}" ||
 	die "import failed; the rootfs is kept in $DIR"

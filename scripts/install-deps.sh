@@ -2,7 +2,7 @@
 # Installs the Debian packages agentbox needs on the host. Idempotent.
 set -euo pipefail
 PKGS=(debootstrap busybox-static btrfs-progs nftables iproute2 util-linux procps
-      python3 python3-httpx python3-pytest python3-websockets)
+      python3 python3-httpx python3-pytest python3-websockets lxcfs curl)
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

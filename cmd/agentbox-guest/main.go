@@ -74,9 +74,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	stage := os.Getenv(api.BootStageEnv)
+	stage, lxcfs := os.Getenv(api.BootStageEnv), os.Getenv(api.BootLxcfsEnv)
 	os.Unsetenv(api.BootStageEnv)
-	if err := boot.Stage(stage); err != nil {
+	os.Unsetenv(api.BootLxcfsEnv)
+	if err := boot.Stage(stage, lxcfs); err != nil {
 		return err
 	}
 	if err := boot.Announce(api.BootChannelFD); err != nil {

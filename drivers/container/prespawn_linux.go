@@ -244,6 +244,9 @@ func (d *Driver) startInit() (_ *initProc, err error) {
 	cmd := exec.Command(d.guest, "init")
 	cmd.Args[0] = "agentbox-guest" // not the host path
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", api.BootStageEnv + "=" + d.stage}
+	if d.opts.LxcfsDir != "" {
+		cmd.Env = append(cmd.Env, api.BootLxcfsEnv+"="+d.opts.LxcfsDir)
+	}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3: api.BootChannelFD

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -221,8 +222,46 @@ func (c *v1Cgroup) setMemory(v string) error {
 	if err := writeFile(sw, v); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return nil
+	return c.setTCPMemory(v)
 }
+
+// setTCPMemory charges the cgroup's socket buffers to it. cgroup v1
+// counts TCP (and, once on, every socket's) buffer memory only after
+// memory.kmem.tcp.limit_in_bytes is written: without it a sandbox queues
+// gigabytes in loopback sockets outside its memory limit until the host's
+// tcp_mem is spent and every socket of the host stalls. The limit is the
+// cgroup's memory limit, at most tcpShare of the host's tcp_mem hard
+// limit, so that no one sandbox takes the host's socket memory. (v2
+// charges socket buffers to memory.current with no setting.)
+func (c *v1Cgroup) setTCPMemory(v string) error {
+	limit := hostTCPCap()
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 && n < limit {
+		limit = n
+	}
+	err := writeFile(c.paths["memory"]+"/memory.kmem.tcp.limit_in_bytes", strconv.FormatInt(limit, 10))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // a kernel without TCP accounting
+	}
+	return err
+}
+
+// tcpShare is the part of the host's TCP memory (net.ipv4.tcp_mem's hard
+// limit) one cgroup may hold at most.
+const tcpShare = 4
+
+// hostTCPCap is the most socket buffer memory, in bytes, one cgroup may
+// hold on this host (read once: creates call it).
+var hostTCPCap = sync.OnceValue(func() int64 {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_mem")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 3 {
+			if pages, err := strconv.ParseInt(f[2], 10, 64); err == nil && pages > 0 {
+				return pages * int64(os.Getpagesize()) / tcpShare
+			}
+		}
+	}
+	return 256 << 20
+})
 
 func (c *v1Cgroup) AddProc(pid int) error {
 	p := strconv.Itoa(pid)

@@ -169,6 +169,8 @@ uses the local socket and the admin key by default.`,
 	root.AddCommand(newEgressCommand(g))
 	// Warm pools (docs/PERFORMANCE.md).
 	root.AddCommand(newPoolsCommand(g))
+	// MCP (docs/mcp.md).
+	root.AddCommand(newMCPCommand(g))
 	// Usage and events (docs/observability.md).
 	root.AddCommand(newStatsCommand(g), newEventsCommand(g))
 	return root

@@ -2,10 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/errdefs"
 )
 
 // destroyTimeout bounds the destroy run does on its way out.
@@ -49,7 +52,7 @@ status. --env sets the sandbox's environment, which the command inherits.`,
 				// on a context of its own.
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context()), destroyTimeout)
 				defer cancel()
-				if derr := cl.DestroySandbox(ctx, sb.ID); derr != nil {
+				if derr := cl.DestroySandbox(ctx, sb.ID); derr != nil && !errors.Is(derr, errdefs.ErrNotFound) {
 					fmt.Fprintf(c.ErrOrStderr(), "agentbox: destroying sandbox %s: %v; remove it with agentbox rm %s\n", sb.ID, derr, sb.ID)
 				}
 			}()

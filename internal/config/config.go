@@ -60,6 +60,12 @@ type Config struct {
 	// inits the daemon keeps started ahead of a create, waiting for their
 	// sandbox (drivers/container/prespawn_linux.go). Default 2.
 	PrespawnInits int `toml:"prespawn_inits"`
+	// LxcfsDir (lxcfs_dir) is where LXCFS serves the per-sandbox views of
+	// /proc/meminfo, uptime, swaps and loadavg that container-tier
+	// sandboxes see (docs/sandbox-view.md); the daemon starts lxcfs there
+	// when nothing is mounted. "" turns the views off. Default
+	// "/var/lib/lxcfs", where Debian's lxcfs.service mounts it.
+	LxcfsDir string `toml:"lxcfs_dir"`
 	// StorageSizeGB (storage_size_gb) is the size of the sparse loop file
 	// backing the btrfs storage pool. Default 64.
 	StorageSizeGB int64 `toml:"storage_size_gb"`
@@ -69,6 +75,10 @@ type Config struct {
 	// MaxRequestBodyMB (max_request_body_mb) caps JSON request bodies
 	// (file uploads are limited separately). Default 1.
 	MaxRequestBodyMB int64 `toml:"max_request_body_mb"`
+	// MaxDownloadMB (max_download_mb) caps what one file or archive
+	// download from a sandbox may hold: 0 (the default) is the sandbox's
+	// disk limit, -1 no limit.
+	MaxDownloadMB int64 `toml:"max_download_mb"`
 
 	// Defaults ([defaults]) apply to a sandbox whose request leaves a
 	// field unset.
@@ -129,6 +139,7 @@ func Default() Config {
 		// Cheap cgroup migrations (internal/daemon/favordynmods_linux.go).
 		CgroupFavorDynmods: true,
 		PrespawnInits:      2,
+		LxcfsDir:           "/var/lib/lxcfs",
 		Metrics:            Metrics{UsageInterval: 5 * time.Second},
 
 		Defaults: Sandbox{

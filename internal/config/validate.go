@@ -75,6 +75,9 @@ func (c Config) Validate() error {
 	if c.PrespawnInits < 0 || c.PrespawnInits > 64 {
 		v.addf("prespawn_inits must be between 0 and 64, got %d", c.PrespawnInits)
 	}
+	if c.MaxDownloadMB < -1 {
+		v.addf("max_download_mb must be -1 (no limit), 0 (the sandbox's disk limit) or a number of MB, got %d", c.MaxDownloadMB)
+	}
 	if c.MaxRequestBodyMB < 1 || c.MaxRequestBodyMB > 1024 {
 		v.addf("max_request_body_mb must be between 1 and 1024, got %d", c.MaxRequestBodyMB)
 	}

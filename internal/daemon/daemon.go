@@ -92,6 +92,9 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer pool.Close()
 
+	if err := raiseHostLimits(cfg, log); err != nil { // hostlimits_linux.go
+		return err
+	}
 	if cfg.CgroupFavorDynmods {
 		favorDynmods(log) // cheap cgroup migrations (favordynmods_linux.go)
 	}
@@ -99,6 +102,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	lxcfs := ensureLxcfs(ctx, cfg.LxcfsDir, cfg.RunDir, log) // lxcfs_linux.go
 	drivers := map[string]driver.Driver{}
 	unavailable := map[string]error{} // for GET /v1/info
 	for _, name := range driver.Names() {
@@ -110,6 +114,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			Seccomp:      true,
 			RunRoot:      cfg.RunDir,
 			Prespawn:     cfg.PrespawnInits,
+			LxcfsDir:     lxcfs,
 			Logger:       log.With("driver", name),
 		})
 		if err != nil {
@@ -157,9 +162,11 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer obs.stop()
 	api := server.New(server.Options{Service: svc, Pool: pool, Auth: authn, Logger: log, MaxBodyBytes: cfg.MaxRequestBodyBytes(),
 		Store: st, RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst,
-		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount},
-		Info:    daemonInfo(cfg, unavailable),
-		Usage:   obs.usage, Events: hub})
+		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount,
+			HostPaths: []string{cfg.DataDir, cfg.RunDir}},
+		Info:  daemonInfo(cfg, unavailable),
+		Usage: obs.usage, Events: hub})
+	defer api.Close() // hosted MCP servers (docs/mcp.md)
 	srv := &http.Server{
 		Handler:           obs.metrics.Wrap(api), // request ids, log lines, GET /metrics
 		ReadHeaderTimeout: 10 * time.Second,

@@ -121,7 +121,13 @@ func policyRules(pol Policy, pool netip.Prefix, set string, lg func(allow bool, 
 		if allow {
 			v = accept()
 		}
-		rules = append(rules, append(append(append([]expr.Any{}, m...), lg(allow, reason)...), v))
+		// The log statement has a rule of its own: over the sandbox's
+		// log rate (nflog.go) it does not match, and the verdict rule
+		// after it decides as always.
+		if l := lg(allow, reason); len(l) > 0 {
+			rules = append(rules, append(append([]expr.Any{}, m...), l...))
+		}
+		add(m, v)
 	}
 	add(established(), accept())
 	for _, m := range dnsBlockRules() {
@@ -157,6 +163,9 @@ type firewall struct {
 	table *nftables.Table
 	pool  netip.Prefix
 	nflog uint16 // the NFLOG group rules log to (nflog.go); 0: none
+	// connCap is the most conntrack entries one sandbox may hold
+	// (limits.go).
+	connCap int
 }
 
 func (f *firewall) chain(name string) *nftables.Chain {
@@ -192,6 +201,7 @@ func (f *firewall) reset(c *nftables.Conn) {
 
 // addSandbox queues sandbox id's chain with pol and its jumps.
 func (f *firewall) addSandbox(c *nftables.Conn, id string, pol Policy) {
+	f.addLogLimit(c, id)
 	ch := c.AddChain(f.chain(sandboxChain(id)))
 	f.fillPolicy(c, ch, pol)
 	veth := HostVeth(id)
@@ -237,6 +247,7 @@ func (f *firewall) delSandbox(c *nftables.Conn, id string) error {
 	ch := f.chain(sandboxChain(id))
 	c.FlushChain(ch)
 	c.DelChain(ch)
+	f.delLogLimit(c, id)
 	f.delResolver(c, id)
 	return nil
 }

@@ -232,6 +232,11 @@ func TestGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("detach took %v", time.Since(t0))
+	// Every attached sandbox has a connection count (limits.go), which
+	// the service removes with ReleaseLimits when its network goes.
+	if err := m.ReleaseLimits(id); err != nil {
+		t.Fatal(err)
+	}
 	if tbl := nftList("table", "inet", name); strings.Contains(tbl, id) {
 		t.Errorf("the table still names the sandbox after detach:\n%s", tbl)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/google/nftables"
@@ -18,10 +19,16 @@ import (
 //
 //   - MaxConnections: `ct state new ct count over N reject` in a chain
 //     lim-<id>, jumped to (iifname "abx<id>") from the top of the forward
-//     chain. The count is of the connections (TCP,
-//     UDP flows) the sandbox opened that conntrack still tracks (closed
-//     TCP ones drop out); the N+1st new one is rejected (connect fails
-//     with EHOSTUNREACH).
+//     chain and of the input chain, so one count holds both the flows
+//     the sandbox sends out and those to its gateway's resolver and
+//     proxy. The count is of the connections (TCP, UDP flows) the
+//     sandbox opened that conntrack still tracks (closed TCP ones drop
+//     out); the N+1st new one is rejected (connect fails with
+//     EHOSTUNREACH). No sandbox is without it: "no limit" and any limit
+//     above the host's share (connShare of nf_conntrack_max) count to
+//     that share, so that no one sandbox fills the host's conntrack table
+//     (which would drop every new connection of the host, the API's
+//     included).
 //   - BandwidthMbit, each direction: download (host to sandbox) by a tbf
 //     qdisc at the root of the host-side veth; upload (sandbox to host) by
 //     redirecting the veth's ingress (u32 match-all, mirred) to an ifb
@@ -38,10 +45,40 @@ type Limits struct {
 // the count is over the limit.
 const nftConnlimitInvert = 1
 
+// connShare is the part of the host's conntrack table (nf_conntrack_max)
+// one sandbox may hold at most; minConnCap is the least it may hold
+// whatever the table's size.
+const (
+	connShare  = 16
+	minConnCap = 1024
+)
+
+// hostConnCap is the per-sandbox conntrack ceiling on this host.
+func hostConnCap() int {
+	b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_max")
+	if err != nil {
+		return 16384 // the module is not loaded yet: its default table / 16
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		return 16384
+	}
+	return max(n/connShare, minConnCap)
+}
+
+// connCount is the count the firewall enforces for l: its
+// MaxConnections, at most the host's ceiling (none: the ceiling).
+func (f *firewall) connCount(l Limits) int {
+	if l.MaxConnections <= 0 || l.MaxConnections > f.connCap {
+		return f.connCap
+	}
+	return l.MaxConnections
+}
+
 // connLimitRules is the chain rule that rejects a new connection beyond
-// l.MaxConnections, or nothing.
-func connLimitRules(l Limits) [][]expr.Any {
-	if l.MaxConnections <= 0 {
+// count, or nothing for a count of 0.
+func connLimitRules(count int) [][]expr.Any {
+	if count <= 0 {
 		return nil
 	}
 	return [][]expr.Any{{
@@ -50,7 +87,7 @@ func connLimitRules(l Limits) [][]expr.Any {
 			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Connlimit{Count: uint32(l.MaxConnections), Flags: nftConnlimitInvert},
+		&expr.Connlimit{Count: uint32(count), Flags: nftConnlimitInvert},
 		reject(),
 	}}
 }
@@ -252,19 +289,24 @@ func (m *Manager) SetLimits(id string, l Limits) error {
 }
 
 // addLimit queues, for a sandbox attached for the first time, its chain
-// lim-<id> with l's connection limit and the jump to it (SetLimits); a
-// chain of that name left behind is emptied first. Nothing without a
-// connection limit.
+// lim-<id> with l's connection limit and the jumps to it (SetLimits); a
+// chain of that name left behind is emptied first. It must come after
+// addResolver: the input jump goes ahead of the resolver's accepts.
 func (f *firewall) addLimit(c *nftables.Conn, id string, l Limits) {
-	if l.MaxConnections <= 0 {
-		return
-	}
 	lim := c.AddChain(f.chain(limitChain(id)))
 	c.FlushChain(lim)
-	c.InsertRule(&nftables.Rule{Table: f.table, Chain: f.chain("forward"), UserData: []byte(id),
-		Exprs: append(matchIf(expr.MetaKeyIIFNAME, HostVeth(id)), &expr.Verdict{Kind: expr.VerdictJump, Chain: lim.Name})})
-	for _, ex := range connLimitRules(l) {
+	f.addLimitJumps(c, id)
+	for _, ex := range connLimitRules(f.connCount(l)) {
 		c.AddRule(&nftables.Rule{Table: f.table, Chain: lim, Exprs: ex})
+	}
+}
+
+// addLimitJumps queues the jumps to lim-<id> at the top of the forward
+// and input chains, tagged with id (Detach removes them).
+func (f *firewall) addLimitJumps(c *nftables.Conn, id string) {
+	for _, base := range []string{"forward", "input"} {
+		c.InsertRule(&nftables.Rule{Table: f.table, Chain: f.chain(base), UserData: []byte(id),
+			Exprs: append(matchIf(expr.MetaKeyIIFNAME, HostVeth(id)), &expr.Verdict{Kind: expr.VerdictJump, Chain: limitChain(id)})})
 	}
 }
 
@@ -278,18 +320,15 @@ func (m *Manager) setLimitsLocked(id string, l Limits) error {
 	switch {
 	case lerr == nil:
 		c.FlushChain(lim)
-	case l.MaxConnections > 0:
+	default:
 		c.AddChain(lim)
-		c.InsertRule(&nftables.Rule{Table: m.fw.table, Chain: m.fw.chain("forward"), UserData: []byte(id),
-			Exprs: append(matchIf(expr.MetaKeyIIFNAME, HostVeth(id)), &expr.Verdict{Kind: expr.VerdictJump, Chain: lim.Name})})
+		m.fw.addLimitJumps(c, id)
 	}
-	if lerr == nil || l.MaxConnections > 0 {
-		for _, ex := range connLimitRules(l) {
-			c.AddRule(&nftables.Rule{Table: m.fw.table, Chain: lim, Exprs: ex})
-		}
-		if err := c.Flush(); err != nil {
-			return fmt.Errorf("sandbox %s: connection limit: %w", id, err)
-		}
+	for _, ex := range connLimitRules(m.fw.connCount(l)) {
+		c.AddRule(&nftables.Rule{Table: m.fw.table, Chain: lim, Exprs: ex})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("sandbox %s: connection limit: %w", id, err)
 	}
 	if l.BandwidthMbit <= 0 {
 		if _, err := netlink.LinkByName(ifbName(id)); err != nil {

@@ -10,10 +10,16 @@ import (
 )
 
 func TestConnLimitRules(t *testing.T) {
-	if got := connLimitRules(Limits{}); len(got) != 0 {
+	if got := connLimitRules(0); len(got) != 0 {
 		t.Errorf("no limit: %d rules, want none", len(got))
 	}
-	got := connLimitRules(Limits{MaxConnections: 4})
+	f := firewall{connCap: 100}
+	for _, tt := range []struct{ max, want int }{{0, 100}, {-1, 100}, {4, 4}, {100, 100}, {5000, 100}} {
+		if got := f.connCount(Limits{MaxConnections: tt.max}); got != tt.want {
+			t.Errorf("connCount(%d) with a ceiling of 100 = %d, want %d", tt.max, got, tt.want)
+		}
+	}
+	got := connLimitRules(4)
 	if len(got) != 1 {
 		t.Fatalf("%d rules, want 1", len(got))
 	}

@@ -52,7 +52,7 @@ func NewManager(name, poolCIDR string, log *slog.Logger) (*Manager, error) {
 	return &Manager{
 		name: name,
 		pool: pool,
-		fw:   firewall{table: &nftables.Table{Family: nftables.TableFamilyINet, Name: name}, pool: pool.base, nflog: nflogGroupOf(name)},
+		fw:   firewall{table: &nftables.Table{Family: nftables.TableFamilyINet, Name: name}, pool: pool.base, nflog: nflogGroupOf(name), connCap: hostConnCap()},
 		log:  log,
 
 		guards: map[string]*guard{},

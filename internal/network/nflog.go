@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -23,6 +24,13 @@ import (
 // group over netlink (NETLINK_NETFILTER, subsystem ULOG), taking the
 // destination from the first bytes of the packet. Established traffic is
 // accepted before any logging rule.
+//
+// A sandbox cannot make the daemon parse packets faster than its log
+// rate: every log rule of its chain goes through one named limit object,
+// log-<id> (logRate packets a second, logBurst at once), shared by all of
+// them. Past it a rule does not log, and the verdict rule after it
+// decides as always; the egress log then misses flows, which it says
+// nowhere but here (a reject flood is what it would miss).
 
 // The nfnetlink_log protocol (linux/netfilter/nfnetlink_log.h), absent
 // from x/sys.
@@ -38,6 +46,35 @@ const (
 	nflogSnaplen      = 64 // IPv4 header with options, and the ports
 	nflogPrefixMaxLen = 127
 )
+
+// The per-sandbox log rate: well above what a program that is not
+// flooding opens, far below what costs the daemon CPU worth measuring.
+const (
+	logRate  = 20
+	logBurst = 40
+)
+
+func logLimitName(id string) string { return "log-" + id }
+
+// addLogLimit queues sandbox id's log rate object; it must come before
+// the sandbox chain's rules, which refer to it. An object left from an
+// earlier attach is kept as it is.
+func (f *firewall) addLogLimit(c *nftables.Conn, id string) {
+	if f.nflog == 0 {
+		return
+	}
+	c.AddObj(&nftables.NamedObj{Table: f.table, Name: logLimitName(id), Type: nftables.ObjTypeLimit,
+		Obj: &expr.Limit{Type: expr.LimitTypePkts, Rate: logRate, Unit: expr.LimitTimeSecond, Burst: logBurst}})
+}
+
+// delLogLimit queues the removal of sandbox id's log rate object, after
+// its chain (whose rules refer to it).
+func (f *firewall) delLogLimit(c *nftables.Conn, id string) {
+	if f.nflog == 0 {
+		return
+	}
+	c.DeleteObject(&nftables.NamedObj{Table: f.table, Name: logLimitName(id), Type: nftables.ObjTypeLimit})
+}
 
 // nflogGroupOf picks a daemon's NFLOG group from its table name, so that
 // daemons on one host (tests) use different groups.
@@ -61,7 +98,7 @@ func (f *firewall) logExpr(id string, allow bool, reason string) []expr.Any {
 	if len(p) > nflogPrefixMaxLen {
 		p = p[:nflogPrefixMaxLen]
 	}
-	return []expr.Any{&expr.Log{
+	return []expr.Any{&expr.Objref{Type: int(nftables.ObjTypeLimit), Name: logLimitName(id)}, &expr.Log{
 		Key:     1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_PREFIX | 1<<unix.NFTA_LOG_SNAPLEN,
 		Group:   f.nflog,
 		Snaplen: nflogSnaplen,

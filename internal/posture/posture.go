@@ -33,6 +33,9 @@ type Options struct {
 	CgroupParent string
 	// UIDBase and UIDCount are the host uid range of sandboxes.
 	UIDBase, UIDCount int
+	// HostPaths are the daemon's directories (data, run), which no
+	// sandbox's mount table may name (mounts.go).
+	HostPaths []string
 }
 
 // namespaces are those a sandbox process must not share with the host.
@@ -120,6 +123,9 @@ func checkProcess(pid int, isInit bool, id string, hostNS map[string]string, o O
 		add(c, st[c], "0", err == nil && v == 0)
 	}
 	checkConfinement(add, dir, st, id, namespaces, hostNS, o)
+	if isInit {
+		checkMounts(add, dir, o) // every process of the sandbox shares its mount namespace
+	}
 	if !isInit {
 		ents, _ := os.ReadDir(filepath.Join(dir, "fd"))
 		var fds []string

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/agentbox/agentbox/api"
 )
 
 // fakeProc builds a /proc and cgroup tree with one process per entry.
@@ -16,7 +18,11 @@ type fakeProcess struct {
 	uidMap string
 	cgroup string
 	fds    int
+	mounts string // mountinfo
 }
+
+const cleanMounts = "40 39 0:50 / / rw - overlay overlay rw,lowerdir=/proc/self/fd/7,upperdir=/proc/self/fd/8,workdir=/proc/self/fd/9,userxattr\n" +
+	"41 40 0:51 / /proc rw,nosuid,nodev,noexec - proc proc rw\n"
 
 const goodStatus = "Name:\tsleep\nUid:\t1000000\t1000000\t1000000\t1000000\nGid:\t1000000\t1000000\t1000000\t1000000\n" +
 	"CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\n" +
@@ -40,7 +46,7 @@ func build(t *testing.T, procs []fakeProcess) Options {
 	var list string
 	for _, p := range procs {
 		dir := filepath.Join(o.ProcRoot, strconv.Itoa(p.pid))
-		mk(dir, map[string]string{"status": p.status, "uid_map": p.uidMap, "cgroup": p.cgroup})
+		mk(dir, map[string]string{"status": p.status, "uid_map": p.uidMap, "cgroup": p.cgroup, "mountinfo": p.mounts})
 		os.MkdirAll(filepath.Join(dir, "ns"), 0o755)
 		for _, ns := range namespaces {
 			os.Symlink(ns+":["+p.ns+"]", filepath.Join(dir, "ns", ns))
@@ -79,7 +85,7 @@ func TestCheck(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := good
 			tt.mutate(&p)
-			o := build(t, []fakeProcess{{pid: 1, status: goodStatus, ns: "sb", uidMap: good.uidMap, cgroup: cg, fds: 9}, p})
+			o := build(t, []fakeProcess{{pid: 1, status: goodStatus, ns: "sb", uidMap: good.uidMap, cgroup: cg, fds: 9, mounts: cleanMounts}, p})
 			rep := Check("sb1", 1, o)
 			if len(rep.Processes) != 2 {
 				t.Fatalf("checked %d processes, want 2", len(rep.Processes))
@@ -118,4 +124,28 @@ func replace(s, old, new string) string {
 		panic("no " + old)
 	}
 	return strings.Replace(s, old, new, 1)
+}
+
+// TestCheckMountinfo: the init's mount table (what every process of the
+// sandbox sees) must name no host path.
+func TestCheckMountinfo(t *testing.T) {
+	cg := "4:memory:/agentbox/sb1\n3:pids:/agentbox/sb1\n2:cpu,cpuacct:/agentbox/sb1\n"
+	leaky := "40 39 0:50 / / rw - overlay overlay rw,lowerdir=/var/lib/agentbox/storage/templates/base/1/rootfs,upperdir=/proc/self/fd/8\n"
+	for _, c := range []struct {
+		mounts string
+		pass   bool
+	}{{cleanMounts, true}, {leaky, false}} {
+		o := build(t, []fakeProcess{{pid: 1, status: goodStatus, ns: "sb", uidMap: "0 1000000 65536", cgroup: cg, fds: 9, mounts: c.mounts}})
+		o.HostPaths = []string{"/var/lib/agentbox"}
+		rep := Check("sb1", 1, o)
+		var got *api.CheckValue
+		for i, v := range rep.Processes[0].Checks {
+			if v.Name == "mountinfo hides the host" {
+				got = &rep.Processes[0].Checks[i]
+			}
+		}
+		if got == nil || got.Pass != c.pass || rep.Pass != c.pass {
+			t.Errorf("mounts %q: check %+v, report pass %v; want pass %v", c.mounts, got, rep.Pass, c.pass)
+		}
+	}
 }

@@ -67,7 +67,7 @@ func (s *Service) attachNet(ctx context.Context, rec *store.SandboxRecord, h *dr
 			return nil
 		})
 		if err != nil {
-			_ = s.net.Detach(rec.ID)
+			_ = s.detachNet(rec.ID)
 			return fmt.Errorf("recording the sandbox's address: %w", err)
 		}
 	}
@@ -108,9 +108,9 @@ func (s *Service) SetEgress(ctx context.Context, tenant, id string, req *api.Net
 	if err := s.checkNetAvailable(want); err != nil {
 		return nil, err
 	}
-	rec, err := s.st.GetSandbox(ctx, id)
-	if err != nil || rec.Tenant != tenant && tenant != "" {
-		return nil, errdefs.NotFound("sandbox %q not found", id)
+	rec, err := s.visible(ctx, tenant, id)
+	if err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	e := s.live[id]

@@ -80,9 +80,9 @@ func newPreviewToken() string {
 // Preview returns what the preview proxy needs of sandbox id, of any
 // tenant: its tenant and network settings.
 func (s *Service) Preview(ctx context.Context, id string) (tenant string, n api.Network, err error) {
-	rec, err := s.st.GetSandbox(ctx, id)
+	rec, err := s.visible(ctx, "", id)
 	if err != nil {
-		return "", n, errdefs.NotFound("sandbox %q not found", id)
+		return "", n, err
 	}
 	if rec.Spec.Network != nil {
 		n = *rec.Spec.Network

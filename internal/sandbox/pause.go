@@ -76,9 +76,9 @@ func (s *Service) pauseLocked(ctx context.Context, e *entry, p driver.Pauser) er
 
 // Resume thaws a paused sandbox, or cold-starts a stopped one.
 func (s *Service) Resume(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
-	rec, err := s.st.GetSandbox(ctx, id)
-	if err != nil || (tenant != "" && rec.Tenant != tenant) {
-		return nil, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
+	rec, err := s.visible(ctx, tenant, id)
+	if err != nil {
+		return nil, err
 	}
 	if rec.State == api.StateStopped {
 		return s.coldStart(ctx, rec)

@@ -520,9 +520,9 @@ func (s *Service) lookup(ctx context.Context, tenant, id string) (*entry, error)
 	if ok && (tenant == "" || e.tenant == tenant) {
 		return e, nil
 	}
-	rec, err := s.st.GetSandbox(ctx, id)
-	if err != nil || (tenant != "" && rec.Tenant != tenant) {
-		return nil, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
+	rec, err := s.visible(ctx, tenant, id)
+	if err != nil {
+		return nil, err
 	}
 	if rec.State == api.StateStopped {
 		return nil, errdefs.Precondition("sandbox %s is stopped; start it again with `agentbox resume %s`", id, id)
@@ -530,11 +530,26 @@ func (s *Service) lookup(ctx context.Context, tenant, id string) (*entry, error)
 	return nil, errdefs.Precondition("sandbox %s is %s, not running", id, rec.State)
 }
 
-// Get returns a sandbox of tenant ("" = any, for admins).
-func (s *Service) Get(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
+// visible returns the record of a tenant's sandbox ("" = any, for
+// admins) that has not been destroyed. Another tenant's sandbox, an
+// unknown id and a destroyed sandbox are all not found, on every route
+// (`agentbox ls --all` still lists destroyed ones).
+func (s *Service) visible(ctx context.Context, tenant, id string) (*store.SandboxRecord, error) {
 	rec, err := s.st.GetSandbox(ctx, id)
 	if err != nil || (tenant != "" && rec.Tenant != tenant) {
 		return nil, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
+	}
+	if rec.State == api.StateDestroyed {
+		return nil, errdefs.NotFound("sandbox %q not found: it was destroyed; create a new one", id)
+	}
+	return rec, nil
+}
+
+// Get returns a sandbox of tenant ("" = any, for admins).
+func (s *Service) Get(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
+	rec, err := s.visible(ctx, tenant, id)
+	if err != nil {
+		return nil, err
 	}
 	return s.withDisk(toAPI(rec)), nil
 }
@@ -639,6 +654,24 @@ func (s *Service) Guest(ctx context.Context, tenant, id string) (http.RoundTripp
 		}
 	}
 	return activeTransport{e}, nil
+}
+
+// DownloadLimit is the most bytes a file or archive download from a
+// tenant's sandbox id may hold (max_download_mb; by default the sandbox's
+// disk limit: a sandbox cannot hand the host more than it may store, a
+// sparse file's holes included); 0: no limit.
+func (s *Service) DownloadLimit(ctx context.Context, tenant, id string) (int64, error) {
+	switch {
+	case s.cfg.MaxDownloadMB < 0:
+		return 0, nil
+	case s.cfg.MaxDownloadMB > 0:
+		return s.cfg.MaxDownloadMB << 20, nil
+	}
+	rec, err := s.st.GetSandbox(ctx, id)
+	if err != nil || (tenant != "" && rec.Tenant != tenant) {
+		return 0, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
+	}
+	return rec.Resources.DiskMB << 20, nil
 }
 
 // DriverNames lists the isolation tiers this daemon runs.

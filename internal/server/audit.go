@@ -83,6 +83,9 @@ func (s *Server) audit(r *http.Request, keyID, tenant string, status int) {
 	if s.st == nil || !stateChanging(r) {
 		return
 	}
+	if keyID != "" && isMCPTransport(r) {
+		return // each tool call it carries has an entry of its own (mcp.go)
+	}
 	if status == 0 {
 		status = http.StatusOK
 	}

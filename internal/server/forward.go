@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,23 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out.URL.RawQuery = r.URL.RawQuery
+	// A download is capped (Service.DownloadLimit): the guest answers 413
+	// past the limit before the first byte, and this copy stops a guest
+	// that sends more anyway at the limit plus the tar framing's slack.
+	var cutAt int64
+	if r.Method == http.MethodGet && (path == "/files" || path == "/files/archive") {
+		limit, err := s.svc.DownloadLimit(r.Context(), tenant(r), id)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if limit > 0 {
+			q := r.URL.Query()
+			q.Set("max_bytes", strconv.FormatInt(limit, 10))
+			out.URL.RawQuery = q.Encode()
+			cutAt = limit + limit/16 + 1<<20
+		}
+	}
 	out.ContentLength = r.ContentLength
 	if strings.HasSuffix(path, "/stream") || strings.HasSuffix(path, "/files/watch") {
 		// A stream gets a connection to the guest of its own. Reusing a
@@ -74,8 +92,13 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
+	var sent int64
 	for {
 		n, rerr := resp.Body.Read(buf)
+		if sent += int64(n); cutAt > 0 && sent > cutAt {
+			s.log.Warn("forward: a download went past its limit; cut", "sandbox", id, "limit", cutAt)
+			panic(http.ErrAbortHandler)
+		}
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return

@@ -75,6 +75,9 @@ type Server struct {
 	// uploads run one at a time, so each sees what the one before it
 	// took of the disk quota (templates.go).
 	uploads sync.Map
+
+	// MCP endpoints and hosted MCP servers (mcp.go).
+	mcp mcpState
 }
 
 // New returns the API handler.
@@ -156,6 +159,9 @@ func (s *Server) routes() {
 		"GET /v1/sandboxes/{id}/metrics": s.sandboxMetrics,
 		"GET /v1/events":                 s.eventStream,
 	}
+	for pattern, h := range s.mcpRoutes() { // mcp.go
+		handlers[pattern] = h
+	}
 	// Every route comes from api.Routes, which a test holds against
 	// api/openapi.yaml; the guest's routes are forwarded.
 	for _, r := range api.Routes {
@@ -213,8 +219,51 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // decode reads a JSON body of at most maxBody bytes into v, rejecting
 // unknown fields and trailing data.
+//
+// A body whose Content-Length is over the limit is refused before a byte
+// of it is read: the client that sent `Expect: 100-continue` gets the 413
+// instead of a 100 Continue, and sends nothing. Any other rejected body is
+// read to its end (at most maxBody bytes) before the answer, so that the
+// server does not close a connection the client is still writing to: over
+// TCP that close resets the connection, and the client would see the reset
+// instead of the 4xx. For the same reason a client that sends an
+// oversized body without waiting for 100 Continue has it read and
+// dropped, up to maxDrain bytes, before the 413.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.ContentLength > s.maxBody {
+		if r.ContentLength <= maxDrain && !strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain))
+		}
+		return tooLarge(s.maxBody, r.ContentLength)
+	}
 	body := http.MaxBytesReader(w, r.Body, s.maxBody)
+	err := s.decodeBody(body, v)
+	if err != nil {
+		_, _ = io.Copy(io.Discard, body)
+	}
+	return err
+}
+
+// maxDrain bounds what decode reads of a body it refuses; past it the
+// connection is closed instead.
+const maxDrain = 64 << 20
+
+// tooLargeError is a request body over the limit: 413, code
+// invalid_argument (the SDKs' invalid-argument error).
+type tooLargeError struct{ msg string }
+
+func (e *tooLargeError) Error() string { return e.msg }
+func (e *tooLargeError) Unwrap() error { return errdefs.ErrInvalidArgument }
+
+func tooLarge(limit, got int64) error {
+	msg := fmt.Sprintf("request body is larger than %d bytes", limit)
+	if got > 0 {
+		msg = fmt.Sprintf("request body of %d bytes is larger than %d bytes", got, limit)
+	}
+	return &tooLargeError{msg + "; send a smaller request (files go through PUT /v1/sandboxes/{id}/files)"}
+}
+
+func (s *Server) decodeBody(body io.Reader, v any) error {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -223,7 +272,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &mbe):
-			return errdefs.New(errdefs.ErrInvalidArgument, "request body is larger than %d bytes", s.maxBody)
+			return tooLarge(s.maxBody, 0)
 		case errors.Is(err, io.EOF):
 			return errdefs.Invalid("request body is empty; send a JSON object")
 		case errors.As(err, &se):
@@ -250,6 +299,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, err error) {
 	code, status := errdefs.Code(err)
+	if tl := (*tooLargeError)(nil); errors.As(err, &tl) {
+		status = http.StatusRequestEntityTooLarge
+	}
 	msg := err.Error()
 	if status == http.StatusInternalServerError && msg == "" {
 		msg = "internal error"

@@ -242,10 +242,43 @@ func mountOverlay(spec api.BootSpec) error {
 			return fmt.Errorf("overlay path %q contains ',' or ':'", d)
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr",
-		strings.Join(spec.LowerDirs, ":"), spec.UpperDir, spec.WorkDir)
+	// The layers are named by fd, not by path: overlayfs shows its
+	// options in /proc/self/mountinfo as given, and the sandbox must see
+	// nothing of the host's layout there (/proc/self/fd/N names nothing).
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	byFD := func(dir string) (string, error) {
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("opening overlay directory %s: %w", dir, err)
+		}
+		fds = append(fds, fd)
+		return fmt.Sprintf("/proc/self/fd/%d", fd), nil
+	}
+	var lower []string
+	for _, d := range spec.LowerDirs {
+		p, err := byFD(d)
+		if err != nil {
+			return err
+		}
+		lower = append(lower, p)
+	}
+	upper, err := byFD(spec.UpperDir)
+	if err != nil {
+		return err
+	}
+	work, err := byFD(spec.WorkDir)
+	if err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(lower, ":"), upper, work)
 	if err := unix.Mount("overlay", spec.Rootfs, "overlay", unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mounting overlay root (%s): %w", opts, err)
+		return fmt.Errorf("mounting overlay root (lowerdir=%s,upperdir=%s,workdir=%s): %w",
+			strings.Join(spec.LowerDirs, ":"), spec.UpperDir, spec.WorkDir, err)
 	}
 	return nil
 }
@@ -268,8 +301,10 @@ var (
 // directory dir the sandbox's /proc (of its pid namespace, paths masked,
 // /proc/sys read-only), /dev (a read-only tmpfs with the safe devices,
 // devpts, mqueue) and /sys (of its net namespace, read-only, paths
-// masked). enterStage moves them into the root.
-func Stage(dir string) error {
+// masked), with the views of the machine a program inside sees
+// (view_linux.go; lxcfs is the mounted LXCFS, "" for none). enterStage
+// moves them into the root.
+func Stage(dir, lxcfs string) error {
 	if dir == "" {
 		return fmt.Errorf("%s not set: the daemon passes the stage directory", api.BootStageEnv)
 	}
@@ -279,7 +314,10 @@ func Stage(dir string) error {
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
 		return fmt.Errorf("mounting the stage on %s: %w", dir, err)
 	}
-	if err := stageSpecial(dir); err != nil {
+	if err := stageSpecial(dir, lxcfs); err != nil {
+		return err
+	}
+	if err := limitUserNS(); err != nil { // ucounts_linux.go
 		return err
 	}
 	return loopbackUp()
@@ -288,7 +326,7 @@ func Stage(dir string) error {
 // staged are the mounts Stage makes, moved into the root in this order.
 var staged = []string{"/proc", "/dev", "/sys"}
 
-func stageSpecial(root string) error {
+func stageSpecial(root, lxcfs string) error {
 	in := func(p string) string { return filepath.Join(root, p) }
 	mkdir := func(p string) error {
 		if err := os.MkdirAll(in(p), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
@@ -362,6 +400,9 @@ func stageSpecial(root string) error {
 		if err := unix.Mount("tmpfs", in(d), "tmpfs", noexec|unix.MS_RDONLY, "size=0"); err != nil {
 			return fmt.Errorf("masking %s: %w", d, err)
 		}
+	}
+	if err := stageView(root, in("/.view"), lxcfs); err != nil {
+		return err
 	}
 	for _, p := range readonlyPaths {
 		if err := unix.Mount(in(p), in(p), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {

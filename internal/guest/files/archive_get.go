@@ -40,6 +40,30 @@ func (s *service) getArchive(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.Invalid("%s is a %s; only files and directories can be archived", p, kindName(st.Mode))
 	}
 
+	if limit, err := downloadLimit(r); err != nil {
+		return err
+	} else if limit > 0 {
+		// Sized before the first byte, so that an archive over the limit
+		// is a clear 413 rather than a stream cut in the middle. A file's
+		// apparent size counts, holes included: tar carries them as
+		// zeros.
+		var size int64
+		if kind == unix.S_IFDIR {
+			err = tarSizeDir(fd, &size, limit, map[devIno]bool{})
+			// The walk read the directory; the archive reads it again.
+			if _, serr := unix.Seek(fd, 0, io.SeekStart); err == nil && serr != nil {
+				err = serr
+			}
+		} else {
+			size = tarEntrySize(&st)
+		}
+		if errors.Is(err, errTooLarge) || size > limit {
+			return tooLarge("the archive of %s is over the download limit of %d bytes (the sandbox's disk limit unless max_download_mb says otherwise; sparse files count at their full size); archive less, or compress in the sandbox first", p, limit)
+		}
+		if err != nil {
+			return fsError(p, err)
+		}
+	}
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.WriteHeader(http.StatusOK)
 	bp := getBuf()
@@ -63,6 +87,59 @@ func (s *service) getArchive(w http.ResponseWriter, r *http.Request) error {
 }
 
 type devIno struct{ dev, ino uint64 }
+
+// tarEntryOverhead is what an entry costs in a tar stream besides its
+// data, at most: its header and a PAX header for a long name.
+const tarEntryOverhead = 1536
+
+// tarEntrySize is the most bytes the entry of st takes in the archive.
+func tarEntrySize(st *unix.Stat_t) int64 {
+	n := int64(tarEntryOverhead)
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		n += (st.Size + 511) &^ 511
+	}
+	return n
+}
+
+// tarSizeDir adds to *size what the entries below the directory fd take
+// in an archive (addDir's walk, hard links counted once), stopping with
+// errTooLarge past limit.
+func tarSizeDir(fd int, size *int64, limit int64, seen map[devIno]bool) error {
+	names, err := readNames(fd)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue // removed meanwhile
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
+			k := devIno{uint64(st.Dev), st.Ino}
+			if seen[k] {
+				*size += tarEntryOverhead
+				continue
+			}
+			seen[k] = true
+		}
+		*size += tarEntrySize(&st)
+		if *size > limit {
+			return errTooLarge
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			child, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			err = tarSizeDir(child, size, limit, seen)
+			closeFd(child)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 type archiver struct {
 	tw    *tar.Writer

@@ -134,6 +134,12 @@ func (s *service) getFile(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return errdefs.Invalid("%s is not a regular file (it is a %s)", p, kindName(st.Mode))
 	}
+	if limit, err := downloadLimit(r); err != nil {
+		return err
+	} else if limit > 0 && st.Size > limit {
+		return tooLarge("%s is %d bytes (%d on disk), over the download limit of %d bytes (the sandbox's disk limit unless max_download_mb says otherwise); compress or split it in the sandbox first",
+			p, st.Size, st.Blocks*512, limit)
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(st.Size, 10))
 	w.Header().Set("Last-Modified", time.Unix(st.Mtim.Unix()).UTC().Format(http.TimeFormat))
@@ -144,6 +150,21 @@ func (s *service) getFile(w http.ResponseWriter, r *http.Request) error {
 		s.log.Debug("files: download cut short", "path", p, "read_err", rerr, "write_err", werr)
 	}
 	return nil
+}
+
+// downloadLimit is a download's max_bytes query parameter, set by the
+// daemon (docs/SECURITY.md): the most bytes the answer may hold; 0 or
+// absent: no limit.
+func downloadLimit(r *http.Request) (int64, error) {
+	v := r.URL.Query().Get("max_bytes")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errdefs.Invalid("max_bytes must be a number of bytes, got %q", v)
+	}
+	return n, nil
 }
 
 func kindName(mode uint32) string {

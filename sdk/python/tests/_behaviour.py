@@ -157,7 +157,7 @@ async def run_step(cls, sbx, step, created, snaps):
     elif op == "destroy":
         await call(sbx.destroy())
     elif op == "connect":
-        s = await call(cls.connect(step["id"]))
+        s = await call(cls.connect(step.get("id") or sbx.id))
         await call(s.close())
     elif op == "create":
         args = dict(step["args"])

@@ -24,9 +24,8 @@ def test_async_context_manager_and_exec():
             r = await sbx.exec("python3 -c 'print(sum(range(101)))'")
             assert (r.stdout, r.stderr, r.exit_code) == ("5050\n", "", 0)
             sid = sbx.id
-        other = await AsyncSandbox.connect(sid)
-        assert (await other.info()).state == "destroyed"
-        await other.close()
+        with pytest.raises(NotFoundError):
+            await AsyncSandbox.connect(sid)
     run(main())
 
 

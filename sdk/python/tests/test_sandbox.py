@@ -22,11 +22,8 @@ def test_snippet_and_context_manager_destroys():
         sid = sbx.id
     with Client() as c:
         pass
-    other = Sandbox.connect(sid)
-    try:
-        assert other.info().state == "destroyed"
-    finally:
-        other.close()
+    with pytest.raises(NotFoundError):
+        Sandbox.connect(sid)
 
 
 def test_context_manager_destroys_on_exception():
@@ -34,9 +31,8 @@ def test_context_manager_destroys_on_exception():
         with Sandbox.create(template=TEMPLATE) as sbx:
             sid = sbx.id
             raise RuntimeError("boom")
-    s = Sandbox.connect(sid)
-    assert s.info().state == "destroyed"
-    s.close()
+    with pytest.raises(NotFoundError):
+        Sandbox.connect(sid)
 
 
 def test_connect_list_info_ttl_destroy():
@@ -257,10 +253,10 @@ def test_typed_errors_lifecycle():
     assert "AGENTBOX_HOST" in str(ei.value)
 
 
-def test_exec_on_destroyed_sandbox_is_conflict():
+def test_exec_on_destroyed_sandbox_is_not_found():
     sbx = Sandbox.create(template=TEMPLATE)
     sbx.destroy()
-    with pytest.raises(ConflictError):
+    with pytest.raises(NotFoundError):
         sbx.exec("true")
     sbx.close()
 
@@ -272,3 +268,20 @@ def test_url_is_the_preview_url(shared_sbx):
     assert u == f"http://8080-{shared_sbx.id}.{net['preview_domain']}/?agentbox_token={net['preview_token']}"
     with pytest.raises(InvalidArgumentError):
         shared_sbx.url(0)
+
+
+def test_oversized_request_is_invalid_argument():
+    # Over the daemon's JSON limit: 413, refused before the body is read.
+    with pytest.raises(InvalidArgumentError) as e:
+        Sandbox.create(template=TEMPLATE, env={"BIG": "x" * (2 << 20)})
+    assert e.value.status == 413 and "larger than" in str(e.value)
+
+
+def test_connect_destroyed_is_not_found():
+    sbx = Sandbox.create(template=TEMPLATE, ttl_seconds=300)
+    sid = sbx.id
+    sbx.destroy()
+    sbx.close()
+    with pytest.raises(NotFoundError) as e:
+        Sandbox.connect(sid)
+    assert e.value.status == 404 and "destroyed" in str(e.value)

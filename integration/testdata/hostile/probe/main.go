@@ -24,6 +24,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// sharedCmds are the subcommands of shared.go.
+var sharedCmds map[string]func([]string)
+
 func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: probe COMMAND [ARGS]")
@@ -36,6 +39,9 @@ func main() {
 		"exe": probeExe, "fds": probeFDs, "alloc": probeAlloc, "flood": probeFlood,
 		"threads": probeThreads, "files": probeFiles, "connect": probeConnect,
 		"write": probeWrite, "read": probeRead, "ids": probeIDs,
+	}
+	for k, v := range sharedCmds {
+		cmds[k] = v
 	}
 	f, ok := cmds[os.Args[1]]
 	if !ok {

@@ -1,0 +1,128 @@
+package integration
+
+// Battery items on what a program inside a sandbox sees of the host
+// (docs/sandbox-view.md): its mount table, and the host-wide counters of
+// /proc. The verdict compares what the sandbox reads with what the host
+// reads itself.
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/posture"
+)
+
+// hostPaths are the daemon's directories, which nothing a sandbox reads
+// may name.
+func hostPaths() []string {
+	return []string{env.cfg.DataDir, env.cfg.RunDir, "/var/lib/agentbox", "/run/agentbox"}
+}
+
+// itemMountinfo (33): /proc/self/mountinfo inside names nothing of the
+// host's layout (the root overlay's layers were the pool's paths).
+// Container tier: the host reads the init's mount table (what the
+// sandbox's processes see) and the posture check must pass; gvisor: the
+// table is gVisor's own, read inside.
+func itemMountinfo(t *testing.T, b *battery) {
+	id := b.shared(t)
+	res := b.hostile(t, id, api.ExecRequest{Shell: `cat /proc/self/mountinfo; echo ==; cat /proc/1/mountinfo`})
+	inside := res.Stdout
+	if !strings.Contains(inside, " / / ") {
+		t.Fatalf("no root mount in the sandbox's mountinfo:\n%s", inside)
+	}
+	if bad := posture.MountinfoLeaks(inside, hostPaths()); len(bad) > 0 {
+		t.Errorf("the sandbox's mountinfo shows the host's layout: %v\n%s", bad, inside)
+	}
+	if b.tier != "gvisor" {
+		hostView, err := os.ReadFile("/proc/" + strconv.Itoa(sandboxPid(t, id)) + "/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad := posture.MountinfoLeaks(string(hostView), hostPaths()); len(bad) > 0 {
+			t.Errorf("the init's mount table, read on the host, shows the host's layout: %v", bad)
+		}
+		root := firstLineWith(string(hostView), " / / ")
+		if !strings.Contains(root, "lowerdir=/proc/self/fd/") {
+			t.Errorf("the root overlay, read on the host: %q; want its layers named by fd", root)
+		}
+		evidence(t, "root mount read on the host: %s", root)
+	}
+	rep, err := env.client.SandboxSecurity(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := b.tier == "gvisor" // gVisor's table is not the host's to read
+	for _, p := range rep.Processes {
+		for _, c := range p.Checks {
+			if c.Name == "mountinfo hides the host" {
+				found = true
+				if !c.Pass {
+					t.Errorf("inspect --security: %s = %s", c.Name, c.Got)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Errorf("inspect --security has no mountinfo check: %+v", rep)
+	}
+	evidence(t, "%d mounts inside, none naming a host path; security report pass=%v", strings.Count(inside, "\n")/2, rep.Pass)
+}
+
+// itemHostCounters (34): the host-wide counters of /proc say nothing of
+// the host or of other tenants: the host's boot line and boot id, the
+// number of cgroups (which grows with every sandbox), the storage pool's
+// disk I/O.
+func itemHostCounters(t *testing.T, b *battery) {
+	id := b.shared(t)
+	const script = `echo "cmdline=$(cat /proc/cmdline 2>/dev/null)"
+echo "bootid=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
+echo "cgroups=$(awk 'NR>1{s+=$3} END{print s+0}' /proc/cgroups 2>/dev/null)"
+echo "diskstats=$(cat /proc/diskstats 2>/dev/null | awk '{print $3}' | tr '\n' ' ')"`
+	read := func() map[string]string {
+		res := b.hostile(t, id, api.ExecRequest{Shell: script})
+		out := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				out[k] = strings.TrimSpace(v)
+			}
+		}
+		return out
+	}
+	before := read()
+	hostCmdline, _ := os.ReadFile("/proc/cmdline")
+	hostBootID, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if c := strings.TrimSpace(string(hostCmdline)); c != "" && strings.Contains(before["cmdline"], c) {
+		t.Errorf("the sandbox reads the host's boot line %q", c)
+	}
+	if h := strings.TrimSpace(string(hostBootID)); before["bootid"] == h {
+		t.Errorf("the sandbox reads the host's boot id %s", h)
+	}
+	hostDisks, _ := os.ReadFile("/proc/diskstats")
+	for _, line := range strings.Split(string(hostDisks), "\n") {
+		if f := strings.Fields(line); len(f) > 3 && slices.Contains(strings.Fields(before["diskstats"]), f[2]) {
+			t.Errorf("the sandbox's /proc/diskstats shows the host's %s", f[2])
+		}
+	}
+	// Another tenant's sandbox appears: the count inside stays.
+	b.sandbox(t, api.CreateSandboxRequest{})
+	after := read()
+	if before["cgroups"] != after["cgroups"] {
+		t.Errorf("/proc/cgroups inside counted %s cgroups, %s after a sandbox was created elsewhere", before["cgroups"], after["cgroups"])
+	}
+	evidence(t, "cmdline %q (host's differs), boot id %s (host's %s), cgroups %s before and after another sandbox, diskstats %q",
+		before["cmdline"], before["bootid"], strings.TrimSpace(string(hostBootID)), after["cgroups"], before["diskstats"])
+}
+
+func firstLineWith(s, sub string) string {
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			return line
+		}
+	}
+	return ""
+}

@@ -1,0 +1,140 @@
+package integration
+
+// What a program inside a sandbox sees (docs/sandbox-view.md): the
+// built-in templates' environment, on every tier.
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// builtinTemplateEnv is the env scripts/build-template.sh imports the
+// built-in templates with (its `ENV=(--env K=V ...)` line), so that the
+// test daemon's templates carry what users' do.
+func builtinTemplateEnv() map[string]string {
+	f, err := os.Open(filepath.Join(env.repo, "scripts/build-template.sh"))
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "ENV=(") {
+			continue
+		}
+		fields := strings.Fields(strings.TrimSuffix(strings.TrimPrefix(line, "ENV=("), ")"))
+		for i := 0; i+1 < len(fields); i += 2 {
+			if k, v, ok := strings.Cut(fields[i+1], "="); fields[i] == "--env" && ok {
+				out[k] = v
+			}
+		}
+	}
+	if out["PATH"] == "" {
+		panic("scripts/build-template.sh has no ENV=(--env PATH=... ) line")
+	}
+	return out
+}
+
+// TestPythonBytecodeTrap: an agent writes calc.py, imports it, writes a
+// fix of the same size within the same second and imports it again. With
+// Python's .pyc cache (keyed on mtime in seconds and size) the second run
+// would see the old code; the built-in templates set
+// PYTHONDONTWRITEBYTECODE=1, and a create's env can set it back.
+func TestPythonBytecodeTrap(t *testing.T) {
+	needBase(t)
+	if got := builtinTemplateEnv()["PYTHONDONTWRITEBYTECODE"]; got != "1" {
+		t.Fatalf("scripts/build-template.sh imports the built-in templates with PYTHONDONTWRITEBYTECODE=%q, want 1", got)
+	}
+	// Both versions get the same mtime (the same second) on purpose: the
+	// trap is then certain, not a race.
+	const loop = `cd /tmp && rm -rf trap && mkdir trap && cd trap
+echo 'def f(): return 1' > calc.py && touch -d @1700000000 calc.py
+python3 -c 'import calc; print("first", calc.f())'
+echo 'def f(): return 2' > calc.py && touch -d @1700000000 calc.py
+python3 -c 'import calc; print("second", calc.f())'
+ls -d __pycache__ 2>/dev/null || echo no-cache`
+	for _, tier := range batteryTiers(t) {
+		t.Run(tier, func(t *testing.T) {
+			id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: tier})
+			out := mustSh(t, id, loop)
+			if !strings.Contains(out, "first 1") || !strings.Contains(out, "second 2") || !strings.Contains(out, "no-cache") {
+				t.Errorf("with the template's env, the fix is not what runs, or a cache was written:\n%s", out)
+			}
+			if got := mustSh(t, id, `echo "$PYTHONDONTWRITEBYTECODE"`); got != "1" {
+				t.Errorf("PYTHONDONTWRITEBYTECODE inside = %q, want 1", got)
+			}
+			// Overridable: an empty value turns the cache back on (and
+			// with it the trap, which shows the cache was written).
+			id2 := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: tier, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": ""}})
+			out = mustSh(t, id2, loop)
+			if !strings.Contains(out, "second 1") || !strings.Contains(out, "__pycache__") {
+				t.Errorf("with PYTHONDONTWRITEBYTECODE set empty at create, the cache should be written (and the old code run):\n%s", out)
+			}
+		})
+	}
+}
+
+// TestContainerResourceView: on the container tier, /proc/meminfo (what
+// procps' free, psutil and libuv read) shows the sandbox's memory cgroup, read live (a resize shows
+// at once), and /proc/uptime its own age, through LXCFS
+// (docs/sandbox-view.md). The verdict compares with the cgroup limit and
+// the init's start time read on the host.
+func TestContainerResourceView(t *testing.T) {
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Isolation: "container", MemoryMB: 256})
+	limitFile := cgroupPath("memory", id) + "/memory.limit_in_bytes"
+	memTotal := func() int64 {
+		out := mustSh(t, id, `awk '/^MemTotal:/{print $2}' /proc/meminfo`)
+		n, err := strconv.ParseInt(out, 10, 64)
+		if err != nil {
+			t.Fatalf("MemTotal inside: %q", out)
+		}
+		return n << 10
+	}
+	limit := readHostInt(t, limitFile)
+	hostMem, _ := os.ReadFile("/proc/meminfo")
+	hostKB, _ := strconv.ParseInt(strings.Fields(firstLineWith(string(hostMem), "MemTotal:") + " x 0")[1], 10, 64)
+	hostTotal := hostKB << 10
+	if got := memTotal(); got != limit || got >= hostTotal {
+		t.Errorf("MemTotal inside = %d bytes; want the sandbox's memory cgroup limit %d read on the host (the host has %d)", got, limit, hostTotal)
+	}
+	if limit < 256<<20 || limit > 256<<20+64<<20 {
+		t.Errorf("the sandbox's memory cgroup limit is %d; want 256 MiB plus the agent's reserve", limit)
+	}
+	// A resize (as a warm pool's claim does it: the cgroup limit changes)
+	// shows at the next read.
+	raised := limit + 128<<20
+	// memory.memsw.limit_in_bytes (memory and swap) may not be below
+	// memory.limit_in_bytes: it goes up first, as SetLimits does it.
+	for _, f := range []string{cgroupPath("memory", id) + "/memory.memsw.limit_in_bytes", limitFile} {
+		if _, err := os.Stat(f); err != nil && f != limitFile {
+			continue
+		}
+		if err := os.WriteFile(f, []byte(strconv.FormatInt(raised, 10)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := memTotal(); got != raised {
+		t.Errorf("after the limit was raised to %d on the host, MemTotal inside = %d", raised, got)
+	}
+	// Uptime: the sandbox's init's age, not the host's.
+	out := mustSh(t, id, `cut -d' ' -f1 /proc/uptime`)
+	inside, _ := strconv.ParseFloat(out, 64)
+	hostUp, _ := os.ReadFile("/proc/uptime")
+	host, _ := strconv.ParseFloat(strings.Fields(string(hostUp))[0], 64)
+	stat, _ := os.ReadFile("/proc/" + strconv.Itoa(sandboxPid(t, id)) + "/stat")
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	start, _ := strconv.ParseFloat(f[19], 64) // starttime, in clock ticks (100 a second)
+	age := host - start/100
+	if inside <= 0 || inside > age+5 || inside < age-5 {
+		t.Errorf("uptime inside = %.1f s; want its init's age, %.1f s read on the host (the host's is %.1f s)", inside, age, host)
+	}
+	t.Logf("MemTotal %d (limit %d, then %d; host %d); uptime %.1f s (init's age %.1f s, host's %.1f s)", limit, limit, raised, hostTotal, inside, age, host)
+}

@@ -1,0 +1,158 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// tsClientDir installs the pinned MCP TypeScript SDK
+// (testdata/mcp/ts/package.json) from the npm registry into the build
+// cache once, and returns the directory with client.mjs in it.
+func tsClientDir(t *testing.T) string {
+	t.Helper()
+	pkg, err := os.ReadFile(filepath.Join("testdata", "mcp", "ts", "package.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join("testdata", "mcp", "ts", "client.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := "/var/lib/agentbox/build/mcp-ts-client"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := os.ReadFile(filepath.Join(dir, "package.json"))
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil || string(old) != string(pkg) {
+		if err := os.WriteFile(filepath.Join(dir, "package.json"), pkg, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--omit=dev")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm install of the MCP TypeScript SDK: %v\n%s", err, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "client.mjs"), script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// loopbackToSocket serves the daemon's unix socket on a loopback TCP port
+// (the test daemon listens on the socket only; Node's fetch wants TCP) and
+// returns its address.
+func loopbackToSocket(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("unix", env.cfg.Socket)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { _, _ = io.Copy(u, c); u.(*net.UnixConn).CloseWrite() }()
+				_, _ = io.Copy(c, u)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+type tsResult struct {
+	Server    string   `json:"server"`
+	Tools     []string `json:"tools"`
+	ID        string   `json:"id"`
+	Exec      string   `json:"exec"`
+	ExecError bool     `json:"execError"`
+	Read      string   `json:"read"`
+	BadError  bool     `json:"badError"`
+	After     string   `json:"after"`
+	Destroy   string   `json:"destroy"`
+	List      string   `json:"list"`
+	IsError   bool     `json:"isError"`
+}
+
+func runTSClient(t *testing.T, dir string, args ...string) tsResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", append([]string{"client.mjs"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = mcpCLIEnv(env.key)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node client.mjs %s: %v\nstdout: %s\nstderr: %s", args[0], err, out, stderr.String())
+	}
+	var r tsResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("node client.mjs %s printed %q: %v", args[0], out, err)
+	}
+	return r
+}
+
+// TestMCPTypeScriptClient drives agentbox with the official MCP
+// TypeScript SDK's client: `agentbox mcp` over stdio, the daemon's /mcp
+// over streamable HTTP, and a hosted server's endpoint.
+func TestMCPTypeScriptClient(t *testing.T) {
+	dir := tsClientDir(t)
+	addr := loopbackToSocket(t)
+	for _, c := range []struct{ name, target string }{
+		{"stdio", env.cliBin},
+		{"http", "http://" + addr + "/mcp"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runTSClient(t, dir, c.name, c.target, env.key)
+			if r.Server != "agentbox" || len(r.Tools) < 13 {
+				t.Errorf("server %q with tools %v", r.Server, r.Tools)
+			}
+			if !strings.Contains(r.Exec, "ts-42") || r.ExecError {
+				t.Errorf("exec = %q (error %v)", r.Exec, r.ExecError)
+			}
+			if r.Read != "from typescript" {
+				t.Errorf("file_read = %q", r.Read)
+			}
+			if !r.BadError || !strings.Contains(r.After, "still") {
+				t.Errorf("exec without a command: error %v; the call after it = %q", r.BadError, r.After)
+			}
+			if !strings.Contains(r.Destroy, "destroyed") {
+				t.Errorf("sandbox_destroy = %q", r.Destroy)
+			}
+		})
+	}
+	t.Run("hosted", func(t *testing.T) {
+		needBase(t) // the test server is python
+		id := newSandbox(t, api.CreateSandboxRequest{Template: "base"})
+		mustSh(t, id, "mkdir -p /data && touch /data/a /data/b")
+		srv := hostTestServer(t, env.client, id, "ts")
+		r := runTSClient(t, dir, "hosted", "http://"+addr+srv.Endpoint, env.key)
+		sort.Strings(r.Tools)
+		if strings.Join(r.Tools, ",") != "fetch,list_dir,pid,read_file" || r.List != "a\nb" || r.IsError {
+			t.Errorf("hosted server through the TypeScript client: %+v", r)
+		}
+	})
+}

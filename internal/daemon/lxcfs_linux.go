@@ -1,0 +1,90 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ensureLxcfs returns dir once an LXCFS is mounted there, starting one if
+// none is: `lxcfs --enable-loadavg dir`, in a session of its own so that it
+// outlives the daemon (sandboxes keep running across a restart, and their
+// /proc/meminfo is a file of it), its output in runDir/lxcfs.log. An LXCFS
+// already there (Debian's lxcfs.service mounts /var/lib/lxcfs) is used as
+// it is. On failure it logs why and returns "": sandboxes then see the
+// host's figures (docs/sandbox-view.md).
+func ensureLxcfs(ctx context.Context, dir, runDir string, log *slog.Logger) string {
+	if dir == "" {
+		return ""
+	}
+	if lxcfsMounted(dir) {
+		return dir
+	}
+	bin, err := exec.LookPath("lxcfs")
+	if err != nil {
+		log.Warn("lxcfs is not installed: sandboxes see the host's memory, uptime and load (install the lxcfs package: scripts/install-deps.sh)", "err", err)
+		return ""
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		log.Warn("lxcfs: cannot make its directory; sandboxes see the host's memory", "dir", dir, "err", err)
+		return ""
+	}
+	logf, err := os.OpenFile(filepath.Join(runDir, "lxcfs.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		log.Warn("lxcfs: cannot open its log", "err", err)
+		return ""
+	}
+	defer logf.Close()
+	// Not CommandContext: it must outlive this daemon.
+	cmd := exec.Command(bin, "--foreground", "--enable-loadavg", "--pidfile", filepath.Join(runDir, "lxcfs.pid"), dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		log.Warn("lxcfs did not start; sandboxes see the host's memory", "err", err)
+		return ""
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }() // reaps it if it ends while this daemon runs
+	deadline := time.NewTimer(15 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if lxcfsMounted(dir) {
+			log.Info("lxcfs started", "dir", dir, "pid", cmd.Process.Pid)
+			return dir
+		}
+		select {
+		case err := <-exited:
+			log.Warn("lxcfs exited before mounting; sandboxes see the host's memory (see its log)", "err", err, "log", filepath.Join(runDir, "lxcfs.log"))
+			return ""
+		case <-deadline.C:
+			log.Warn("lxcfs did not mount within 15 s; sandboxes see the host's memory", "dir", dir)
+			return ""
+		case <-ctx.Done():
+			return ""
+		case <-tick.C:
+		}
+	}
+}
+
+// lxcfsMounted says whether a FUSE mount of lxcfs sits at dir.
+func lxcfsMounted(dir string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if ok && len(f) >= 5 && len(g) >= 1 && f[4] == filepath.Clean(dir) && g[0] == "fuse.lxcfs" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,35 @@
+package server
+
+import (
+	"net/http/httptest"
+	"testing"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// The MCP routes' bodies, for TestJSONBodyRoutesFuzzed (kept here so that
+// decode_fuzz_test.go's tables need no edit).
+func init() {
+	jsonBodies["POST /v1/sandboxes/{id}/mcp-servers"] = fuzzDecode[api.StartMCPServerRequest]
+	notJSONBodies["POST /mcp"] = "MCP JSON-RPC messages, read by the MCP Go SDK's streamable HTTP handler"
+	notJSONBodies["POST /v1/sandboxes/{id}/mcp-servers/{name}/mcp"] = "MCP JSON-RPC messages, read by the MCP Go SDK's streamable HTTP handler"
+}
+
+func TestIsMCPTransport(t *testing.T) {
+	for _, c := range []struct {
+		path string
+		want bool
+	}{
+		{"/mcp", true},
+		{"/v1/sandboxes/abc/mcp-servers/fs/mcp", true},
+		{"/v1/sandboxes/abc/mcp-servers", false}, // starting a server is audited as a request
+		{"/v1/sandboxes/abc/mcp-servers/fs", false},
+		{"/v1/sandboxes/abc/files", false},
+		{"/mcp/x", false},
+	} {
+		r := httptest.NewRequest("POST", c.path, nil)
+		if got := isMCPTransport(r); got != c.want {
+			t.Errorf("isMCPTransport(%s) = %v, want %v", c.path, got, c.want)
+		}
+	}
+}
