@@ -134,7 +134,9 @@ func startKernel(ctx context.Context, sp Spawner, spec kernelSpec, base, id stri
 	if err := os.Chown(connFile, uid, gid); err != nil {
 		return nil, err
 	}
-	kenv := map[string]string{}
+	// pydevd (ipykernel's debugger) warns on every start without this,
+	// which would bury a dying kernel's own last words.
+	kenv := map[string]string{"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 	for k, v := range spec.Env {
 		kenv[k] = v
 	}

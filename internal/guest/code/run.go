@@ -141,7 +141,7 @@ func (r *runner) run(ctx context.Context, code string) api.CodeEvent {
 	k := r.k
 	frames, id, err := k.sig.encode(k.session, "execute_request", map[string]any{
 		"code": code, "silent": false, "store_history": true, "user_expressions": map[string]any{},
-		"allow_stdin": false, "stop_on_error": true,
+		"allow_stdin": false, "stop_on_error": false, // runs are serialized here: nothing queued to abort
 	})
 	if err != nil {
 		return r.fail("EncodingError", err.Error(), api.CodeStatusError)
