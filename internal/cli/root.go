@@ -162,6 +162,8 @@ uses the local socket and the admin key by default.`,
 	root.AddCommand(newEgressCommand(g))
 	// Warm pools (docs/PERFORMANCE.md).
 	root.AddCommand(newPoolsCommand(g))
+	// The code interpreter (docs/interpreter.md).
+	root.AddCommand(newCodeCommand(g))
 	return root
 }
 
