@@ -50,7 +50,7 @@ type Proc interface {
 }
 
 // kernelStartTimeout bounds a kernel's start to its first reply.
-const kernelStartTimeout = 60 * time.Second
+const kernelStartTimeout = 120 * time.Second
 
 // kernel is one running kernel process and our three sockets to it
 // (shell and control DEALERs, iopub SUB). Heartbeats are not used: the
