@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"fmt"
 	"image/png"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -352,5 +354,37 @@ func TestCodeInterpreterGvisorFork(t *testing.T) {
 	}
 	if got := mainText(runCode(t, parent, api.RunCodeRequest{Code: "(x, n)"})); got != "('from the parent', 0)" {
 		t.Errorf("parent after the fork: %s", got)
+	}
+}
+
+// TestExampleCodeInterpreter runs examples/code_interpreter.py: CSV ->
+// pandas -> chart through run_code only; the chart is a real PNG.
+func TestExampleCodeInterpreter(t *testing.T) {
+	needPython(t)
+	out := filepath.Join(t.TempDir(), "chart.png")
+	text, err := runExample(t, "code_interpreter.py", "--out", out)
+	if err != nil {
+		t.Fatalf("code_interpreter.py failed: %v", err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("no chart written: %v", err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the chart does not decode as a PNG: %v", err)
+	}
+	if sz := img.Bounds().Size(); sz.X < 400 || sz.Y < 200 {
+		t.Errorf("chart is %v", sz)
+	}
+	for _, want := range []string{"rows: 36", "revenue by region:", "north", "chart: "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	// Without ipykernel (the base template) it fails with a hint.
+	text, err = runExample(t, "code_interpreter.py", "--template", "base", "--out", out+".2")
+	if err == nil || !strings.Contains(text, "--template python") {
+		t.Fatalf("code_interpreter.py --template base: %v, want a failure that points to the python template\n%s", err, text)
 	}
 }
