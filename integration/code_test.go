@@ -203,6 +203,7 @@ func testCodeInterpreter(t *testing.T, tier string) {
 	if cc.ID != "other" || cc.Language != "python" || cc.State != api.CodeIdle || cc.Pid == 0 {
 		t.Errorf("created context: %+v", cc)
 	}
+	freshRSS := strings.TrimSpace(mustSh(t, id, fmt.Sprintf("grep VmRSS /proc/%d/status", cc.Pid)))
 	ex = runCode(t, id, api.RunCodeRequest{Context: "other", Code: "import os\n(os.getcwd(), os.environ['CTXVAR'], 'x' in globals())"})
 	if got := mainText(ex); got != "('/tmp', 'v1', False)" {
 		t.Errorf("other context: %s", got)
@@ -227,8 +228,8 @@ func testCodeInterpreter(t *testing.T, tier string) {
 		t.Errorf("unknown language: %v", err)
 	}
 
-	t.Logf("%s tier: first run (kernel start + cell) %v; `x + 1` %v; first matplotlib PNG %v; idle kernel with pandas and matplotlib loaded: %s",
-		tier, ready.Round(time.Millisecond), oneCell.Round(time.Millisecond), firstPlot.Round(time.Millisecond), rss)
+	t.Logf("%s tier: first run (kernel start + cell) %v; `x + 1` %v; first matplotlib PNG %v; idle kernel: fresh %s, with pandas and matplotlib loaded %s",
+		tier, ready.Round(time.Millisecond), oneCell.Round(time.Millisecond), firstPlot.Round(time.Millisecond), freshRSS, rss)
 }
 
 func waitCodeState(t *testing.T, id, ctxID, state string) {
