@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,32 @@ func testCodeInterpreter(t *testing.T, tier string) {
 	if got := mainText(ex); got != "42" || ex.ExecutionCount != 2 {
 		t.Fatalf("x + 1 = %s (count %d), want 42 (2)", got, ex.ExecutionCount)
 	}
+
+	// `1+1` through the API, p50 of 20, and the same from a jupyter_client
+	// in the sandbox talking to a kernel of its own (the baseline).
+	var rtts []time.Duration
+	for range 20 {
+		start := time.Now()
+		if got := mainText(runCode(t, id, api.RunCodeRequest{Code: "1+1"})); got != "2" {
+			t.Fatalf("1+1 = %s", got)
+		}
+		rtts = append(rtts, time.Since(start))
+	}
+	slices.Sort(rtts)
+	p50 := rtts[len(rtts)/2]
+	baseline := strings.TrimSpace(mustSh(t, id, `python3 - <<'EOF'
+import statistics, time
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name="python3", startup_timeout=120)
+ts = []
+for _ in range(20):
+    t = time.perf_counter()
+    kc.execute_interactive("1+1", timeout=60, output_hook=lambda m: None)
+    ts.append((time.perf_counter() - t) * 1000)
+print("%.1f ms" % statistics.median(ts))
+kc.stop_channels()
+km.shutdown_kernel(now=True)
+EOF`))
 
 	// Streaming order: stdout, a display, stderr, then the value.
 	var order []string
@@ -228,6 +255,7 @@ func testCodeInterpreter(t *testing.T, tier string) {
 		t.Errorf("unknown language: %v", err)
 	}
 
+	t.Logf("%s tier: `1+1` p50 of 20 through the API %v, jupyter_client in the sandbox to its own kernel %s", tier, p50.Round(100*time.Microsecond), baseline)
 	t.Logf("%s tier: first run (kernel start + cell) %v; `x + 1` %v; first matplotlib PNG %v; idle kernel: fresh %s, with pandas and matplotlib loaded %s",
 		tier, ready.Round(time.Millisecond), oneCell.Round(time.Millisecond), firstPlot.Round(time.Millisecond), freshRSS, rss)
 }
