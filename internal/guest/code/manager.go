@@ -333,6 +333,9 @@ func (m *Manager) startIn(ctx context.Context, c *codeContext) error {
 	c.starting = true
 	c.mu.Unlock()
 	k, err := startKernel(ctx, m.sp, c.spec, base, c.id, c.cwd, c.user, c.env)
+	if err == nil {
+		m.bootstrap(ctx, c, k)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.starting = false
@@ -348,7 +351,6 @@ func (m *Manager) startIn(ctx context.Context, c *codeContext) error {
 	c.restarts = c.kernels - 1
 	c.k = k
 	c.count = 0
-	m.bootstrap(ctx, c, k)
 	return nil
 }
 

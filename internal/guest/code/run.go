@@ -300,8 +300,13 @@ func (r *runner) kernelEnded() api.CodeEvent {
 		r.restarted = true
 		return r.fail("ContextRestarting", "the context was restarted or removed while this ran; its state is lost", api.CodeStatusError)
 	}
-	<-r.k.proc.Done() // a transport failure without an exit: close kills it
 	reason := deathReason(r.k)
+	select {
+	case <-r.k.proc.Done():
+	default: // the sockets failed with the process alive: it is of no use
+		r.k.proc.Kill()
+		<-r.k.proc.Done()
+	}
 	r.c.mu.Lock()
 	r.c.lastExit = reason
 	r.c.mu.Unlock()
