@@ -32,4 +32,3 @@ func TestSignatures(t *testing.T) {
 		}
 	}
 }
-
