@@ -174,12 +174,27 @@ EOF`))
 
 	// Interrupting time.sleep(60) keeps the state.
 	done := make(chan *api.Execution, 1)
-	go func() { done <- runCode(t, id, api.RunCodeRequest{Code: "import time\ntime.sleep(60)", TimeoutMs: -1}) }()
-	waitCodeState(t, id, "python", api.CodeBusy)
+	sleeping := make(chan struct{}, 1)
+	go func() {
+		ex, err := env.client.RunCode(ctx, id, api.RunCodeRequest{Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", TimeoutMs: -1},
+			func(ev api.CodeEvent) {
+				if ev.Type == api.CodeEventStdout {
+					sleeping <- struct{}{}
+				}
+			})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- ex
+	}()
+	<-sleeping // the cell is in time.sleep: an interrupt now cannot land before its import
 	if _, err := env.client.InterruptCodeContext(ctx, id, "python"); err != nil {
 		t.Fatal(err)
 	}
 	ex = <-done
+	if ex == nil {
+		t.FailNow()
+	}
 	if ex.Status != api.CodeStatusInterrupted || ex.Restarted || ex.Error == nil || ex.Error.Name != "KeyboardInterrupt" {
 		t.Errorf("interrupted sleep: %+v", ex)
 	}
@@ -188,7 +203,7 @@ EOF`))
 	}
 
 	// A timeout interrupts; the state is kept.
-	ex = runCode(t, id, api.RunCodeRequest{Code: "time.sleep(60)", TimeoutMs: 500})
+	ex = runCode(t, id, api.RunCodeRequest{Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", TimeoutMs: 3000})
 	if ex.Status != api.CodeStatusTimeout || ex.Restarted {
 		t.Errorf("timed-out sleep: %+v", ex)
 	}
@@ -203,10 +218,12 @@ EOF`))
 	}
 	rss := strings.TrimSpace(mustSh(t, id, fmt.Sprintf("grep VmRSS /proc/%d/status", c.Pid)))
 
-	// A cell that ignores the interrupt: restarted, and it says so.
-	ex = runCode(t, id, api.RunCodeRequest{Code: "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)", TimeoutMs: 500})
+	// A cell deaf to the interrupt: restarted, and it says so.
+	// A long loop in C never looks at the interrupt (ipykernel resets a
+	// handler set by an earlier cell, so SIG_IGN there would not do).
+	ex = runCode(t, id, api.RunCodeRequest{Code: "sum(range(10**13))", TimeoutMs: 500})
 	if ex.Status != api.CodeStatusTimeout || !ex.Restarted || ex.Error == nil || ex.Error.Name != "TimeoutError" {
-		t.Errorf("a cell ignoring SIGINT: %+v %+v", ex, ex.Error)
+		t.Errorf("a cell deaf to SIGINT: %+v %+v", ex, ex.Error)
 	}
 	if ex := runCode(t, id, api.RunCodeRequest{Code: "x"}); ex.Error == nil || ex.Error.Name != "NameError" {
 		t.Errorf("x after a restart: %+v, want NameError", ex)

@@ -12,6 +12,10 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 )
 
+// exitGrace is how long a kernel whose sockets closed has to be seen
+// exiting before it is killed as a transport failure.
+const exitGrace = 5 * time.Second
+
 // keepaliveEvery is how long a run's stream may stay silent before a
 // keepalive event.
 var keepaliveEvery = 5 * time.Second
@@ -300,10 +304,16 @@ func (r *runner) kernelEnded() api.CodeEvent {
 		r.restarted = true
 		return r.fail("ContextRestarting", "the context was restarted or removed while this ran; its state is lost", api.CodeStatusError)
 	}
-	reason := deathReason(r.k)
+	// A kernel that exits closes its sockets first: give the reaper a
+	// moment to see the exit before calling it a transport failure.
+	t := time.NewTimer(exitGrace)
+	defer t.Stop()
+	reason := ""
 	select {
 	case <-r.k.proc.Done():
-	default: // the sockets failed with the process alive: it is of no use
+		reason = deathReason(r.k)
+	case <-t.C: // the sockets failed with the process alive: it is of no use
+		reason = deathReason(r.k)
 		r.k.proc.Kill()
 		<-r.k.proc.Done()
 	}
