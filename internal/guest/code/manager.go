@@ -38,8 +38,9 @@ type Options struct {
 	Logger  *slog.Logger
 	// Root is where kernelspecs are looked for ("" is /; tests set it).
 	Root string
-	// SocketDir holds the kernels' socket directories; "" picks
-	// /run/agentbox-kernels, else $TMPDIR/.agentbox-kernels.
+	// SocketDir holds the kernels' socket directories; "" picks the first
+	// of /dev/shm/agentbox-kernels, /run/agentbox-kernels and
+	// $TMPDIR/.agentbox-kernels that can be made.
 	SocketDir string
 }
 
@@ -95,8 +96,10 @@ type codeContext struct {
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // socketBase returns the root-owned directory that holds each kernel's
-// socket directory, making it on first use. /run is a tmpfs in most
-// sandboxes; /tmp is the fallback.
+// socket directory, making it on first use. /dev/shm comes first: it is a
+// tmpfs on every tier, and on gvisor a socket bound there lives inside
+// the sandbox's kernel, so a checkpoint (fork or snapshot with memory)
+// can save it; one bound on the rootfs is a host socket, which cannot be.
 func (m *Manager) socketBase() (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -104,7 +107,7 @@ func (m *Manager) socketBase() (string, error) {
 		return m.base, nil
 	}
 	var errs []error
-	for _, d := range []string{"/run/agentbox-kernels", filepath.Join(os.TempDir(), ".agentbox-kernels")} {
+	for _, d := range []string{"/dev/shm/agentbox-kernels", "/run/agentbox-kernels", filepath.Join(os.TempDir(), ".agentbox-kernels")} {
 		os.Mkdir(d, 0o711)
 		fi, err := os.Lstat(d)
 		if err != nil {
