@@ -434,3 +434,38 @@ func TestExampleCodeInterpreter(t *testing.T) {
 		t.Fatalf("code_interpreter.py --template base: %v, want a failure that points to the python template\n%s", err, text)
 	}
 }
+
+// TestCLICode: agentbox code runs cells (-c, a file, stdin as a REPL),
+// saves images to the files it names and exits 1 when a cell raised.
+func TestCLICode(t *testing.T) {
+	needPython(t)
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "python"})
+	out, errOut, code := cli(t, "", "code", id, "-c", "x = 20\nprint('hello')\nx + 1")
+	if code != 0 || out != "hello\n21\n" {
+		t.Fatalf("code -c: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "plot.py")
+	os.WriteFile(script, []byte("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"), 0o644)
+	out, errOut, code = cli(t, "", "code", "--out-dir", dir, id, script)
+	want := "[png saved to " + filepath.Join(dir, "out-1.png") + "]\n"
+	if code != 0 || out != want {
+		t.Fatalf("code FILE: exit %d, stdout %q (want %q), stderr %q", code, out, want, errOut)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "out-1.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := png.Decode(bytes.NewReader(b)); err != nil {
+		t.Fatalf("out-1.png: %v", err)
+	}
+	out, errOut, code = cli(t, "", "code", id, "-c", "1/0")
+	if code != 1 || !strings.Contains(errOut, "ZeroDivisionError") {
+		t.Fatalf("code -c 1/0: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// The REPL: state from the -c runs is there; a block ends at an empty line.
+	out, errOut, code = cli(t, "for i in range(2):\n    print(i)\n\nx * 2\n", "code", id)
+	if code != 0 || out != "0\n1\n40\n" {
+		t.Fatalf("REPL: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
