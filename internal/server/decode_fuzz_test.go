@@ -89,31 +89,35 @@ var jsonBodies = map[string]func(t *testing.T, body []byte){
 	"POST /v1/sandboxes/{id}/files/rename":           fuzzDecode[api.RenameRequest],
 	"POST /v1/sandboxes/{id}/processes":              fuzzDecode[api.StartProcessRequest],
 	"POST /v1/sandboxes/{id}/processes/{ref}/signal": fuzzDecode[api.SignalRequest],
-	"POST /v1/sandboxes/{id}/code/contexts":          fuzzDecode[api.CreateCodeContextRequest],
-	"POST /v1/sandboxes/{id}/code/run":               fuzzDecode[api.RunCodeRequest],
-	"POST /v1/sandboxes/{id}/code/run/stream":        fuzzDecode[api.RunCodeRequest],
 	"POST /v1/sandboxes/{id}/pty":                    fuzzDecode[api.CreatePTYRequest],
 	"POST /v1/sandboxes/{id}/pty/{pid}/resize":       fuzzDecode[api.PTYSize],
 	"POST /v1/templates":                             fuzzDecode[api.ImportTemplateRequest],
 	"POST /v1/keys":                                  fuzzDecode[api.CreateKeyRequest],
 	"POST /v1/tenants":                               fuzzDecode[api.CreateTenantRequest],
 	"PATCH /v1/tenants/{name}":                       fuzzDecode[api.UpdateTenantRequest],
+
+	// The code interpreter.
+	"POST /v1/sandboxes/{id}/code/contexts":   fuzzDecode[api.CreateCodeContextRequest],
+	"POST /v1/sandboxes/{id}/code/run":        fuzzDecode[api.RunCodeRequest],
+	"POST /v1/sandboxes/{id}/code/run/stream": fuzzDecode[api.RunCodeRequest],
 }
 
 // notJSONBodies are the state-changing routes without a JSON object body,
 // and what they take instead.
 var notJSONBodies = map[string]string{
-	"POST /v1/sandboxes/{id}/pause":                         "no body",
-	"POST /v1/sandboxes/{id}/resume":                        "no body",
-	"POST /v1/sandboxes/{id}/exec/stream":                   "NDJSON: an ExecRequest line, then StdinFrame lines (guest FuzzExecStream)",
-	"PUT /v1/sandboxes/{id}/files":                          "the file's bytes",
-	"PUT /v1/sandboxes/{id}/files/archive":                  "a tar stream (guest FuzzExtract)",
-	"POST /v1/sandboxes/{id}/processes/{ref}/wait":          "no body",
+	"POST /v1/sandboxes/{id}/pause":                 "no body",
+	"POST /v1/sandboxes/{id}/resume":                "no body",
+	"POST /v1/sandboxes/{id}/exec/stream":           "NDJSON: an ExecRequest line, then StdinFrame lines (guest FuzzExecStream)",
+	"PUT /v1/sandboxes/{id}/files":                  "the file's bytes",
+	"PUT /v1/sandboxes/{id}/files/archive":          "a tar stream (guest FuzzExtract)",
+	"POST /v1/sandboxes/{id}/processes/{ref}/wait":  "no body",
+	"POST /v1/sandboxes/{id}/processes/{ref}/stdin": "raw stdin bytes",
+	"POST /v1/templates/import":                     "an image archive (storage's image import)",
+	"POST /v1/templates/build":                      "a build spec and its context (FuzzParseBuildSpec)",
+
+	// The code interpreter.
 	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/interrupt": "no body",
 	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart":   "no body",
-	"POST /v1/sandboxes/{id}/processes/{ref}/stdin":         "raw stdin bytes",
-	"POST /v1/templates/import":                             "an image archive (storage's image import)",
-	"POST /v1/templates/build":                              "a build spec and its context (FuzzParseBuildSpec)",
 }
 
 // Every route that takes a body is either fuzzed by FuzzDecodeRequest or
