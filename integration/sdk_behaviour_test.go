@@ -60,11 +60,11 @@ type behaviourStep struct {
 	Ref       string                     `json:"ref"`
 	EOF       bool                       `json:"eof"`
 	Count     int                        `json:"count"`
+	Expect    behaviourExpect            `json:"expect"`
 	// run_code, create_code_context (sdk_behaviour_code_test.go):
-	Code     string          `json:"code"`
-	Context  string          `json:"context"`
-	Language string          `json:"language"`
-	Expect   behaviourExpect `json:"expect"`
+	Code     string `json:"code"`
+	Context  string `json:"context"`
+	Language string `json:"language"`
 }
 
 type behaviourExpect struct {
