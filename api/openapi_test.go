@@ -189,6 +189,17 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		"UsageSample":           UsageSample{},
 		"SandboxMetrics":        SandboxMetrics{},
 		"Event":                 Event{},
+
+		// The code interpreter (api/code.go).
+		"CodeContext":              CodeContext{},
+		"CodeContextList":          CodeContextList{},
+		"CreateCodeContextRequest": CreateCodeContextRequest{},
+		"RunCodeRequest":           RunCodeRequest{},
+		"CodeResult":               CodeResult{},
+		"CodeError":                CodeError{},
+		"CodeLogs":                 CodeLogs{},
+		"Execution":                Execution{},
+		"CodeEvent":                CodeEvent{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

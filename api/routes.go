@@ -66,6 +66,15 @@ var Routes = []Route{
 	{"GET", SandboxPrefix + "/pty/{pid}/ws"},
 	{"POST", SandboxPrefix + "/pty/{pid}/resize"},
 	{"DELETE", SandboxPrefix + "/pty/{pid}"},
+	// The code interpreter (api/code.go).
+	{"POST", SandboxPrefix + "/code/contexts"},
+	{"GET", SandboxPrefix + "/code/contexts"},
+	{"GET", SandboxPrefix + "/code/contexts/{ctx}"},
+	{"DELETE", SandboxPrefix + "/code/contexts/{ctx}"},
+	{"POST", SandboxPrefix + "/code/contexts/{ctx}/interrupt"},
+	{"POST", SandboxPrefix + "/code/contexts/{ctx}/restart"},
+	{"POST", SandboxPrefix + "/code/run"},
+	{"POST", SandboxPrefix + "/code/run/stream"},
 
 	{"GET", "/v1/templates"},
 	{"GET", "/v1/templates/{name}"},

@@ -61,6 +61,10 @@ type behaviourStep struct {
 	EOF       bool                       `json:"eof"`
 	Count     int                        `json:"count"`
 	Expect    behaviourExpect            `json:"expect"`
+	// run_code, create_code_context (sdk_behaviour_code_test.go):
+	Code     string `json:"code"`
+	Context  string `json:"context"`
+	Language string `json:"language"`
 }
 
 type behaviourExpect struct {
@@ -83,6 +87,11 @@ type behaviourExpect struct {
 	State          string                     `json:"state"`
 	Template       string                     `json:"template"`
 	Count          *int                       `json:"count"`
+	// run_code:
+	Status    *string  `json:"status"`
+	Restarted *bool    `json:"restarted"`
+	ErrorName *string  `json:"error_name"`
+	Formats   []string `json:"formats"`
 }
 
 func loadBehaviourCases(t *testing.T) []behaviourCase {
@@ -505,6 +514,8 @@ func runBehaviourStep(ctx context.Context, t *testing.T, id string, s behaviourS
 		return nil
 	case "pty", "snapshot", "from_snapshot":
 		return runBehaviourStateStep(ctx, t, id, s, snaps)
+	case "run_code", "create_code_context", "remove_code_context":
+		return runBehaviourCodeStep(ctx, id, s)
 	}
 	return fmt.Errorf("unknown op %q in the behaviour suite", s.Op)
 }

@@ -171,6 +171,8 @@ uses the local socket and the admin key by default.`,
 	root.AddCommand(newPoolsCommand(g))
 	// MCP (docs/mcp.md).
 	root.AddCommand(newMCPCommand(g))
+	// The code interpreter (docs/interpreter.md).
+	root.AddCommand(newCodeCommand(g))
 	// Usage and events (docs/observability.md).
 	root.AddCommand(newStatsCommand(g), newEventsCommand(g))
 	return root

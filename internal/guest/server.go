@@ -32,6 +32,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/code"
 	"github.com/agentbox/agentbox/internal/guest/files"
 )
 
@@ -80,6 +81,8 @@ type Server struct {
 	// pty.go).
 	procs procTable
 	ptys  ptyTable
+	// code runs the code interpreter's kernels (code.go).
+	code *code.Manager
 
 	// mu guards live and servers.
 	mu      sync.Mutex
@@ -135,6 +138,8 @@ func NewServer(cfg Config) *Server {
 	mux.HandleFunc("GET "+api.GuestDialPath, s.handleDial)
 	mux.HandleFunc("PUT "+api.GuestEnvPath, s.handleSetEnv) // setenv.go
 	files.Register(mux, files.Options{DefaultUser: cfg.User, Logger: s.log})
+	s.code = code.NewManager(code.Options{Spawner: kernelSpawner{s}, Logger: s.log})
+	s.code.Register(mux)
 	s.handler = mux
 	return s
 }

@@ -95,6 +95,11 @@ var jsonBodies = map[string]func(t *testing.T, body []byte){
 	"POST /v1/keys":                                  fuzzDecode[api.CreateKeyRequest],
 	"POST /v1/tenants":                               fuzzDecode[api.CreateTenantRequest],
 	"PATCH /v1/tenants/{name}":                       fuzzDecode[api.UpdateTenantRequest],
+
+	// The code interpreter.
+	"POST /v1/sandboxes/{id}/code/contexts":   fuzzDecode[api.CreateCodeContextRequest],
+	"POST /v1/sandboxes/{id}/code/run":        fuzzDecode[api.RunCodeRequest],
+	"POST /v1/sandboxes/{id}/code/run/stream": fuzzDecode[api.RunCodeRequest],
 }
 
 // notJSONBodies are the state-changing routes without a JSON object body,
@@ -109,6 +114,10 @@ var notJSONBodies = map[string]string{
 	"POST /v1/sandboxes/{id}/processes/{ref}/stdin": "raw stdin bytes",
 	"POST /v1/templates/import":                     "an image archive (storage's image import)",
 	"POST /v1/templates/build":                      "a build spec and its context (FuzzParseBuildSpec)",
+
+	// The code interpreter.
+	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/interrupt": "no body",
+	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart":   "no body",
 }
 
 // Every route that takes a body is either fuzzed by FuzzDecodeRequest or

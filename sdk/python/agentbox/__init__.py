@@ -20,6 +20,7 @@ from .errors import (AgentboxError, ConflictError, InternalError, InvalidArgumen
 from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, Resources, SandboxInfo,
                      Snapshot, Template)
 from .sandbox import Client, Files, Process, Sandbox
+from .code import CodeContext, Execution, ExecutionError, Logs, Result
 
 __version__ = "0.1.0"
 
@@ -29,4 +30,5 @@ __all__ = [
     "SandboxInfo", "Snapshot", "Template", "AgentboxError", "NotFoundError", "InvalidArgumentError",
     "UnauthorizedError", "PermissionDeniedError", "TimeoutError", "ConflictError", "ResourceExhaustedError",
     "UnavailableError", "InternalError", "NotSupportedError",
+    "CodeContext", "Execution", "ExecutionError", "Logs", "Result",
 ]

@@ -21,6 +21,7 @@ from ._calls import file_query
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, preview_url, sandbox_path,
                       to_bytes)
 from ._http import AsyncHTTP
+from .code import AsyncCodeInterpreter
 from ._pty import AsyncPty, pty_body
 from .errors import NotFoundError, TimeoutError
 from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
@@ -228,7 +229,7 @@ class _Creating:
             await self._sbx.__aexit__(*exc)
 
 
-class AsyncSandbox:
+class AsyncSandbox(AsyncCodeInterpreter):
     """A disposable Linux sandbox, asynchronously; see ``Sandbox``.
 
     ::

@@ -13,6 +13,7 @@ from ._calls import file_query
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, preview_url, sandbox_path,
                       to_bytes)
 from ._http import AsyncHTTP, SyncHTTP
+from .code import CodeInterpreter
 from ._pty import AsyncPty, LoopThread, Pty, pty_body
 from .errors import NotFoundError, TimeoutError
 from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
@@ -213,7 +214,7 @@ class Process:
         return self.info
 
 
-class Sandbox:
+class Sandbox(CodeInterpreter):
     """A disposable Linux sandbox.
 
     ::

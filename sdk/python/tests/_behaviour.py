@@ -210,6 +210,23 @@ async def run_step(cls, sbx, step, created, snaps):
         finally:
             await call(s.destroy())
             await call(s.close())
+    elif op == "run_code":
+        timeout = step.get("timeout_s")
+        ex = await call(sbx.run_code(step["code"], language=step.get("language"), context=step.get("context"),
+                                     env=step.get("env"), timeout=timeout))
+        got = {"text": ex.text or "", "stdout": "".join(ex.logs.stdout), "status": ex.status,
+               "restarted": ex.restarted, "error_name": ex.error.name if ex.error else "",
+               "formats": ex.results[0].formats() if ex.results else []}
+        for k, v in got.items():
+            if k in exp:
+                check(step, k, v, exp[k])
+    elif op == "create_code_context":
+        c = await call(sbx.create_code_context(language=step.get("language") or "python", cwd=step.get("cwd"),
+                                               id=step.get("id")))
+        if "state" in exp:
+            check(step, "state", c.state, exp["state"])
+    elif op == "remove_code_context":
+        await call(sbx.remove_code_context(step["id"]))
     else:
         raise Failure(f"unknown op {op!r} in the behaviour suite")
 

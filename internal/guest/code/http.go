@@ -1,0 +1,132 @@
+package code
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// maxRunBody caps a run or create request (the cell's code is in it).
+const maxRunBody = 16 << 20
+
+// Register adds the /code routes of the guest protocol to mux.
+func (m *Manager) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /code/contexts", m.handleCreate)
+	mux.HandleFunc("GET /code/contexts", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, api.CodeContextList{Contexts: m.List()})
+	})
+	mux.HandleFunc("GET /code/contexts/{ctx}", func(w http.ResponseWriter, r *http.Request) {
+		c, err := m.Get(r.PathValue("ctx"))
+		answer(w, http.StatusOK, c, err)
+	})
+	mux.HandleFunc("DELETE /code/contexts/{ctx}", func(w http.ResponseWriter, r *http.Request) {
+		if err := m.Delete(r.PathValue("ctx")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /code/contexts/{ctx}/interrupt", func(w http.ResponseWriter, r *http.Request) {
+		c, err := m.Interrupt(r.Context(), r.PathValue("ctx"))
+		answer(w, http.StatusOK, c, err)
+	})
+	mux.HandleFunc("POST /code/contexts/{ctx}/restart", func(w http.ResponseWriter, r *http.Request) {
+		c, err := m.Restart(r.Context(), r.PathValue("ctx"))
+		answer(w, http.StatusOK, c, err)
+	})
+	mux.HandleFunc("POST /code/run", m.handleRun)
+	mux.HandleFunc("POST /code/run/stream", m.handleRunStream)
+}
+
+func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateCodeContextRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	c, err := m.Create(r.Context(), req)
+	answer(w, http.StatusCreated, c, err)
+}
+
+func (m *Manager) handleRun(w http.ResponseWriter, r *http.Request) {
+	var req api.RunCodeRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	ex := api.Execution{Results: []api.CodeResult{}, Logs: api.CodeLogs{Stdout: []string{}, Stderr: []string{}}}
+	if err := m.Run(r.Context(), req, ex.Add); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ex)
+}
+
+func (m *Manager) handleRunStream(w http.ResponseWriter, r *http.Request) {
+	var req api.RunCodeRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	var mu sync.Mutex
+	started := false
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	err := m.Run(r.Context(), req, func(ev api.CodeEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.WriteHeader(http.StatusOK)
+		}
+		enc.Encode(ev) // a write error means the client left: Run sees its context end
+		rc.Flush()
+	})
+	if err != nil && !started {
+		writeError(w, err)
+	}
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRunBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return errdefs.Invalid("request body is over %d bytes; send the code as a file and run it from there", maxRunBody)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil // no body: all defaults
+		}
+		return errdefs.Invalid("request is not valid JSON (%v); see api/openapi.yaml", err)
+	}
+	return nil
+}
+
+func answer(w http.ResponseWriter, status int, v any, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, status, v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code, status := errdefs.Code(err)
+	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: err.Error()}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
