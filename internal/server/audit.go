@@ -83,8 +83,11 @@ func (s *Server) audit(r *http.Request, keyID, tenant string, status int) {
 	if s.st == nil || !stateChanging(r) {
 		return
 	}
-	if keyID != "" && isMCPTransport(r) {
-		return // each tool call it carries has an entry of its own (mcp.go)
+	if keyID != "" && isMCPTransport(r) && status < 400 {
+		// Each tool call it carries has an entry of its own (mcp.go); a
+		// refused transport request (no session, no such server) has
+		// one like any refused call.
+		return
 	}
 	if status == 0 {
 		status = http.StatusOK
