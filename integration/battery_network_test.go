@@ -65,21 +65,7 @@ func (b *battery) reach(t *testing.T, targets ...string) (map[string]string, str
 func hostListeners(t *testing.T) ([]string, *atomic.Int64) {
 	t.Helper()
 	var n atomic.Int64
-	ln, err := net.Listen("tcp", ":0") // every address, v4 and v6
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			c.Close()
-		}
-	}()
+	ln := serveTCP(t, "tcp", ":0", func(c net.Conn) { n.Add(1); c.Close() }) // every address, v4 and v6
 	port := ln.Addr().(*net.TCPAddr).Port
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {

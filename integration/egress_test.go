@@ -354,19 +354,6 @@ func logCreateCost(t *testing.T) {
 // probes (a connect that succeeds is a hole), and returns the port.
 func hostListener(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := serveTCP(t, "tcp4", "0.0.0.0:0", func(c net.Conn) { c.Close() })
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -71,4 +72,26 @@ func readAll(t testing.TB, id, path string) []byte {
 		t.Fatalf("read %s: %v", path, err)
 	}
 	return b.Bytes()
+}
+
+// serveTCP listens on addr and hands each accepted connection to handle
+// (on the accepting goroutine: handle starts its own for long work) until
+// the test ends, and returns the listener.
+func serveTCP(t *testing.T, network, addr string, handle func(net.Conn)) net.Listener {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			handle(c)
+		}
+	}()
+	return ln
 }

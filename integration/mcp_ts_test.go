@@ -55,29 +55,18 @@ func tsClientDir(t *testing.T) string {
 // returns its address.
 func loopbackToSocket(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
+	ln := serveTCP(t, "tcp4", "127.0.0.1:0", func(c net.Conn) {
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("unix", env.cfg.Socket)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("unix", env.cfg.Socket)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				go func() { _, _ = io.Copy(u, c); u.(*net.UnixConn).CloseWrite() }()
-				_, _ = io.Copy(c, u)
-			}()
-		}
-	}()
+			defer u.Close()
+			go func() { _, _ = io.Copy(u, c); u.(*net.UnixConn).CloseWrite() }()
+			_, _ = io.Copy(c, u)
+		}()
+	})
 	return ln.Addr().String()
 }
 
