@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ensureLxcfs returns dir once an LXCFS is mounted there, starting one if
@@ -16,14 +18,25 @@ import (
 // outlives the daemon (sandboxes keep running across a restart, and their
 // /proc/meminfo is a file of it), its output in runDir/lxcfs.log. An LXCFS
 // already there (Debian's lxcfs.service mounts /var/lib/lxcfs) is used as
-// it is. On failure it logs why and returns "": sandboxes then see the
-// host's figures (docs/sandbox-view.md).
+// it is. A mount whose lxcfs has died (killed with the session that
+// started it: every read answers ENOTCONN, "Transport endpoint is not
+// connected") is detached and a new lxcfs mounted in its place. On failure
+// it logs why and returns "": sandboxes then see the host's figures
+// (docs/sandbox-view.md).
 func ensureLxcfs(ctx context.Context, dir, runDir string, log *slog.Logger) string {
 	if dir == "" {
 		return ""
 	}
 	if lxcfsMounted(dir) {
-		return dir
+		err := lxcfsServes(dir)
+		if err == nil {
+			return dir
+		}
+		log.Warn("lxcfs: the mount's server is gone; detaching it and starting a new one", "dir", dir, "err", err)
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			log.Warn("lxcfs: cannot detach the dead mount; sandboxes see the host's memory", "dir", dir, "err", err)
+			return ""
+		}
 	}
 	bin, err := exec.LookPath("lxcfs")
 	if err != nil {
@@ -55,8 +68,19 @@ func ensureLxcfs(ctx context.Context, dir, runDir string, log *slog.Logger) stri
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if lxcfsMounted(dir) {
+		if lxcfsMounted(dir) && lxcfsServes(dir) == nil {
 			log.Info("lxcfs started", "dir", dir, "pid", cmd.Process.Pid)
+			// Should it die while this daemon runs, the next sandboxes
+			// get a new one (those running keep the dead files: their
+			// reads fail, as a restart of Debian's lxcfs.service does it).
+			go func() {
+				err := <-exited
+				if ctx.Err() != nil {
+					return
+				}
+				log.Warn("lxcfs exited; starting a new one", "err", err, "log", filepath.Join(runDir, "lxcfs.log"))
+				ensureLxcfs(ctx, dir, runDir, log)
+			}()
 			return dir
 		}
 		select {
@@ -71,6 +95,18 @@ func ensureLxcfs(ctx context.Context, dir, runDir string, log *slog.Logger) stri
 		case <-tick.C:
 		}
 	}
+}
+
+// lxcfsServes says whether the lxcfs mounted at dir answers: nil when
+// its /proc/meminfo can be read.
+func lxcfsServes(dir string) error {
+	f, err := os.Open(filepath.Join(dir, "proc", "meminfo"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.Read(make([]byte, 64))
+	return err
 }
 
 // lxcfsMounted says whether a FUSE mount of lxcfs sits at dir.
