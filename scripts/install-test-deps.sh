@@ -4,9 +4,14 @@
 # integration test runs (integration/observe_test.go starts its own
 # Prometheus on loopback). About 19 MB to download, 96 MB installed, 18 s
 # here. Where the package's service started (systemd), it is stopped and
-# disabled: the test runs its own.
+# disabled: the test runs its own. Node.js and npm, which run the e2b SDK
+# tests (integration/e2b_test.go) and the MCP TypeScript client test.
 set -euo pipefail
 PKGS=(prometheus)
+# Node.js and npm may come from elsewhere than Debian: only missing
+# commands are installed.
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/e2b"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/metrics"
 	"github.com/agentbox/agentbox/internal/posture"
@@ -78,6 +79,9 @@ type Server struct {
 
 	// MCP endpoints and hosted MCP servers (mcp.go).
 	mcp mcpState
+
+	// E2B's protocol under /e2b (e2b.go).
+	e2b *e2b.Handler
 }
 
 // New returns the API handler.
@@ -92,6 +96,7 @@ func New(o Options) *Server {
 	s.st, s.posture, s.limiter = o.Store, o.Posture, newLimiter(o.RateLimit, o.RateBurst)
 	s.usage, s.events = o.Usage, o.Events
 	s.info = o.Info
+	s.e2b = e2b.New(e2b.Options{Logger: o.Logger})
 	s.routes()
 	return s
 }
@@ -184,6 +189,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	if t, ok := s.previewOf(r); ok { // preview URLs have their own access rules
 		s.servePreview(w, r, t)
+		return
+	}
+	if e2b.Match(r) { // E2B's SDKs carry the key elsewhere (e2b.go)
+		s.serveE2B(w, r)
 		return
 	}
 	sw := &statusWriter{ResponseWriter: w}

@@ -1,0 +1,208 @@
+// The unmodified e2b SDK against agentbox's E2B API (docs/e2b.md). Run by
+// integration/e2b_test.go (TestE2BSDK), which starts a daemon and sets
+// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY; nothing else tells the SDK
+// it is not talking to E2B.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import {
+  Sandbox,
+  CommandExitError,
+  TimeoutError,
+  AuthenticationError,
+  SandboxNotFoundError,
+  NotFoundError,
+  FileNotFoundError,
+  FileType,
+  FilesystemEventType,
+} from 'e2b'
+
+const template = process.env.E2B_TEST_TEMPLATE || 'base'
+let sbx
+
+before(async () => {
+  sbx = await Sandbox.create(template, {
+    timeoutMs: 600_000,
+    metadata: { suite: 'e2b-sdk', run: process.env.E2B_TEST_RUN || 'x' },
+    envs: { SANDBOX_WIDE: 'from-create' },
+  })
+})
+
+after(async () => {
+  if (sbx) await sbx.kill()
+})
+
+test('control plane: create, getInfo, list, setTimeout, isRunning', async () => {
+  assert.match(sbx.sandboxId, /\S/)
+  const info = await sbx.getInfo()
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.templateId, template)
+  assert.equal(info.state, 'running')
+  assert.equal(info.metadata.suite, 'e2b-sdk')
+  assert.ok(info.startedAt instanceof Date && info.endAt > info.startedAt)
+
+  const listed = await Sandbox.list({ query: { metadata: { run: process.env.E2B_TEST_RUN || 'x' } } }).nextItems()
+  assert.deepEqual(listed.map((s) => s.sandboxId), [sbx.sandboxId])
+  const none = await Sandbox.list({ query: { metadata: { run: 'no-such-run' } } }).nextItems()
+  assert.deepEqual(none, [])
+
+  const before = (await sbx.getInfo()).endAt
+  await sbx.setTimeout(900_000)
+  const later = (await sbx.getInfo()).endAt
+  assert.ok(later > before, `endAt ${later.toISOString()} after setTimeout, was ${before.toISOString()}`)
+  assert.equal(await sbx.isRunning(), true)
+})
+
+test('list pages with limit and nextToken', async () => {
+  const other = await Sandbox.create(template, { metadata: { run: process.env.E2B_TEST_RUN || 'x' } })
+  try {
+    const pager = Sandbox.list({ query: { metadata: { run: process.env.E2B_TEST_RUN || 'x' } }, limit: 1 })
+    const first = await pager.nextItems()
+    assert.equal(first.length, 1)
+    assert.equal(pager.hasNext, true)
+    const second = await pager.nextItems()
+    assert.equal(second.length, 1)
+    assert.equal(pager.hasNext, false)
+    assert.deepEqual(new Set([first[0].sandboxId, second[0].sandboxId]), new Set([sbx.sandboxId, other.sandboxId]))
+  } finally {
+    await other.kill()
+  }
+})
+
+test('connect by id, then kill; a killed sandbox is gone', async () => {
+  const other = await Sandbox.create(template)
+  const again = await Sandbox.connect(other.sandboxId)
+  assert.equal((await again.commands.run('echo connected')).stdout, 'connected\n')
+  assert.equal(await Sandbox.kill(other.sandboxId), true)
+  assert.equal(await Sandbox.kill(other.sandboxId), false)
+  assert.equal(await again.isRunning(), false)
+  await assert.rejects(Sandbox.connect(other.sandboxId), SandboxNotFoundError)
+  await assert.rejects(Sandbox.getInfo(other.sandboxId), (err) => err instanceof NotFoundError || err instanceof SandboxNotFoundError)
+})
+
+test('a wrong API key is an AuthenticationError', async () => {
+  await assert.rejects(Sandbox.create(template, { apiKey: 'ab_not_a_key' }), AuthenticationError)
+})
+
+test('commands.run: stdout, stderr, exit codes', async () => {
+  const r = await sbx.commands.run('echo out; echo err >&2')
+  assert.equal(r.exitCode, 0)
+  assert.equal(r.stdout, 'out\n')
+  assert.equal(r.stderr, 'err\n')
+
+  await assert.rejects(sbx.commands.run('echo partial; exit 3'), (err) => {
+    assert.ok(err instanceof CommandExitError, `got ${err}`)
+    assert.equal(err.exitCode, 3)
+    assert.equal(err.stdout, 'partial\n')
+    return true
+  })
+})
+
+test('commands.run: cwd, envs, sandbox-wide envs, callbacks', async () => {
+  assert.equal((await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
+  const r = await sbx.commands.run('echo "$FOO-$SANDBOX_WIDE"', { envs: { FOO: 'bar' } })
+  assert.equal(r.stdout, 'bar-from-create\n')
+  const seen = []
+  await sbx.commands.run('for i in 1 2 3; do echo line$i; done; echo oops >&2', {
+    onStdout: (d) => seen.push(['out', d]),
+    onStderr: (d) => seen.push(['err', d]),
+  })
+  assert.equal(seen.filter(([k]) => k === 'out').map(([, d]) => d).join(''), 'line1\nline2\nline3\n')
+  assert.deepEqual(seen.filter(([k]) => k === 'err'), [['err', 'oops\n']])
+})
+
+test('commands.run: timeoutMs kills the command', async () => {
+  const start = Date.now()
+  await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1000 }), TimeoutError)
+  assert.ok(Date.now() - start < 25_000)
+})
+
+test('background commands: pid, list, stdin, wait, kill', async () => {
+  const cat = await sbx.commands.run('cat', { background: true, stdin: true })
+  assert.ok(cat.pid > 0)
+  const listed = await sbx.commands.list()
+  assert.ok(listed.some((p) => p.pid === cat.pid), `pid ${cat.pid} in ${JSON.stringify(listed)}`)
+  await sbx.commands.sendStdin(cat.pid, 'typed in\n')
+  await sbx.commands.closeStdin(cat.pid)
+  const done = await cat.wait()
+  assert.equal(done.exitCode, 0)
+  assert.equal(done.stdout, 'typed in\n')
+
+  const sleeper = await sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 })
+  assert.equal(await sbx.commands.kill(sleeper.pid), true)
+  await assert.rejects(sleeper.wait(), CommandExitError)
+  assert.equal(await sbx.commands.kill(sleeper.pid), false)
+
+  const later = await sbx.commands.run('sleep 1; echo late', { background: true })
+  const attached = await sbx.commands.connect(later.pid)
+  const r = await attached.wait()
+  assert.equal(r.stdout, 'late\n')
+})
+
+test('files: write, read, list, exists, getInfo, makeDir, rename, remove', async () => {
+  const info = await sbx.files.write('/tmp/e2b/a.txt', 'hello')
+  assert.equal(info.path, '/tmp/e2b/a.txt')
+  assert.equal(info.name, 'a.txt')
+  assert.equal(await sbx.files.read('/tmp/e2b/a.txt'), 'hello')
+  const bytes = new Uint8Array([0, 1, 2, 250, 255])
+  await sbx.files.write('/tmp/e2b/b.bin', bytes.buffer)
+  assert.deepEqual(await sbx.files.read('/tmp/e2b/b.bin', { format: 'bytes' }), bytes)
+
+  const entries = await sbx.files.list('/tmp/e2b')
+  assert.deepEqual(entries.map((e) => e.name).sort(), ['a.txt', 'b.bin'])
+  const a = entries.find((e) => e.name === 'a.txt')
+  assert.equal(a.type, FileType.FILE)
+  assert.equal(a.size, 5)
+  assert.equal(a.path, '/tmp/e2b/a.txt')
+
+  assert.equal(await sbx.files.exists('/tmp/e2b/a.txt'), true)
+  assert.equal(await sbx.files.exists('/tmp/e2b/nope'), false)
+  const dirInfo = await sbx.files.getInfo('/tmp/e2b')
+  assert.equal(dirInfo.type, FileType.DIR)
+
+  assert.equal(await sbx.files.makeDir('/tmp/e2b/sub/deep'), true)
+  assert.equal(await sbx.files.makeDir('/tmp/e2b/sub/deep'), false)
+  const moved = await sbx.files.rename('/tmp/e2b/a.txt', '/tmp/e2b/sub/c.txt')
+  assert.equal(moved.path, '/tmp/e2b/sub/c.txt')
+  assert.equal(await sbx.files.read('/tmp/e2b/sub/c.txt'), 'hello')
+  await assert.rejects(sbx.files.read('/tmp/e2b/a.txt'), FileNotFoundError)
+
+  await sbx.files.write([
+    { path: '/tmp/e2b/many/1.txt', data: 'one' },
+    { path: '/tmp/e2b/many/2.txt', data: 'two' },
+  ])
+  assert.equal(await sbx.files.read('/tmp/e2b/many/2.txt'), 'two')
+
+  await sbx.files.remove('/tmp/e2b')
+  assert.equal(await sbx.files.exists('/tmp/e2b'), false)
+  await sbx.files.remove('/tmp/e2b') // gone already: no error, as with E2B
+})
+
+test('files.watchDir reports changes', async () => {
+  await sbx.files.makeDir('/tmp/watched')
+  const events = []
+  const handle = await sbx.files.watchDir('/tmp/watched', (ev) => events.push(ev), { timeoutMs: 0 })
+  try {
+    await sbx.files.write('/tmp/watched/new.txt', 'x')
+    const deadline = Date.now() + 30_000
+    while (!events.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.CREATE) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100))
+    }
+    assert.ok(events.some((e) => e.name === 'new.txt' && e.type === FilesystemEventType.CREATE), JSON.stringify(events))
+  } finally {
+    await handle.stop()
+  }
+})
+
+test('pause, then connect resumes', async () => {
+  const other = await Sandbox.create(template)
+  try {
+    await other.files.write('/tmp/kept', 'still here')
+    assert.equal(await other.pause(), true)
+    assert.equal((await other.getInfo()).state, 'paused')
+    const back = await Sandbox.connect(other.sandboxId)
+    assert.equal((await back.getInfo()).state, 'running')
+    assert.equal(await back.files.read('/tmp/kept'), 'still here')
+  } finally {
+    await other.kill()
+  }
+})

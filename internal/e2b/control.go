@@ -1,0 +1,438 @@
+package e2b
+
+import (
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// E2B's control plane (spec §3): sandboxes as E2B's SDKs create, find and
+// end them, mapped onto /v1/sandboxes.
+
+// defaultTimeout is E2B's sandbox timeout when a create or connect gives
+// none, in seconds.
+const defaultTimeout = 300
+
+// newSandbox is the body of POST /v2/sandboxes and of the older
+// POST /sandboxes (which adds secure).
+type newSandbox struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Secure              *bool             `json:"secure"`
+	AutoPause           bool              `json:"autoPause"`
+	AutoResume          *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	Network *struct {
+		AllowOut []string `json:"allowOut"`
+		DenyOut  []string `json:"denyOut"`
+	} `json:"network"`
+}
+
+// sandbox is E2B's Sandbox, the answer of create and connect.
+type sandbox struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// sandboxDetail is E2B's SandboxDetail (GET /sandboxes/{id}) and, less the
+// token, its ListedSandbox.
+type sandboxDetail struct {
+	SandboxID       string            `json:"sandboxID"`
+	TemplateID      string            `json:"templateID"`
+	ClientID        string            `json:"clientID"`
+	EnvdVersion     string            `json:"envdVersion"`
+	StartedAt       time.Time         `json:"startedAt"`
+	EndAt           time.Time         `json:"endAt"`
+	State           string            `json:"state"`
+	CPUCount        int               `json:"cpuCount"`
+	MemoryMB        int64             `json:"memoryMB"`
+	DiskSizeMB      int64             `json:"diskSizeMB"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
+	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
+	Lifecycle       *lifecycle        `json:"lifecycle,omitempty"`
+}
+
+type lifecycle struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
+}
+
+// clientID is the deprecated field E2B still requires (the Python SDK
+// fails without it); agentbox has no such thing.
+const clientID = "agentbox"
+
+func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request, c *client.Client, path string) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	route := r.Method + " " + path
+	switch {
+	case route == "POST /v2/sandboxes" || route == "POST /sandboxes":
+		h.create(w, r, c)
+	case route == "GET /v2/sandboxes" || route == "GET /sandboxes":
+		h.list(w, r, c)
+	case len(parts) == 2 && parts[0] == "sandboxes" && r.Method == "GET":
+		h.info(w, r, c, parts[1])
+	case len(parts) == 2 && parts[0] == "sandboxes" && r.Method == "DELETE":
+		h.kill(w, r, c, parts[1])
+	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "POST" && parts[2] == "timeout":
+		h.setTimeout(w, r, c, parts[1])
+	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "POST" && parts[2] == "connect",
+		len(parts) == 4 && parts[0] == "v2" && parts[1] == "sandboxes" && r.Method == "POST" && parts[3] == "connect":
+		h.connect(w, r, c, parts[len(parts)-2])
+	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "POST" && parts[2] == "pause":
+		h.pause(w, r, c, parts[1])
+	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "POST" && parts[2] == "resume":
+		h.resume(w, r, c, parts[1])
+	default:
+		writeError(w, http.StatusNotImplemented, "agentbox's E2B API does not support "+r.Method+" "+path+" yet; docs/e2b.md lists what it supports")
+	}
+}
+
+// decodeBody reads an optional JSON body (at most 1 MiB) into v.
+func decodeBody(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return errdefs.Invalid("reading the request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return errdefs.Invalid("the request body is not the JSON E2B's API takes: %v", err)
+	}
+	return nil
+}
+
+func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *client.Client) {
+	var in newSandbox
+	if err := decodeBody(r, &in); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if in.TemplateID == "" {
+		writeError(w, http.StatusBadRequest, "templateID is required")
+		return
+	}
+	req := api.CreateSandboxRequest{
+		Template:   h.template(in.TemplateID),
+		TTLSeconds: defaultTimeout,
+		Env:        in.EnvVars,
+		Metadata:   in.Metadata,
+	}
+	if in.Timeout != nil {
+		if *in.Timeout <= 0 {
+			writeError(w, http.StatusBadRequest, "timeout must be a positive number of seconds, got "+strconv.FormatInt(*in.Timeout, 10))
+			return
+		}
+		req.TTLSeconds = *in.Timeout
+	}
+	if in.AutoPause {
+		req.OnTimeout = api.OnTimeoutPause
+	}
+	if in.AutoResume != nil {
+		req.AutoResume = in.AutoResume.Enabled
+	}
+	switch {
+	case in.Network != nil && (len(in.Network.AllowOut) > 0 || len(in.Network.DenyOut) > 0):
+		req.Network = &api.Network{Egress: api.EgressCustom, Allow: in.Network.AllowOut, Deny: in.Network.DenyOut}
+	case in.AllowInternetAccess != nil && *in.AllowInternetAccess:
+		req.Network = &api.Network{Egress: api.EgressInternet}
+	case in.AllowInternetAccess != nil:
+		req.Network = &api.Network{Egress: api.EgressNone}
+	}
+	sb, err := c.CreateSandbox(r.Context(), req)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, h.sandboxOf(r, sb, in.TemplateID))
+}
+
+// template maps an E2B templateID to an agentbox template.
+func (h *Handler) template(id string) string {
+	if t, ok := h.aliases[id]; ok {
+		return t
+	}
+	return id
+}
+
+// sandboxOf is E2B's view of sb for the caller of r. The envd access
+// token is the caller's own API key: envd requests then act as that key,
+// with its rights and no more, and the SDK sends it back on each.
+func (h *Handler) sandboxOf(r *http.Request, sb *api.Sandbox, templateID string) sandbox {
+	if templateID == "" {
+		templateID = sb.Template
+	}
+	return sandbox{SandboxID: sb.ID, TemplateID: templateID, ClientID: clientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: Key(r)}
+}
+
+func detailOf(sb *api.Sandbox) sandboxDetail {
+	d := sandboxDetail{
+		SandboxID: sb.ID, TemplateID: sb.Template, ClientID: clientID, EnvdVersion: EnvdVersion,
+		StartedAt: sb.CreatedAt, State: sb.State, Metadata: sb.Metadata,
+		CPUCount: int(math.Ceil(sb.Resources.CPU)), MemoryMB: sb.Resources.MemoryMB, DiskSizeMB: sb.Resources.DiskMB,
+	}
+	if sb.State != api.StatePaused {
+		d.State = "running"
+	}
+	// A sandbox without a TTL shows an end E2B's SDKs can parse, far off.
+	d.EndAt = sb.CreatedAt.AddDate(100, 0, 0)
+	if sb.ExpiresAt != nil {
+		d.EndAt = *sb.ExpiresAt
+	}
+	onTimeout := "kill"
+	if sb.OnTimeout == api.OnTimeoutPause {
+		onTimeout = "pause"
+	}
+	d.Lifecycle = &lifecycle{OnTimeout: onTimeout, AutoResume: sb.AutoResume}
+	return d
+}
+
+func (h *Handler) info(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	sb, err := c.GetSandbox(r.Context(), id)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	d := detailOf(sb)
+	d.EnvdAccessToken = Key(r)
+	writeJSON(w, http.StatusOK, d)
+}
+
+// list serves GET /v2/sandboxes (and the older GET /sandboxes): the
+// sandboxes in E2B's states running and paused, oldest first (or newest
+// with order=desc), limit at a time with X-Next-Token.
+func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *client.Client) {
+	q := r.URL.Query()
+	md, err := parseMetadata(q.Get("metadata"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	states := map[string]bool{"running": true}
+	if s := q.Get("state"); s != "" {
+		states = map[string]bool{}
+		for _, st := range strings.Split(s, ",") {
+			states[strings.TrimSpace(st)] = true
+		}
+	} else if strings.HasPrefix(r.URL.Path, Prefix+"/v2/") {
+		states["paused"] = true
+	}
+	all, err := c.ListSandboxes(r.Context(), client.ListOptions{Metadata: md})
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	var out []sandboxDetail
+	for i := range all {
+		sb := &all[i]
+		if sb.State != api.StateRunning && sb.State != api.StatePaused {
+			continue
+		}
+		if t := q.Get("template"); t != "" && sb.Template != h.template(t) {
+			continue
+		}
+		d := detailOf(sb)
+		if !states[d.State] {
+			continue
+		}
+		out = append(out, d)
+	}
+	desc := q.Get("order") == "desc"
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].StartedAt.Equal(out[j].StartedAt) {
+			return out[i].StartedAt.Before(out[j].StartedAt) != desc
+		}
+		return (out[i].SandboxID < out[j].SandboxID) != desc
+	})
+	start := 0
+	if t := q.Get("nextToken"); t != "" {
+		n, err := strconv.Atoi(t)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "nextToken "+strconv.Quote(t)+" is not one this server gave")
+			return
+		}
+		start = min(n, len(out))
+	}
+	out = out[start:]
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "limit must be a positive integer, got "+strconv.Quote(l))
+			return
+		}
+		if n < len(out) {
+			out = out[:n]
+			w.Header().Set("X-Next-Token", strconv.Itoa(start+n))
+		}
+	}
+	if out == nil {
+		out = []sandboxDetail{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// parseMetadata decodes the list's metadata filter as E2B's API does: the
+// query value is itself a query string (k=v&k2=v2) whose keys and values
+// are escaped once more.
+func parseMetadata(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	s, err := url.QueryUnescape(s)
+	if err != nil {
+		return nil, errdefs.Invalid("metadata filter %q: %v", s, err)
+	}
+	md := map[string]string{}
+	for _, kv := range strings.Split(s, "&") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, errdefs.Invalid("metadata filter %q: want key=value pairs", s)
+		}
+		if k, err = url.QueryUnescape(k); err != nil {
+			return nil, errdefs.Invalid("metadata filter key %q: %v", k, err)
+		}
+		if v, err = url.QueryUnescape(v); err != nil {
+			return nil, errdefs.Invalid("metadata filter value %q: %v", v, err)
+		}
+		md[k] = v
+	}
+	return md, nil
+}
+
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	if err := c.DestroySandbox(r.Context(), id); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	var in struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decodeBody(r, &in); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if in.Timeout == nil || *in.Timeout <= 0 {
+		writeError(w, http.StatusBadRequest, "timeout must be a positive number of seconds")
+		return
+	}
+	if _, err := c.SetTTL(r.Context(), id, time.Duration(*in.Timeout)*time.Second); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// connect serves both connect routes: a paused sandbox is resumed (201),
+// a running one answers 200; a timeout given becomes the sandbox's TTL
+// from now, as E2B does.
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	var in struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decodeBody(r, &in); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	sb, err := c.GetSandbox(r.Context(), id)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if sb.State == api.StatePaused || sb.State == api.StateStopped {
+		if sb, err = c.ResumeSandbox(r.Context(), id); err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		status = http.StatusCreated
+	}
+	if sb.State != api.StateRunning {
+		writeError(w, http.StatusNotFound, "sandbox "+id+" is "+sb.State+", not running")
+		return
+	}
+	timeout := int64(defaultTimeout)
+	if in.Timeout != nil && *in.Timeout > 0 {
+		timeout = *in.Timeout
+	}
+	// Connect never shortens a sandbox's life.
+	if sb.ExpiresAt != nil && time.Until(*sb.ExpiresAt) < time.Duration(timeout)*time.Second {
+		if sb, err = c.SetTTL(r.Context(), id, time.Duration(timeout)*time.Second); err != nil {
+			writeAPIError(w, err)
+			return
+		}
+	}
+	writeJSON(w, status, h.sandboxOf(r, sb, ""))
+}
+
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	sb, err := c.GetSandbox(r.Context(), id)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if sb.State == api.StatePaused {
+		writeError(w, http.StatusConflict, "sandbox "+id+" is already paused")
+		return
+	}
+	if _, err := c.PauseSandbox(r.Context(), id); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	sb, err := c.ResumeSandbox(r.Context(), id)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, h.sandboxOf(r, sb, ""))
+}
+
+// errorBody is E2B's error shape; the SDKs branch on code.
+type errorBody struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorBody{Code: status, Message: msg})
+}
+
+// writeAPIError answers an agentbox error in E2B's shape, with the status
+// agentbox gives its class. A failed precondition is 409 in both APIs.
+func writeAPIError(w http.ResponseWriter, err error) {
+	_, status := errdefs.Code(err)
+	writeError(w, status, err.Error())
+}

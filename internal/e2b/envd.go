@@ -1,0 +1,182 @@
+package e2b
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// E2B's in-sandbox API, envd (spec §4): the SDKs send every request to one
+// base URL and name the sandbox in E2b-Sandbox-Id and the port in
+// E2b-Sandbox-Port.
+
+// call is one envd request: the sandbox, the client acting as the
+// caller's key, and the Linux user the SDK asked for ("" for the
+// template's).
+type call struct {
+	id   string
+	c    *client.Client
+	user string
+}
+
+type rpc func(h *Handler, w http.ResponseWriter, r *http.Request, k *call)
+
+var rpcs = map[string]rpc{
+	"/process.Process/Start":      (*Handler).processStart,
+	"/process.Process/Connect":    (*Handler).processConnect,
+	"/process.Process/List":       (*Handler).processList,
+	"/process.Process/SendInput":  (*Handler).processSendInput,
+	"/process.Process/CloseStdin": (*Handler).processCloseStdin,
+	"/process.Process/SendSignal": (*Handler).processSendSignal,
+
+	"/filesystem.Filesystem/Stat":     (*Handler).fsStat,
+	"/filesystem.Filesystem/ListDir":  (*Handler).fsListDir,
+	"/filesystem.Filesystem/MakeDir":  (*Handler).fsMakeDir,
+	"/filesystem.Filesystem/Move":     (*Handler).fsMove,
+	"/filesystem.Filesystem/Remove":   (*Handler).fsRemove,
+	"/filesystem.Filesystem/WatchDir": (*Handler).fsWatchDir,
+}
+
+func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, c *client.Client, p string) {
+	k := &call{id: r.Header.Get("E2b-Sandbox-Id"), c: c}
+	if port := r.Header.Get("E2b-Sandbox-Port"); port != "" && port != envdPort {
+		if port == interpreterPort {
+			writeError(w, http.StatusNotImplemented, "agentbox's E2B API does not serve the code interpreter (port 49999) yet; docs/e2b.md says what it supports")
+			return
+		}
+		writeError(w, http.StatusNotImplemented, "agentbox's E2B API serves only envd (port 49983) and the code interpreter (49999), not port "+port)
+		return
+	}
+	k.user = basicUser(r)
+	if u := r.URL.Query().Get("username"); u != "" {
+		k.user = u
+	}
+	if fn, ok := rpcs[p]; ok {
+		if r.Method != http.MethodPost {
+			writeConnectUnaryError(w, connectError{Code: "unimplemented", Message: "Connect calls are POST; GET is not supported"})
+			return
+		}
+		fn(h, w, r, k)
+		return
+	}
+	switch r.Method + " " + p {
+	case "GET /health":
+		h.health(w, r, k)
+	case "GET /envs":
+		h.envs(w, r, k)
+	case "GET /files":
+		h.download(w, r, k)
+	case "POST /files":
+		h.upload(w, r, k)
+	default:
+		if isRPC(r) {
+			writeConnectUnaryError(w, connectError{Code: "unimplemented", Message: "agentbox's E2B API does not support " + p + " yet; docs/e2b.md lists what it supports"})
+			return
+		}
+		writeError(w, http.StatusNotImplemented, "agentbox's E2B API does not support "+r.Method+" "+p+" in a sandbox yet; docs/e2b.md lists what it supports")
+	}
+}
+
+// basicUser is the user an RPC names in "Authorization: Basic
+// base64(user:)": E2B uses it to choose the Linux user, not to
+// authenticate.
+func basicUser(r *http.Request) string {
+	scheme, v, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return ""
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v))
+	if err != nil {
+		return ""
+	}
+	u, _, _ := strings.Cut(string(b), ":")
+	return u
+}
+
+// health answers 204 while the sandbox runs and 502 otherwise, which the
+// SDKs read as "not running".
+func (h *Handler) health(w http.ResponseWriter, r *http.Request, k *call) {
+	sb, err := k.c.GetSandbox(r.Context(), k.id)
+	if err == nil && sb.State == api.StateRunning {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	msg := "sandbox " + k.id + " is not running"
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		writeAPIError(w, err)
+		return
+	}
+	writeError(w, http.StatusBadGateway, msg)
+}
+
+// envs answers the sandbox-wide environment variables (the create's
+// envVars).
+func (h *Handler) envs(w http.ResponseWriter, r *http.Request, k *call) {
+	sb, err := k.c.GetSandbox(r.Context(), k.id)
+	if err != nil {
+		writeEnvdError(w, err)
+		return
+	}
+	env := sb.Env
+	if env == nil {
+		env = map[string]string{}
+	}
+	writeJSON(w, http.StatusOK, env)
+}
+
+// resolve makes p absolute as envd does: a relative path or one starting
+// with ~ is under the user's home, which for the template's own user is
+// the template's workdir.
+func (h *Handler) resolve(ctx context.Context, k *call, p string) (string, error) {
+	if p == "" {
+		return "", errdefs.Invalid("a path is required")
+	}
+	if strings.HasPrefix(p, "/") {
+		return path.Clean(p), nil
+	}
+	home, err := h.home(ctx, k)
+	if err != nil {
+		return "", err
+	}
+	p = strings.TrimPrefix(strings.TrimPrefix(p, "~"), "/")
+	return path.Join(home, p), nil
+}
+
+func (h *Handler) home(ctx context.Context, k *call) (string, error) {
+	switch k.user {
+	case "root":
+		return "/root", nil
+	case "":
+	default:
+		return "/home/" + k.user, nil
+	}
+	sb, err := k.c.GetSandbox(ctx, k.id)
+	if err != nil {
+		return "", err
+	}
+	t, err := k.c.GetTemplate(ctx, sb.Template)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case t.Workdir != "":
+		return t.Workdir, nil
+	case t.User == "" || t.User == "root":
+		return "/root", nil
+	}
+	return "/home/" + t.User, nil
+}
+
+// writeEnvdError answers a failed envd REST call in E2B's shape; a sandbox
+// that is gone is 502, which the SDKs read as "not running".
+func writeEnvdError(w http.ResponseWriter, err error) {
+	_, status := errdefs.Code(err)
+	writeError(w, status, err.Error())
+}
