@@ -174,15 +174,17 @@ func (h *Handler) template(id string) string {
 	return id
 }
 
-// sandboxOf is E2B's view of sb for the caller of r. The envd access
-// token is the caller's own API key: envd requests then act as that key,
-// with its rights and no more, and the SDK sends it back on each.
+// sandboxOf is E2B's view of sb for the caller of r. The envd and traffic
+// access tokens are the caller's own API key: the SDKs send one of them
+// back on every sandbox request, which then acts as that key, with its
+// rights and no more.
 func (h *Handler) sandboxOf(r *http.Request, sb *api.Sandbox, templateID string) sandbox {
 	if templateID == "" {
 		templateID = sb.Template
 	}
+	key := Key(r)
 	return sandbox{SandboxID: sb.ID, TemplateID: templateID, ClientID: clientID, EnvdVersion: EnvdVersion,
-		EnvdAccessToken: Key(r)}
+		EnvdAccessToken: key, TrafficAccessToken: &key}
 }
 
 func detailOf(sb *api.Sandbox) sandboxDetail {

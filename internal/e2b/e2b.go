@@ -76,12 +76,16 @@ func Match(r *http.Request) bool {
 
 // Key returns the credential an E2B request carries: the API key of a
 // control-plane call (X-API-KEY), or the envd access token of a sandbox
-// call (X-Access-Token), which is the same key (see sandboxOf).
+// call (X-Access-Token), or the traffic access token that the code
+// interpreter's SDK sends where it sends no envd token (/contexts); both
+// tokens are the same key (see sandboxOf).
 func Key(r *http.Request) string {
-	if k := r.Header.Get("X-API-KEY"); k != "" {
-		return k
+	for _, h := range []string{"X-API-KEY", "X-Access-Token", "E2B-Traffic-Access-Token"} {
+		if k := r.Header.Get(h); k != "" {
+			return k
+		}
 	}
-	return r.Header.Get("X-Access-Token")
+	return ""
 }
 
 // Unauthenticated answers a request whose key was refused, in the shape

@@ -48,7 +48,7 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, c *client
 	k := &call{id: r.Header.Get("E2b-Sandbox-Id"), c: c}
 	if port := r.Header.Get("E2b-Sandbox-Port"); port != "" && port != envdPort {
 		if port == interpreterPort {
-			writeError(w, http.StatusNotImplemented, "agentbox's E2B API does not serve the code interpreter (port 49999) yet; docs/e2b.md says what it supports")
+			h.serveInterpreter(w, r, k, p)
 			return
 		}
 		writeError(w, http.StatusNotImplemented, "agentbox's E2B API serves only envd (port 49983) and the code interpreter (49999), not port "+port)
