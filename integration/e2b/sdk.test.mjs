@@ -206,3 +206,22 @@ test('pause, then connect resumes', async () => {
     await other.kill()
   }
 })
+
+test('pty: create, sendInput, resize, kill', async () => {
+  const dec = new TextDecoder()
+  let screen = ''
+  const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { screen += dec.decode(d) } })
+  const waitFor = async (re) => {
+    const deadline = Date.now() + 30_000
+    while (!re.test(screen) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50))
+    assert.match(screen, re)
+  }
+  const enc = new TextEncoder()
+  await sbx.pty.sendInput(term.pid, enc.encode('echo pty-$((6*7))\n'))
+  await waitFor(/pty-42/)
+  await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+  await sbx.pty.sendInput(term.pid, enc.encode('stty size\n'))
+  await waitFor(/30 100/)
+  assert.equal(await sbx.pty.kill(term.pid), true)
+  await assert.rejects(term.wait(), CommandExitError)
+})

@@ -35,12 +35,14 @@ const (
 	interpreterPort = "49999"
 )
 
-// Handler serves E2B's protocol. It keeps no state of its own: everything
-// it answers comes from the agentbox API.
+// Handler serves E2B's protocol. Everything it answers comes from the
+// agentbox API; its only state is the PTY attachments of the pty.create
+// calls in progress (pty.go).
 type Handler struct {
 	log *slog.Logger
 	// aliases maps E2B template names to agentbox templates.
 	aliases map[string]string
+	ptys    ptys
 }
 
 // Options configure a Handler.

@@ -35,6 +35,7 @@ var rpcs = map[string]rpc{
 	"/process.Process/SendInput":  (*Handler).processSendInput,
 	"/process.Process/CloseStdin": (*Handler).processCloseStdin,
 	"/process.Process/SendSignal": (*Handler).processSendSignal,
+	"/process.Process/Update":     (*Handler).processUpdate,
 
 	"/filesystem.Filesystem/Stat":     (*Handler).fsStat,
 	"/filesystem.Filesystem/ListDir":  (*Handler).fsListDir,

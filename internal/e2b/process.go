@@ -43,7 +43,7 @@ func (s processSelector) ref() (string, *connectError) {
 
 type startRequest struct {
 	Process processConfig `json:"process"`
-	Pty     *struct{}     `json:"pty"`
+	Pty     *ptySize      `json:"pty"`
 	Tag     *string       `json:"tag"`
 	Stdin   *bool         `json:"stdin"`
 }
@@ -62,6 +62,7 @@ type startEvent struct {
 type dataEvent struct {
 	Stdout []byte `json:"stdout,omitempty"`
 	Stderr []byte `json:"stderr,omitempty"`
+	Pty    []byte `json:"pty,omitempty"`
 }
 
 type endEvent struct {
@@ -83,12 +84,12 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, k *call) 
 		return
 	}
 	s := newStream(w)
-	if in.Pty != nil {
-		s.end(&connectError{Code: "unimplemented", Message: "agentbox's E2B API does not support PTYs (pty.create) yet; docs/e2b.md lists what it supports"})
-		return
-	}
 	if in.Process.Cmd == "" {
 		s.end(&connectError{Code: "invalid_argument", Message: "process.cmd is required"})
+		return
+	}
+	if in.Pty != nil {
+		h.ptyStart(r, s, k, &in)
 		return
 	}
 	req := api.StartProcessRequest{
@@ -268,7 +269,11 @@ func (h *Handler) processSendInput(w http.ResponseWriter, r *http.Request, k *ca
 		return
 	}
 	if in.Input.Pty != nil {
-		writeConnectUnaryError(w, connectError{Code: "unimplemented", Message: "agentbox's E2B API does not support PTYs yet"})
+		if e := h.ptyInput(k, ref, in.Input.Pty); e != nil {
+			writeConnectUnaryError(w, *e)
+			return
+		}
+		writeUnary(w, struct{}{})
 		return
 	}
 	if err := k.c.WriteStdin(r.Context(), k.id, ref, bytes.NewReader(in.Input.Stdin), false); err != nil {
@@ -323,6 +328,10 @@ func (h *Handler) processSendSignal(w http.ResponseWriter, r *http.Request, k *c
 		return
 	}
 	err := k.c.SignalProcess(r.Context(), k.id, ref, sig, true)
+	if pid, perr := strconv.Atoi(ref); errors.Is(err, errdefs.ErrNotFound) && perr == nil {
+		// Not a command: a PTY (pty.kill), which ends whole.
+		err = k.c.KillPTY(r.Context(), k.id, pid)
+	}
 	if errors.Is(err, errdefs.ErrFailedPrecondition) {
 		// agentbox keeps an ended process listed; envd has forgotten it.
 		err = errdefs.NotFound("process %s has ended", ref)

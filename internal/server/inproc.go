@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 
@@ -57,6 +60,20 @@ func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 		pr.CloseWithError(ctx.Err())
 		return nil, ctx.Err()
 	}
+	if w.hijacked != nil {
+		// A protocol switch (a PTY's WebSocket): the handler wrote its
+		// 101 answer on the connection; the caller gets that connection
+		// as the body, to read and write, as from net/http's transport.
+		pr.Close()
+		br := bufio.NewReader(w.hijacked)
+		resp, err := http.ReadResponse(br, r)
+		if err != nil {
+			w.hijacked.Close()
+			return nil, err
+		}
+		resp.Body = &upgraded{Reader: br, Conn: w.hijacked}
+		return resp, nil
+	}
 	return &http.Response{Status: http.StatusText(w.status), StatusCode: w.status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: w.sent, Body: pr, ContentLength: -1, Request: r}, nil
 }
@@ -70,7 +87,35 @@ type pipeResponse struct {
 	ready  chan struct{}
 	status int
 	sent   http.Header // the header as of WriteHeader
+	// hijacked is the caller's end of the connection a handler took over.
+	hijacked net.Conn
 }
+
+// Hijack gives the handler one end of an in-memory connection whose other
+// end becomes the caller's response body (see RoundTrip).
+func (w *pipeResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	srv, cli := net.Pipe()
+	took := false
+	w.once.Do(func() {
+		w.hijacked, took = cli, true
+		close(w.ready)
+	})
+	if !took {
+		srv.Close()
+		cli.Close()
+		return nil, nil, errors.New("in-process connection: the response has already started")
+	}
+	return srv, bufio.NewReadWriter(bufio.NewReader(srv), bufio.NewWriter(srv)), nil
+}
+
+// upgraded is the body of a switched protocol: reads come through the
+// reader that parsed the 101 answer, writes go to the connection.
+type upgraded struct {
+	*bufio.Reader
+	net.Conn
+}
+
+func (u *upgraded) Read(b []byte) (int, error) { return u.Reader.Read(b) }
 
 func (w *pipeResponse) Header() http.Header { return w.header }
 
