@@ -101,6 +101,8 @@ func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request, c *client
 		h.pause(w, r, c, parts[1])
 	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "POST" && parts[2] == "resume":
 		h.resume(w, r, c, parts[1])
+	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "GET" && parts[2] == "metrics":
+		h.metrics(w, r, c, parts[1])
 	default:
 		writeError(w, http.StatusNotImplemented, "agentbox's E2B API does not support "+r.Method+" "+path+" yet; docs/e2b.md lists what it supports")
 	}
@@ -437,4 +439,53 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 func writeAPIError(w http.ResponseWriter, err error) {
 	_, status := errdefs.Code(err)
 	writeError(w, status, err.Error())
+}
+
+// sandboxMetric is E2B's SandboxMetric.
+type sandboxMetric struct {
+	Timestamp     string  `json:"timestamp"`
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       int64   `json:"memUsed"`
+	MemTotal      int64   `json:"memTotal"`
+	MemCache      int64   `json:"memCache"`
+	DiskUsed      int64   `json:"diskUsed"`
+	DiskTotal     int64   `json:"diskTotal"`
+}
+
+// metrics answers a sandbox's usage samples between start and end (unix
+// seconds, both optional). E2B's cpuUsedPct is of the sandbox's cores;
+// agentbox's percent is of one core.
+func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	var from, to int64 = 0, math.MaxInt64
+	for name, v := range map[string]*int64{"start": &from, "end": &to} {
+		if s := r.URL.Query().Get(name); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, name+" must be a unix time in seconds, got "+strconv.Quote(s))
+				return
+			}
+			*v = n
+		}
+	}
+	m, err := c.SandboxMetrics(r.Context(), id)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	cpus := max(int(math.Ceil(m.Limits.CPU)), 1)
+	out := []sandboxMetric{}
+	for _, s := range m.Samples {
+		if t := s.Time.Unix(); t < from || t > to {
+			continue
+		}
+		out = append(out, sandboxMetric{
+			Timestamp: s.Time.UTC().Format(time.RFC3339Nano), TimestampUnix: s.Time.Unix(),
+			CPUCount: cpus, CPUUsedPct: s.CPUPercent / float64(cpus),
+			MemUsed: s.MemoryBytes, MemTotal: m.Limits.MemoryMB << 20,
+			DiskUsed: s.DiskBytes, DiskTotal: m.Limits.DiskMB << 20,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
