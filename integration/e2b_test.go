@@ -2,11 +2,16 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,4 +95,110 @@ func TestE2BSDK(t *testing.T) {
 func TestE2BCodeInterpreter(t *testing.T) {
 	needPython(t)
 	runE2BTests(t, "interpreter.test.mjs")
+}
+
+// e2bCall makes one raw E2B request to the test daemon and decodes a JSON
+// answer into out (when not nil); it returns the status and the body.
+func e2bCall(t *testing.T, addr, method, path string, header map[string]string, body string, out any) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://"+addr+"/e2b"+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", method, path, err, b)
+		}
+	}
+	return resp.StatusCode, string(b)
+}
+
+// TestE2BWire checks on the wire what the JS SDK does not exercise: the
+// v1 routes older SDKs (and E2B's Python SDK) use, with the status codes
+// and required fields the Python SDK insists on; E2B's error shapes; and
+// that an E2B call has its key's rights, no more.
+func TestE2BWire(t *testing.T) {
+	needBase(t)
+	addr := loopbackToSocket(t)
+	admin := map[string]string{"X-API-KEY": env.key}
+
+	// v1 create, as E2B's Python SDK sends it.
+	var sb map[string]any
+	status, body := e2bCall(t, addr, "POST", "/sandboxes", admin,
+		`{"templateID":"base","timeout":300,"metadata":{"via":"v1"},"envVars":{},"secure":true,"allow_internet_access":true}`, &sb)
+	if status != http.StatusCreated {
+		t.Fatalf("POST /sandboxes: %d %s", status, body)
+	}
+	id, _ := sb["sandboxID"].(string)
+	t.Cleanup(func() { _ = env.client.DestroySandbox(context.Background(), id) })
+	for _, f := range []string{"sandboxID", "templateID", "clientID", "envdVersion", "envdAccessToken"} {
+		if s, _ := sb[f].(string); s == "" {
+			t.Errorf("create answered no %s: %s", f, body)
+		}
+	}
+	var detail map[string]any
+	if status, body := e2bCall(t, addr, "GET", "/sandboxes/"+id, admin, "", &detail); status != http.StatusOK {
+		t.Fatalf("GET /sandboxes/%s: %d %s", id, status, body)
+	}
+	for _, f := range []string{"sandboxID", "templateID", "clientID", "envdVersion", "startedAt", "endAt", "state", "cpuCount", "memoryMB", "diskSizeMB"} {
+		if _, ok := detail[f]; !ok {
+			t.Errorf("info has no %s: %v", f, detail)
+		}
+	}
+	if status, body := e2bCall(t, addr, "POST", "/sandboxes/"+id+"/connect", admin, `{"timeout":300}`, nil); status != http.StatusOK {
+		t.Errorf("v1 connect of a running sandbox: %d %s", status, body)
+	}
+	var listed []map[string]any
+	e2bCall(t, addr, "GET", "/sandboxes?metadata="+url.QueryEscape("via=v1"), admin, "", &listed)
+	if len(listed) != 1 || listed[0]["sandboxID"] != id {
+		t.Errorf("v1 list by metadata: %v", listed)
+	}
+
+	// A key of another tenant sees nothing of it, on either plane.
+	_, _, other := tenantKey(t, "e2b", nil)
+	if status, body := e2bCall(t, addr, "GET", "/sandboxes/"+id, map[string]string{"X-API-KEY": other.Secret}, "", nil); status != http.StatusNotFound || !strings.Contains(body, `"code":404`) {
+		t.Errorf("another tenant's getInfo: %d %s", status, body)
+	}
+	envd := map[string]string{"X-Access-Token": other.Secret, "E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}
+	if status, body := e2bCall(t, addr, "POST", "/filesystem.Filesystem/Stat", envd, `{"path":"/etc/hostname"}`, nil); status != http.StatusNotFound || !strings.Contains(body, `"code":"not_found"`) {
+		t.Errorf("another tenant's Stat: %d %s", status, body)
+	}
+	if status, body := e2bCall(t, addr, "GET", "/files?path=/etc/hostname", envd, "", nil); status != http.StatusNotFound {
+		t.Errorf("another tenant's file read: %d %s", status, body)
+	}
+
+	// No key, a wrong key: 401 in each plane's shape.
+	if status, body := e2bCall(t, addr, "GET", "/v2/sandboxes", nil, "", nil); status != http.StatusUnauthorized || !strings.Contains(body, `"code":401`) {
+		t.Errorf("no key: %d %s", status, body)
+	}
+	envd["X-Access-Token"] = "ab_wrong"
+	if status, body := e2bCall(t, addr, "POST", "/process.Process/List", envd, `{}`, nil); status != http.StatusUnauthorized || !strings.Contains(body, `"code":"unauthenticated"`) {
+		t.Errorf("wrong envd token: %d %s", status, body)
+	}
+
+	// Kill: 204, then 404 with E2B's body; a gone sandbox's health is 502.
+	if status, body := e2bCall(t, addr, "DELETE", "/sandboxes/"+id, admin, "", nil); status != http.StatusNoContent {
+		t.Errorf("kill: %d %s", status, body)
+	}
+	if status, body := e2bCall(t, addr, "DELETE", "/sandboxes/"+id, admin, "", nil); status != http.StatusNotFound || !strings.Contains(body, `"code":404`) {
+		t.Errorf("second kill: %d %s", status, body)
+	}
+	envd = map[string]string{"X-Access-Token": env.key, "E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}
+	if status, body := e2bCall(t, addr, "GET", "/health", envd, "", nil); status != http.StatusBadGateway {
+		t.Errorf("health of a killed sandbox: %d %s", status, body)
+	}
 }
