@@ -96,6 +96,8 @@ type Config struct {
 	// Metrics ([metrics], metrics.go) is GET /metrics and the usage
 	// samples.
 	Metrics Metrics `toml:"metrics"`
+	// E2B ([e2b], e2b.go) is the E2B-compatible API.
+	E2B E2B `toml:"e2b"`
 }
 
 // Sandbox is a set of per-sandbox settings, used both for the defaults and
@@ -141,6 +143,7 @@ func Default() Config {
 		PrespawnInits:      2,
 		LxcfsDir:           "/var/lib/lxcfs",
 		Metrics:            Metrics{UsageInterval: 5 * time.Second},
+		E2B:                E2B{TemplateAliases: map[string]string{"code-interpreter-v1": "python"}},
 
 		Defaults: Sandbox{
 			TTL:      10 * time.Minute,

@@ -77,8 +77,12 @@ func TestEveryKeyDocumented(t *testing.T) {
 	for i := 0; i < mt.NumField(); i++ {
 		keys = append(keys, mt.Field(i).Tag.Get("toml"))
 	}
+	et := reflect.TypeOf(E2B{})
+	for i := 0; i < et.NumField(); i++ {
+		keys = append(keys, et.Field(i).Tag.Get("toml"))
+	}
 	for _, k := range keys {
-		if k == "defaults" || k == "limits" || k == "network" || k == "security" || k == "metrics" {
+		if k == "defaults" || k == "limits" || k == "network" || k == "security" || k == "metrics" || k == "e2b" {
 			k = "[" + k + "]"
 		} else if !strings.Contains(string(example), "\n"+k+" = ") {
 			t.Errorf("key %q missing from docs/agentbox.example.toml", k)

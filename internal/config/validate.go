@@ -117,6 +117,7 @@ func (c Config) Validate() error {
 	c.validateNetworkLimits(&v)
 	c.validatePools(&v)
 	c.validateMetrics(&v)
+	c.validateE2B(&v)
 	return v.err()
 }
 

@@ -165,7 +165,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount,
 			HostPaths: []string{cfg.DataDir, cfg.RunDir}},
 		Info:  daemonInfo(cfg, unavailable),
-		Usage: obs.usage, Events: hub})
+		Usage: obs.usage, Events: hub, E2BTemplateAliases: cfg.E2B.TemplateAliases})
 	defer api.Close() // hosted MCP servers (docs/mcp.md)
 	srv := &http.Server{
 		Handler:           obs.metrics.Wrap(api), // request ids, log lines, GET /metrics

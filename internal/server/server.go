@@ -51,6 +51,9 @@ type Options struct {
 	Events *events.Hub
 	// Info is what GET /v1/info answers (info.go), less what changes.
 	Info api.Info
+	// E2BTemplateAliases maps E2B templateIDs to templates (e2b.go);
+	// nil: e2b.DefaultTemplateAliases.
+	E2BTemplateAliases map[string]string
 }
 
 // Server serves the API.
@@ -96,7 +99,7 @@ func New(o Options) *Server {
 	s.st, s.posture, s.limiter = o.Store, o.Posture, newLimiter(o.RateLimit, o.RateBurst)
 	s.usage, s.events = o.Usage, o.Events
 	s.info = o.Info
-	s.e2b = e2b.New(e2b.Options{Logger: o.Logger})
+	s.e2b = e2b.New(e2b.Options{Logger: o.Logger, TemplateAliases: o.E2BTemplateAliases})
 	s.routes()
 	return s
 }
