@@ -50,6 +50,12 @@ test('control plane: create, getInfo, list, setTimeout, isRunning', async () => 
   const later = (await sbx.getInfo()).endAt
   assert.ok(later > before, `endAt ${later.toISOString()} after setTimeout, was ${before.toISOString()}`)
   assert.equal(await sbx.isRunning(), true)
+
+  const metrics = await sbx.getMetrics()
+  assert.ok(Array.isArray(metrics), JSON.stringify(metrics))
+  for (const m of metrics) {
+    assert.ok(m.timestamp instanceof Date && m.cpuCount >= 1 && m.memTotal > 0, JSON.stringify(m))
+  }
 })
 
 test('list pages with limit and nextToken', async () => {
