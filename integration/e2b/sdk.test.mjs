@@ -231,3 +231,34 @@ test('pty: create, sendInput, resize, kill', async () => {
   assert.equal(await sbx.pty.kill(term.pid), true)
   await assert.rejects(term.wait(), CommandExitError)
 })
+
+test('snapshots: create, start a sandbox from one, list, delete; fork', async () => {
+  await sbx.files.write('/tmp/snap.txt', 'in the snapshot')
+  const snap = await sbx.createSnapshot({ name: `e2b-${process.env.E2B_TEST_RUN || 'x'}` })
+  assert.match(snap.snapshotId, /\S/)
+  assert.deepEqual(snap.names, [`e2b-${process.env.E2B_TEST_RUN || 'x'}`])
+  const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()
+  assert.ok(listed.some((s) => s.snapshotId === snap.snapshotId), JSON.stringify(listed))
+
+  const fromSnap = await Sandbox.create(snap.snapshotId)
+  try {
+    assert.equal(await fromSnap.files.read('/tmp/snap.txt'), 'in the snapshot')
+  } finally {
+    await fromSnap.kill()
+  }
+
+  const forks = await sbx.fork({ count: 2, timeoutMs: 120_000 })
+  assert.equal(forks.length, 2)
+  try {
+    for (const f of forks) {
+      assert.ok(!(f instanceof Error), String(f))
+      assert.notEqual(f.sandboxId, sbx.sandboxId)
+      assert.equal(await f.files.read('/tmp/snap.txt'), 'in the snapshot')
+    }
+  } finally {
+    for (const f of forks) if (!(f instanceof Error)) await f.kill()
+  }
+
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
+})

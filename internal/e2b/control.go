@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -103,6 +104,14 @@ func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request, c *client
 		h.resume(w, r, c, parts[1])
 	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "GET" && parts[2] == "metrics":
 		h.metrics(w, r, c, parts[1])
+	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "POST" && parts[2] == "fork":
+		h.fork(w, r, c, parts[1])
+	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "POST" && parts[2] == "snapshots":
+		h.createSnapshot(w, r, c, parts[1])
+	case route == "GET /snapshots":
+		h.listSnapshots(w, r, c)
+	case len(parts) == 2 && parts[0] == "templates" && r.Method == "DELETE":
+		h.deleteSnapshot(w, r, c, parts[1])
 	default:
 		writeError(w, http.StatusNotImplemented, "agentbox's E2B API does not support "+r.Method+" "+path+" yet; docs/e2b.md lists what it supports")
 	}
@@ -161,6 +170,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *client.Clien
 		req.Network = &api.Network{Egress: api.EgressNone}
 	}
 	sb, err := c.CreateSandbox(r.Context(), req)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		// E2B starts a sandbox from a snapshot by giving its id as the
+		// templateID.
+		if _, serr := c.GetSnapshot(r.Context(), in.TemplateID); serr == nil {
+			req.Template, req.Snapshot = "", in.TemplateID
+			sb, err = c.CreateSandbox(r.Context(), req)
+		}
+	}
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -268,27 +285,15 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *client.Client)
 		}
 		return (out[i].SandboxID < out[j].SandboxID) != desc
 	})
-	start := 0
-	if t := q.Get("nextToken"); t != "" {
-		n, err := strconv.Atoi(t)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "nextToken "+strconv.Quote(t)+" is not one this server gave")
-			return
-		}
-		start = min(n, len(out))
+	page, next, err := paginate(len(out), q)
+	if err != nil {
+		writeAPIError(w, err)
+		return
 	}
-	out = out[start:]
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, "limit must be a positive integer, got "+strconv.Quote(l))
-			return
-		}
-		if n < len(out) {
-			out = out[:n]
-			w.Header().Set("X-Next-Token", strconv.Itoa(start+n))
-		}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
 	}
+	out = out[page[0]:page[1]]
 	if out == nil {
 		out = []sandboxDetail{}
 	}
@@ -488,4 +493,137 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, c *client.Clie
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// snapshotInfo is E2B's SnapshotInfo.
+type snapshotInfo struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+func snapshotOf(s *api.Snapshot) snapshotInfo {
+	names := []string{}
+	if s.Name != "" {
+		names = append(names, s.Name)
+	}
+	return snapshotInfo{SnapshotID: s.ID, Names: names}
+}
+
+func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	var in struct {
+		Name string `json:"name"`
+	}
+	if err := decodeBody(r, &in); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	snap, err := c.CreateSnapshot(r.Context(), id, in.Name)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, snapshotOf(snap))
+}
+
+// listSnapshots lists the key's snapshots (less fork's internal ones),
+// oldest first, filtered by sandboxID and name, limit at a time.
+func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request, c *client.Client) {
+	q := r.URL.Query()
+	all, err := c.ListSnapshots(r.Context())
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].CreatedAt.Before(all[j].CreatedAt) })
+	out := []snapshotInfo{}
+	for i := range all {
+		s := &all[i]
+		if s.Internal || q.Get("sandboxID") != "" && s.SandboxID != q.Get("sandboxID") || q.Get("name") != "" && s.Name != q.Get("name") {
+			continue
+		}
+		out = append(out, snapshotOf(s))
+	}
+	page, next, err := paginate(len(out), q)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out[page[0]:page[1]])
+}
+
+// paginate is the [start, end) of the page that limit and nextToken ask
+// for among n items, and the next page's token ("" for none).
+func paginate(n int, q url.Values) ([2]int, string, error) {
+	start, end := 0, n
+	if t := q.Get("nextToken"); t != "" {
+		v, err := strconv.Atoi(t)
+		if err != nil || v < 0 {
+			return [2]int{}, "", errdefs.Invalid("nextToken %q is not one this server gave", t)
+		}
+		start = min(v, n)
+	}
+	if l := q.Get("limit"); l != "" {
+		v, err := strconv.Atoi(l)
+		if err != nil || v < 1 {
+			return [2]int{}, "", errdefs.Invalid("limit must be a positive integer, got %q", l)
+		}
+		if start+v < n {
+			return [2]int{start, start + v}, strconv.Itoa(start + v), nil
+		}
+	}
+	return [2]int{start, end}, "", nil
+}
+
+// deleteSnapshot serves DELETE /templates/{id}, which E2B's SDK uses for
+// snapshots; agentbox's templates are removed with its own API.
+func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	if err := c.DeleteSnapshot(r.Context(), id); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// fork serves POST /sandboxes/{id}/fork: count children of the sandbox's
+// current files, each with the timeout asked, else agentbox's default TTL.
+func (h *Handler) fork(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	var in struct {
+		Count   *int   `json:"count"`
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decodeBody(r, &in); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	count := 1
+	if in.Count != nil {
+		count = *in.Count
+	}
+	children, err := c.ForkSandbox(r.Context(), id, count)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	type result struct {
+		Sandbox *sandbox   `json:"sandbox,omitempty"`
+		Error   *errorBody `json:"error,omitempty"`
+	}
+	out := make([]result, 0, len(children))
+	for i := range children {
+		sb := &children[i]
+		if in.Timeout != nil && *in.Timeout > 0 {
+			var err error
+			if sb, err = c.SetTTL(r.Context(), sb.ID, time.Duration(*in.Timeout)*time.Second); err != nil {
+				_, status := errdefs.Code(err)
+				out = append(out, result{Error: &errorBody{Code: status, Message: err.Error()}})
+				continue
+			}
+		}
+		v := h.sandboxOf(r, sb, "")
+		out = append(out, result{Sandbox: &v})
+	}
+	writeJSON(w, http.StatusCreated, out)
 }
