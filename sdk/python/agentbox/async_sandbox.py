@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import IO, Any, Awaitable, Callable, Dict, Generator, List, Optional, TypeVar, Union
+from typing import IO, Any, Callable, Dict, List, Optional, TypeVar, Union
 
 from . import _archive, _build, _calls as calls, _events, _pty
 from ._calls import file_query
-from ._common import (Callback, Command, Data, StreamDecoder, async_doc, create_body, exec_body, preview_url,
-                      sandbox_path, settle, to_bytes)
+from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, preview_url, sandbox_path,
+                      to_bytes)
 from ._http import AsyncHTTP
 from ._pty import AsyncPty, pty_body
 from .code import CodeContext, ContextRef, Execution, Handler, _ctx_id, _Decoder, _run_body
@@ -39,6 +39,9 @@ _ASYNC = True
 
 if _ASYNC:
     import asyncio
+    from typing import Awaitable, Generator
+
+    from ._common import async_doc, settle
 
 __all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncProcess"]
 if not _ASYNC:
@@ -286,9 +289,10 @@ class AsyncCodeInterpreter:
         dec = _Decoder(on_stdout, on_stderr, on_result, on_error)
         async with self._http.stream("POST", sandbox_path(self.id, "/code/run/stream"), json_body=body) as resp:
             async for chunk in resp.aiter_raw():
-                returned = dec.feed(chunk)
                 if _ASYNC:  # handlers may be coroutine functions
-                    await settle(returned)
+                    await settle(dec.feed(chunk))
+                else:
+                    dec.feed(chunk)
                 if dec.done:
                     break
         return dec.finish()
@@ -493,9 +497,10 @@ class AsyncSandbox(AsyncCodeInterpreter):
         async with self._http.stream("POST", sandbox_path(self.id, "/exec/stream"), content=line,
                                      content_type="application/x-ndjson") as resp:
             async for chunk in resp.aiter_raw():
-                returned = dec.feed(chunk)
                 if _ASYNC:  # callbacks may be coroutine functions
-                    await settle(returned)
+                    await settle(dec.feed(chunk))
+                else:
+                    dec.feed(chunk)
                 if dec.result is not None:
                     break
         return dec.finish()

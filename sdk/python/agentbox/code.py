@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 from urllib.parse import quote
 
-from ._common import sandbox_path
 from .errors import InvalidArgumentError, UnavailableError
 
 _FIELDS = ("text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "json", "javascript")

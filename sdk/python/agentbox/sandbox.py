@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import IO, Any, Awaitable, Callable, Dict, Generator, List, Optional, TypeVar, Union
+from typing import IO, Any, Callable, Dict, List, Optional, TypeVar, Union
 
 from . import _archive, _build, _calls as calls, _events, _pty
 from ._calls import file_query
-from ._common import (Callback, Command, Data, StreamDecoder, async_doc, create_body, exec_body, preview_url,
-                      sandbox_path, settle, to_bytes)
+from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, preview_url, sandbox_path,
+                      to_bytes)
 from ._http import SyncHTTP
 from ._pty import Pty, pty_body
 from .code import CodeContext, ContextRef, Execution, Handler, _ctx_id, _Decoder, _run_body
@@ -132,7 +132,7 @@ class Files:
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The content of a text file."""
-        return (self.read(path)).decode(encoding)
+        return self.read(path).decode(encoding)
 
     def read_to(self, path: str, f: IO[bytes]) -> int:
         """Stream a file into the binary file object ``f``; return the bytes copied."""
@@ -251,7 +251,7 @@ class CodeInterpreter:
         dec = _Decoder(on_stdout, on_stderr, on_result, on_error)
         with self._http.stream("POST", sandbox_path(self.id, "/code/run/stream"), json_body=body) as resp:
             for chunk in resp.iter_raw():
-                returned = dec.feed(chunk)
+                dec.feed(chunk)
                 if dec.done:
                     break
         return dec.finish()
@@ -416,7 +416,7 @@ class Sandbox(CodeInterpreter):
         with self._http.stream("POST", sandbox_path(self.id, "/exec/stream"), content=line,
                                content_type="application/x-ndjson") as resp:
             for chunk in resp.iter_raw():
-                returned = dec.feed(chunk)
+                dec.feed(chunk)
                 if dec.result is not None:
                     break
         return dec.finish()
@@ -462,7 +462,7 @@ class Sandbox(CodeInterpreter):
     def download(self, remote_path: str, local_path: str) -> None:
         """Copy a file or directory tree from the sandbox to ``local_path``
         (a directory's content lands under ``local_path``)."""
-        if not (self.files.stat(remote_path)).is_dir:
+        if not self.files.stat(remote_path).is_dir:
             os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
             with open(local_path, "wb") as out:
                 self.files.read_to(remote_path, out)
@@ -513,7 +513,7 @@ class Sandbox(CodeInterpreter):
         ``http://<port>-<id>.<preview_domain>/``, with ``?agentbox_token=``
         unless its previews are public (create's ``network={"preview":
         "public"}``). Reads the sandbox's settings from the daemon."""
-        return preview_url(self.id, (self.info()).network, port)
+        return preview_url(self.id, self.info().network, port)
 
     def set_egress(self, egress: str, allow: Optional[List[str]] = None,
                    deny: Optional[List[str]] = None, *, max_connections: int = 0,

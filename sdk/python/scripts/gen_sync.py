@@ -8,7 +8,8 @@
 The rewrite is textual, on the source's tokens, so the output keeps its
 layout and comments and reads like hand-written code:
 
-- ``async`` and ``await`` are dropped (``async def``/``with``/``for``);
+- ``async`` and ``await`` are dropped (``async def``/``with``/``for``),
+  and the parentheses of ``(await x).y`` with them;
 - the names of RENAMES are replaced, in code, strings and comments
   (``AsyncSandbox`` -> ``Sandbox``, ``aiter_raw`` -> ``iter_raw``, ...);
 - ``if _ASYNC:`` keeps its ``else:`` branch (dedented) and ``if not
@@ -16,6 +17,7 @@ layout and comments and reads like hand-written code:
   are copied as written;
 - ``@async_doc(...)`` decorators (the asyncio twin's own docstring) are
   dropped, so the docstrings written in the source are the blocking ones;
+- ``_ASYNC = True`` becomes ``_ASYNC = False``;
 - continuation lines aligned with a bracket move with it;
 - the module docstring is SYNC_DOC.
 
@@ -23,6 +25,7 @@ tests/test_surface.py runs generate() and fails when sandbox.py differs.
 """
 
 import io
+import keyword
 import os
 import re
 import sys
@@ -109,8 +112,9 @@ def _branches(lines: List[str]) -> Tuple[set, Dict[int, int]]:
             branches.append((j, _block(lines, j, base)))
         for n, (head, stop) in enumerate(branches):
             body = [r for r in range(head + 1, stop) if lines[r].strip()]
-            if any(_MARK.match(lines[r].rstrip("\n")) for r in body):
-                raise SystemExit(f"async_sandbox.py:{lines[r]}: nested `if _ASYNC:` blocks are not supported")
+            nested = [r for r in body if _MARK.match(lines[r].rstrip("\n"))]
+            if nested:
+                raise SystemExit(f"async_sandbox.py:{nested[0] + 1}: nested `if _ASYNC:` blocks are not supported")
             drop.add(head)
             sync_branch = (n == 0) == negated
             for r in range(head + 1, stop):
@@ -134,6 +138,36 @@ def _decorators(toks: List[tokenize.TokenInfo]) -> set:
     return rows
 
 
+def _grouping(toks: List[tokenize.TokenInfo], k: int) -> bool:
+    """Whether toks[k] opens parentheses that only group one expression
+    (not a call's, not a tuple's), closed on the same row."""
+    t, prev = toks[k], toks[k - 1]
+    if t.string != "(" or prev.string in (")", "]"):
+        return False
+    if prev.type == tokenize.NAME and not keyword.iskeyword(prev.string):
+        return False
+    close, depth = _closing(toks, k), 0
+    for u in toks[k:]:
+        if u is close:
+            return close.start[0] == t.start[0]
+        depth += (u.string in "([{") - (u.string in ")]}") if u.type == tokenize.OP else 0
+        if depth == 1 and u.string == ",":
+            return False
+    return False
+
+
+def _closing(toks: List[tokenize.TokenInfo], k: int) -> tokenize.TokenInfo:
+    depth = 0
+    for u in toks[k:]:
+        if u.type == tokenize.OP and u.string in "([{":
+            depth += 1
+        elif u.type == tokenize.OP and u.string in ")]}":
+            depth -= 1
+            if depth == 0:
+                return u
+    raise SystemExit(f"async_sandbox.py:{toks[k].start[0]}: unbalanced brackets")
+
+
 def _token_edits(toks: List[tokenize.TokenInfo], lines: List[str], skip: set) -> Dict[int, List[Edit]]:
     edits: Dict[int, List[Edit]] = {}
     for k, t in enumerate(toks):
@@ -144,6 +178,11 @@ def _token_edits(toks: List[tokenize.TokenInfo], lines: List[str], skip: set) ->
             nxt = toks[k + 1].start
             stop = nxt[1] if nxt[0] == t.start[0] else t.end[1]
             edits.setdefault(row, []).append((col, stop, ""))
+            if t.string == "await" and _grouping(toks, k - 1):
+                # (await x).y: the parentheses have nothing left to group.
+                close = _closing(toks, k - 1)
+                edits[row].append((toks[k - 1].start[1], toks[k - 1].end[1], ""))
+                edits.setdefault(close.start[0] - 1, []).append((close.start[1], close.end[1], ""))
         elif t.type == tokenize.NAME and (t.string in RENAMES or t.string in CODE_RENAMES):
             edits.setdefault(row, []).append((col, t.end[1], RENAMES.get(t.string) or CODE_RENAMES[t.string]))
         elif t.type in _STRINGISH:

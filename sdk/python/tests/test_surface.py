@@ -121,6 +121,9 @@ class AsyncSandbox:
         if not _ASYNC:
             print("blocking only", AsyncHTTP)
         return f"AsyncSandbox({r})"
+
+    async def parens(self):
+        return (await self.read(a)).decode(), f(await g()), (await h(a, b)).x, ((await i()), 1)
 '''
     want = gen_sync.HEADER + gen_sync.SYNC_DOC + '''from . import x
 from ._http import SyncHTTP
@@ -143,6 +146,9 @@ class Sandbox:
                 time.sleep(0)  # AsyncSandbox stays as written here
         print("blocking only", AsyncHTTP)
         return f"Sandbox({r})"
+
+    def parens(self):
+        return self.read(a).decode(), f(g()), h(a, b).x, (i(), 1)
 '''
     got = gen_sync.generate(src)
     assert got == want, "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True), "want", "got"))
