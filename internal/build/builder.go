@@ -110,7 +110,7 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 	switch name, ver, ok := strings.Cut(spec.From, "@"); {
 	case spec.FromImage():
 		base, err = b.fromImage(ctx, scope, req, pin, emit)
-	case ok: // a tenant builds from public templates and its own (storage.Owner)
+	case ok: // a tenant builds from public templates and its own (internal/tenancy)
 		base, err = b.Pool.TemplateVersionFor(ctx, name, ver)
 	default:
 		base, err = b.Pool.TemplateFor(ctx, spec.From)
