@@ -44,8 +44,8 @@ func MaxBytesFrom(ctx context.Context) int64 {
 	return n
 }
 
-// Sees reports whether p may see and use t.
-func Sees(p tenancy.Principal, t *Template) bool {
+// sees reports whether p may see and use t.
+func sees(p tenancy.Principal, t *Template) bool {
 	return p.Admin || t.Tenant == "" || t.Tenant == p.Tenant
 }
 

@@ -17,7 +17,7 @@ func (p *Pool) TemplateFor(ctx context.Context, name string) (*Template, error) 
 	if err != nil {
 		return nil, err
 	}
-	if !Sees(who, t) {
+	if !sees(who, t) {
 		return nil, templateNotFound(name)
 	}
 	return t, nil
@@ -38,7 +38,7 @@ func (p *Pool) TemplateVersionFor(ctx context.Context, name, version string) (*T
 		}
 		return nil, err
 	}
-	if !Sees(who, t) {
+	if !sees(who, t) {
 		return nil, templateNotFound(name)
 	}
 	return t, nil
@@ -57,7 +57,7 @@ func (p *Pool) ListTemplatesFor(ctx context.Context) ([]*Template, error) {
 	}
 	out := all[:0]
 	for _, t := range all {
-		if Sees(who, t) {
+		if sees(who, t) {
 			out = append(out, t)
 		}
 	}
