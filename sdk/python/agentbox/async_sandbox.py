@@ -114,11 +114,13 @@ class AsyncClient:
     async def build_template(self, name: str, spec: Union[str, bytes], *, context_dir: Optional[str] = None,
                              on_event: Optional[Any] = None) -> Template:
         """Build a new version of template ``name`` from a YAML build spec
-        (admin; docs/templates.md). ``context_dir`` is the directory copy
-        steps read from; ``on_event`` gets each progress event as a dict
-        (``type`` step, output, step_done). Returns the template; a failing
-        step raises InvalidArgumentError naming the step, its exit code and
-        its last output, and leaves no template version."""
+        (docs/templates.md): with a tenant's key the template is the
+        tenant's own, within its disk quota; with an admin key it is
+        public. ``context_dir`` is the directory copy steps read from;
+        ``on_event`` gets each progress event as a dict (``type`` step,
+        output, step_done). Returns the template; a failing step raises
+        InvalidArgumentError naming the step, its exit code and its last
+        output, and leaves no template version."""
         data, ctx = _build.prepare(name, spec, context_dir)
         ctype, body = _build.multipart(data, ctx)
         try:
