@@ -1,14 +1,13 @@
 package server
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/e2b"
 	"github.com/agentbox/agentbox/internal/metrics"
-	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // serveE2B serves E2B's protocol under /e2b (internal/e2b, docs/e2b.md).
@@ -41,8 +40,7 @@ func (s *Server) serveE2B(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	metrics.NoteTenant(r.Context(), p.Tenant)
-	r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
-	r = r.WithContext(storage.WithOwner(r.Context(), storage.Owner{Tenant: p.Tenant, Admin: p.Admin}))
+	r = r.WithContext(tenancy.With(r.Context(), p))
 	s.e2b.Serve(w, r, s.inProcessClient(p))
 	s.audit(r, p.KeyID, p.Tenant, sw.status)
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/auth"
-	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // inProcessClient returns a Go SDK client whose requests the server's own
@@ -34,8 +33,7 @@ type inProcess struct {
 }
 
 func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
-	ctx := context.WithValue(r.Context(), principalKey{}, t.p)
-	ctx = storage.WithOwner(ctx, storage.Owner{Tenant: t.p.Tenant, Admin: t.p.Admin})
+	ctx := tenancy.With(r.Context(), t.p)
 	r = r.WithContext(ctx)
 	switch {
 	case r.Body == nil || r.Body == http.NoBody:
