@@ -103,6 +103,18 @@ test('commands.run: stdout, stderr, exit codes', async () => {
   })
 })
 
+test('commands.run: stdin is closed unless asked for', async () => {
+  const r = await sbx.commands.run('cat; echo done', { timeoutMs: 20_000 })
+  assert.equal(r.stdout, 'done\n')
+})
+
+test('an unknown template is an error that names it', async () => {
+  await assert.rejects(Sandbox.create('no-such-template'), (err) => {
+    assert.match(String(err), /no-such-template/)
+    return true
+  })
+})
+
 test('commands.run: cwd, envs, sandbox-wide envs, callbacks', async () => {
   assert.equal((await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
   const r = await sbx.commands.run('echo "$FOO-$SANDBOX_WIDE"', { envs: { FOO: 'bar' } })
