@@ -168,18 +168,31 @@ func TestE2BWire(t *testing.T) {
 		t.Errorf("v1 list by metadata: %v", listed)
 	}
 
-	// A key of another tenant sees nothing of it, on either plane.
+	// A key of another tenant sees nothing of it, on either plane: its
+	// sandbox answers as one that does not exist (404; envd: not running,
+	// 502 or unavailable, as E2B's proxy answers for an unknown sandbox).
 	_, _, other := tenantKey(t, "e2b", nil)
-	if status, body := e2bCall(t, addr, "GET", "/sandboxes/"+id, map[string]string{"X-API-KEY": other.Secret}, "", nil); status != http.StatusNotFound || !strings.Contains(body, `"code":404`) {
-		t.Errorf("another tenant's getInfo: %d %s", status, body)
+	for _, target := range []string{id, "nosuchsandbox"} {
+		if status, body := e2bCall(t, addr, "GET", "/sandboxes/"+target, map[string]string{"X-API-KEY": other.Secret}, "", nil); status != http.StatusNotFound || !strings.Contains(body, `"code":404`) {
+			t.Errorf("another tenant's getInfo of %s: %d %s", target, status, body)
+		}
+		envd := map[string]string{"X-Access-Token": other.Secret, "E2b-Sandbox-Id": target, "E2b-Sandbox-Port": "49983"}
+		if status, body := e2bCall(t, addr, "POST", "/filesystem.Filesystem/Stat", envd, `{"path":"/etc/hostname"}`, nil); status != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"unavailable"`) {
+			t.Errorf("another tenant's Stat in %s: %d %s", target, status, body)
+		}
+		if status, body := e2bCall(t, addr, "GET", "/files?path=/etc/hostname", envd, "", nil); status != http.StatusBadGateway {
+			t.Errorf("another tenant's file read in %s: %d %s", target, status, body)
+		}
+	}
+	// The owner's missing file is the file's not_found, not the sandbox's.
+	own := map[string]string{"X-Access-Token": env.key, "E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}
+	if status, body := e2bCall(t, addr, "POST", "/filesystem.Filesystem/Stat", own, `{"path":"/nonexistent"}`, nil); status != http.StatusNotFound || !strings.Contains(body, `"code":"not_found"`) {
+		t.Errorf("Stat of a missing file: %d %s", status, body)
+	}
+	if status, body := e2bCall(t, addr, "GET", "/files?path=/nonexistent", own, "", nil); status != http.StatusNotFound || !strings.Contains(body, `"code":404`) {
+		t.Errorf("read of a missing file: %d %s", status, body)
 	}
 	envd := map[string]string{"X-Access-Token": other.Secret, "E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}
-	if status, body := e2bCall(t, addr, "POST", "/filesystem.Filesystem/Stat", envd, `{"path":"/etc/hostname"}`, nil); status != http.StatusNotFound || !strings.Contains(body, `"code":"not_found"`) {
-		t.Errorf("another tenant's Stat: %d %s", status, body)
-	}
-	if status, body := e2bCall(t, addr, "GET", "/files?path=/etc/hostname", envd, "", nil); status != http.StatusNotFound {
-		t.Errorf("another tenant's file read: %d %s", status, body)
-	}
 
 	// No key, a wrong key: 401 in each plane's shape.
 	if status, body := e2bCall(t, addr, "GET", "/v2/sandboxes", nil, "", nil); status != http.StatusUnauthorized || !strings.Contains(body, `"code":401`) {

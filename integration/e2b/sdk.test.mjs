@@ -81,6 +81,11 @@ test('connect by id, then kill; a killed sandbox is gone', async () => {
   assert.equal(await Sandbox.kill(other.sandboxId), true)
   assert.equal(await Sandbox.kill(other.sandboxId), false)
   assert.equal(await again.isRunning(), false)
+  // What E2B's SDK raises for a sandbox that ended, not a missing file.
+  const ended = (err) => err instanceof SandboxNotFoundError || err instanceof TimeoutError
+  await assert.rejects(again.commands.run('true'), ended)
+  await assert.rejects(again.files.read('/etc/hostname'), ended)
+  await assert.rejects(again.files.exists('/etc/hostname'), ended)
   await assert.rejects(Sandbox.connect(other.sandboxId), SandboxNotFoundError)
   await assert.rejects(Sandbox.getInfo(other.sandboxId), (err) => err instanceof NotFoundError || err instanceof SandboxNotFoundError)
 })

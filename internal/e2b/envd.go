@@ -122,7 +122,7 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request, k *call) {
 func (h *Handler) envs(w http.ResponseWriter, r *http.Request, k *call) {
 	sb, err := k.c.GetSandbox(r.Context(), k.id)
 	if err != nil {
-		writeEnvdError(w, err)
+		h.writeEnvdError(w, r, k, err)
 		return
 	}
 	env := sb.Env
@@ -177,7 +177,30 @@ func (h *Handler) home(ctx context.Context, k *call) (string, error) {
 
 // writeEnvdError answers a failed envd REST call in E2B's shape; a sandbox
 // that is gone is 502, which the SDKs read as "not running".
-func writeEnvdError(w http.ResponseWriter, err error) {
-	_, status := errdefs.Code(err)
-	writeError(w, status, err.Error())
+func (h *Handler) writeEnvdError(w http.ResponseWriter, r *http.Request, k *call, err error) {
+	if h.gone(r, k, err) {
+		writeError(w, http.StatusBadGateway, "sandbox "+k.id+" is not running")
+		return
+	}
+	writeAPIError(w, err)
+}
+
+// rpcError is the Connect error of a failed call; a sandbox that is gone
+// is unavailable, which the SDKs raise as their TimeoutError, as for a
+// sandbox E2B ended.
+func (h *Handler) rpcError(r *http.Request, k *call, err error) *connectError {
+	if h.gone(r, k, err) {
+		return &connectError{Code: "unavailable", Message: "sandbox " + k.id + " is not running"}
+	}
+	return errorOf(err)
+}
+
+// gone reports whether err, a not_found, is the sandbox's own: it does
+// not run (any more), or the key cannot see it.
+func (h *Handler) gone(r *http.Request, k *call, err error) bool {
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return false
+	}
+	sb, gerr := k.c.GetSandbox(r.Context(), k.id)
+	return gerr != nil || sb.State != api.StateRunning
 }

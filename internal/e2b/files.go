@@ -27,12 +27,12 @@ type writtenFile struct {
 func (h *Handler) download(w http.ResponseWriter, r *http.Request, k *call) {
 	p, err := h.resolve(r.Context(), k, r.URL.Query().Get("path"))
 	if err != nil {
-		writeEnvdError(w, err)
+		h.writeEnvdError(w, r, k, err)
 		return
 	}
 	body, err := k.c.ReadFile(r.Context(), k.id, p)
 	if err != nil {
-		writeEnvdError(w, err)
+		h.writeEnvdError(w, r, k, err)
 		return
 	}
 	defer body.Close()
@@ -65,7 +65,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, k *call) {
 		err = uploadRaw(r, query, write)
 	}
 	if err != nil {
-		writeEnvdError(w, err)
+		h.writeEnvdError(w, r, k, err)
 		return
 	}
 	if len(out) == 0 {

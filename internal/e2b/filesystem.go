@@ -83,7 +83,7 @@ func (h *Handler) unaryPath(w http.ResponseWriter, r *http.Request, k *call, in 
 	}
 	abs, err := h.resolve(r.Context(), k, *p)
 	if err != nil {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return false
 	}
 	*p = abs
@@ -97,7 +97,7 @@ func (h *Handler) fsStat(w http.ResponseWriter, r *http.Request, k *call) {
 	}
 	fi, err := k.c.Stat(r.Context(), k.id, in.Path)
 	if err != nil {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	writeUnary(w, entryResponse{entryOf(fi)})
@@ -114,7 +114,7 @@ func (h *Handler) fsListDir(w http.ResponseWriter, r *http.Request, k *call) {
 	depth := max(int(in.Depth), 1)
 	fis, err := k.c.ListFiles(r.Context(), k.id, in.Path, depth)
 	if err != nil {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	out := struct {
@@ -137,12 +137,12 @@ func (h *Handler) fsMakeDir(w http.ResponseWriter, r *http.Request, k *call) {
 		writeConnectUnaryError(w, connectError{Code: "already_exists", Message: in.Path + " already exists"})
 		return
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	fi, err := k.c.Mkdir(r.Context(), k.id, in.Path, 0)
 	if err != nil {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	writeUnary(w, entryResponse{entryOf(fi)})
@@ -161,12 +161,12 @@ func (h *Handler) fsMove(w http.ResponseWriter, r *http.Request, k *call) {
 		err = k.c.Rename(r.Context(), k.id, in.Source, dst)
 	}
 	if err != nil {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	fi, err := k.c.Stat(r.Context(), k.id, dst)
 	if err != nil {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	writeUnary(w, entryResponse{entryOf(fi)})
@@ -180,7 +180,7 @@ func (h *Handler) fsRemove(w http.ResponseWriter, r *http.Request, k *call) {
 		return
 	}
 	if err := k.c.Remove(r.Context(), k.id, in.Path, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	writeUnary(w, struct{}{})
@@ -219,7 +219,7 @@ func (h *Handler) fsWatchDir(w http.ResponseWriter, r *http.Request, k *call) {
 	s := newStream(w)
 	dir, err := h.resolve(r.Context(), k, in.Path)
 	if err != nil {
-		s.end(errorOf(err))
+		s.end(h.rpcError(r, k, err))
 		return
 	}
 	ctx := r.Context()
@@ -252,7 +252,7 @@ func (h *Handler) fsWatchDir(w http.ResponseWriter, r *http.Request, k *call) {
 	case ctx.Err() != nil:
 		s.end(&connectError{Code: "deadline_exceeded", Message: "the watch reached its timeout"})
 	case err != nil:
-		s.end(errorOf(err))
+		s.end(h.rpcError(r, k, err))
 	default:
 		s.end(nil)
 	}

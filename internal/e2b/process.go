@@ -105,14 +105,14 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, k *call) 
 	if in.Process.Cwd != nil && *in.Process.Cwd != "" {
 		cwd, err := h.resolve(r.Context(), k, *in.Process.Cwd)
 		if err != nil {
-			s.end(errorOf(err))
+			s.end(h.rpcError(r, k, err))
 			return
 		}
 		req.Cwd = cwd
 	}
 	p, err := k.c.StartProcess(r.Context(), k.id, req)
 	if err != nil {
-		s.end(errorOf(err))
+		s.end(h.rpcError(r, k, err))
 		return
 	}
 	if s.send(eventMessage{processEvent{Start: &startEvent{Pid: uint32(p.Pid)}}}) != nil {
@@ -154,7 +154,7 @@ func (h *Handler) follow(r *http.Request, s *stream, k *call, ref string, opts c
 	case r.Context().Err() != nil:
 		return // the client went away (a background command's disconnect)
 	case err != nil:
-		s.end(errorOf(err))
+		s.end(h.rpcError(r, k, err))
 		return
 	case exit.TimedOut:
 		s.end(&connectError{Code: "deadline_exceeded", Message: "the command was killed at its timeout of " + strconv.FormatInt(timeoutMs, 10) + " ms"})
@@ -207,7 +207,7 @@ func (h *Handler) processConnect(w http.ResponseWriter, r *http.Request, k *call
 		err = errdefs.NotFound("process %s has ended", ref)
 	}
 	if err != nil {
-		s.end(errorOf(err))
+		s.end(h.rpcError(r, k, err))
 		return
 	}
 	if s.send(eventMessage{processEvent{Start: &startEvent{Pid: uint32(p.Pid)}}}) != nil {
@@ -229,7 +229,7 @@ func (h *Handler) processList(w http.ResponseWriter, r *http.Request, k *call) {
 	}
 	ps, err := k.c.ListProcesses(r.Context(), k.id)
 	if err != nil {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	out := struct {
@@ -277,7 +277,7 @@ func (h *Handler) processSendInput(w http.ResponseWriter, r *http.Request, k *ca
 		return
 	}
 	if err := k.c.WriteStdin(r.Context(), k.id, ref, bytes.NewReader(in.Input.Stdin), false); err != nil {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	writeUnary(w, struct{}{})
@@ -297,7 +297,7 @@ func (h *Handler) processCloseStdin(w http.ResponseWriter, r *http.Request, k *c
 		return
 	}
 	if err := k.c.WriteStdin(r.Context(), k.id, ref, nil, true); err != nil {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	writeUnary(w, struct{}{})
@@ -337,7 +337,7 @@ func (h *Handler) processSendSignal(w http.ResponseWriter, r *http.Request, k *c
 		err = errdefs.NotFound("process %s has ended", ref)
 	}
 	if err != nil {
-		writeConnectUnaryError(w, *errorOf(err))
+		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
 	writeUnary(w, struct{}{})

@@ -67,19 +67,19 @@ func (h *Handler) ptyStart(r *http.Request, s *stream, k *call, in *startRequest
 	if in.Process.Cwd != nil && *in.Process.Cwd != "" {
 		cwd, err := h.resolve(r.Context(), k, *in.Process.Cwd)
 		if err != nil {
-			s.end(errorOf(err))
+			s.end(h.rpcError(r, k, err))
 			return
 		}
 		req.Cwd = cwd
 	}
 	sess, err := k.c.CreatePTY(r.Context(), k.id, req)
 	if err != nil {
-		s.end(errorOf(err))
+		s.end(h.rpcError(r, k, err))
 		return
 	}
 	conn, err := k.c.AttachPTY(r.Context(), k.id, sess.Pid)
 	if err != nil {
-		s.end(errorOf(err))
+		s.end(h.rpcError(r, k, err))
 		return
 	}
 	defer conn.Close()
@@ -156,7 +156,7 @@ func (h *Handler) processUpdate(w http.ResponseWriter, r *http.Request, k *call)
 			err = k.c.ResizePTY(r.Context(), k.id, pid, in.Pty.Size.Cols, in.Pty.Size.Rows)
 		}
 		if err != nil {
-			writeConnectUnaryError(w, *errorOf(err))
+			writeConnectUnaryError(w, *h.rpcError(r, k, err))
 			return
 		}
 	}
