@@ -90,6 +90,14 @@ func TestE2BSDK(t *testing.T) {
 	runE2BTests(t, "sdk.test.mjs")
 }
 
+// TestE2BSDKGvisor runs the same scenarios on the gvisor tier: the
+// templateID base@gvisor names the tier (docs/e2b.md).
+func TestE2BSDKGvisor(t *testing.T) {
+	needBase(t)
+	needGvisor(t)
+	runE2BTests(t, "sdk.test.mjs", "E2B_TEST_TEMPLATE=base@gvisor")
+}
+
 // TestE2BCodeInterpreter runs the unmodified @e2b/code-interpreter SDK
 // (integration/e2b/interpreter.test.mjs) on its default template.
 func TestE2BCodeInterpreter(t *testing.T) {

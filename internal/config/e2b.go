@@ -4,9 +4,9 @@ package config
 // unmodified e2b SDKs use agentbox; see docs/e2b.md.
 type E2B struct {
 	// TemplateAliases (template_aliases) maps an E2B templateID to an
-	// agentbox template; a templateID with no alias is used as a template
-	// name. Default: code-interpreter-v1 (the code interpreter SDK's
-	// default) is python.
+	// agentbox template, TEMPLATE or TEMPLATE@TIER; a templateID with no
+	// alias is read the same way. Default: code-interpreter-v1 (the code
+	// interpreter SDK's default) is python.
 	TemplateAliases map[string]string `toml:"template_aliases"`
 }
 

@@ -142,8 +142,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *client.Clien
 		writeError(w, http.StatusBadRequest, "templateID is required")
 		return
 	}
+	template, isolation := h.template(in.TemplateID)
 	req := api.CreateSandboxRequest{
-		Template:   h.template(in.TemplateID),
+		Template:   template,
+		Isolation:  isolation,
 		TTLSeconds: defaultTimeout,
 		Env:        in.EnvVars,
 		Metadata:   in.Metadata,
@@ -185,12 +187,16 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *client.Clien
 	writeJSON(w, http.StatusCreated, h.sandboxOf(r, sb, in.TemplateID))
 }
 
-// template maps an E2B templateID to an agentbox template.
-func (h *Handler) template(id string) string {
+// template maps an E2B templateID to an agentbox template and isolation
+// tier: the alias's value if it has one, else the templateID itself, read
+// as TEMPLATE or TEMPLATE@TIER ("base@gvisor"; template names have no @).
+// An empty tier is the daemon's default_isolation.
+func (h *Handler) template(id string) (template, isolation string) {
 	if t, ok := h.aliases[id]; ok {
-		return t
+		id = t
 	}
-	return id
+	template, isolation, _ = strings.Cut(id, "@")
+	return template, isolation
 }
 
 // sandboxOf is E2B's view of sb for the caller of r. The envd and traffic
@@ -269,7 +275,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, c *client.Client)
 		if sb.State != api.StateRunning && sb.State != api.StatePaused {
 			continue
 		}
-		if t := q.Get("template"); t != "" && sb.Template != h.template(t) {
+		if t, _ := h.template(q.Get("template")); t != "" && sb.Template != t {
 			continue
 		}
 		d := detailOf(sb)

@@ -176,3 +176,17 @@ func TestUnsupported(t *testing.T) {
 		t.Errorf("unauthenticated RPC: %d %s", rec.Code, rec.Body)
 	}
 }
+
+func TestTemplate(t *testing.T) {
+	h := New(Options{TemplateAliases: map[string]string{"code-interpreter-v1": "python", "secure": "base@gvisor"}})
+	for id, want := range map[string][2]string{
+		"base":                {"base", ""},
+		"base@gvisor":         {"base", "gvisor"},
+		"code-interpreter-v1": {"python", ""},
+		"secure":              {"base", "gvisor"},
+	} {
+		if tpl, iso := h.template(id); tpl != want[0] || iso != want[1] {
+			t.Errorf("template(%q) = %q, %q; want %q, %q", id, tpl, iso, want[0], want[1])
+		}
+	}
+}
