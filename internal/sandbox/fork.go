@@ -110,7 +110,9 @@ func (s *Service) fork(ctx context.Context, tenant, id string, count int, memory
 				_ = s.release(ctx, r.ID, drv, entries[i].handle())
 			}
 			_ = s.st.UpdateSandbox(ctx, r.ID, func(rec *store.SandboxRecord) error {
-				rec.State = api.StateFailed
+				if err := s.transition(rec, api.StateFailed); err != nil {
+					return err
+				}
 				rec.Error = "fork failed"
 				return nil
 			})
@@ -152,7 +154,9 @@ func (s *Service) fork(ctx context.Context, tenant, id string, count int, memory
 	err = s.st.UpdateSandboxes(ctx, ids, func(r *store.SandboxRecord) error {
 		for i := range ids {
 			if ids[i] == r.ID {
-				r.State = api.StateRunning
+				if err := s.transition(r, api.StateRunning); err != nil {
+					return err
+				}
 				r.Handle = entries[i].handle()
 				out[i] = *toAPI(r)
 			}

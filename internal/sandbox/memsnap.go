@@ -150,7 +150,9 @@ func (s *Service) pauseToDiskLocked(ctx context.Context, e *entry, cp driver.Che
 	e.onDisk.Store(true)
 	err := s.st.UpdateSandbox(context.WithoutCancel(ctx), e.id, func(r *store.SandboxRecord) error {
 		// The handle stays (stale): Destroy on it finds nothing left.
-		r.State = api.StatePaused
+		if err := s.transition(r, api.StatePaused); err != nil {
+			return err
+		}
 		return nil
 	})
 	s.log.Info("paused to disk", "sandbox", e.id, "checkpoint", took, "bytes", dirSize(dir))
@@ -192,7 +194,9 @@ func (s *Service) resumeFromDisk(ctx context.Context, e *entry) (*api.Sandbox, e
 	e.act.touch()
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
 		r.Handle = h
 		s.renewTTL(r)
 		out = r
@@ -223,7 +227,9 @@ func (s *Service) adoptOnDisk(ctx context.Context, rec *store.SandboxRecord, drv
 			return false // it runs: the checkpoint is a leftover of its resume
 		}
 		err := s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
-			r.State = api.StatePaused
+			if err := s.transition(r, api.StatePaused); err != nil {
+				return err
+			}
 			return nil
 		})
 		if err != nil {

@@ -123,7 +123,9 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTempl
 	e.act.touch()
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
 		r.Handle = h
 		out = r
 		return nil
@@ -152,7 +154,9 @@ func (s *Service) failLocked(e *entry, cause error) error {
 	delete(s.live, e.id)
 	s.mu.Unlock()
 	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = api.StateFailed
+		if err := s.transition(r, api.StateFailed); err != nil {
+			return err
+		}
 		r.Error = cause.Error()
 		return nil
 	})

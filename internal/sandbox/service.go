@@ -1,8 +1,3 @@
-// Package sandbox is the lifecycle service: it validates requests, records
-// every fact in the store, drives the isolation drivers and the storage
-// pool, enforces TTLs, and re-adopts or cleans up sandboxes when the daemon
-// restarts. A request's context never owns a sandbox: teardown always runs
-// on a context of its own.
 package sandbox
 
 import (
@@ -276,7 +271,9 @@ func (s *Service) createCold(ctx context.Context, rec *store.SandboxRecord, tpl 
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = s.st.UpdateSandbox(fctx, rec.ID, func(r *store.SandboxRecord) error {
-			r.State = api.StateFailed
+			if err := s.transition(r, api.StateFailed); err != nil {
+				return err
+			}
 			r.Error = err.Error()
 			return nil
 		})
@@ -285,7 +282,9 @@ func (s *Service) createCold(ctx context.Context, rec *store.SandboxRecord, tpl 
 	e.drv = drv
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
 		r.Handle = e.handle()
 		out = r
 		return nil
@@ -459,7 +458,9 @@ func (s *Service) teardown(e *entry, reason string) error {
 	defer cancel()
 	s.dropStandby(ctx, e)
 	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = api.StateDestroying
+		if err := s.transition(r, api.StateDestroying); err != nil {
+			return err
+		}
 		return nil
 	})
 	err := s.release(ctx, e.id, e.drv, e.handle())
@@ -472,7 +473,9 @@ func (s *Service) teardown(e *entry, reason string) error {
 		final = api.StateFailed
 	}
 	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = final
+		if err := s.transition(r, final); err != nil {
+			return err
+		}
 		if reason != "" {
 			r.Error = reason
 		}
@@ -627,7 +630,9 @@ func (s *Service) Destroy(ctx context.Context, tenant, id string) error {
 				defer cancel()
 				_ = s.release(rctx, id, drv, rec.Handle)
 				_ = s.st.UpdateSandbox(rctx, id, func(r *store.SandboxRecord) error {
-					r.State = api.StateDestroyed
+					if err := s.transition(r, api.StateDestroyed); err != nil {
+						return err
+					}
 					return nil
 				})
 				s.collectFor(rctx, id)

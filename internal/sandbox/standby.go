@@ -186,7 +186,9 @@ func (s *Service) resetFast(ctx context.Context, e *entry, rec *store.SandboxRec
 	}
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
 		r.Handle = nx.h
 		out = r
 		return nil

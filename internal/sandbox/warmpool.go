@@ -252,7 +252,11 @@ func (s *Service) bootWarm(ctx context.Context, rec *store.SandboxRecord) *membe
 // re-adopts. If the write fails m is destroyed (it ran the request's
 // settings; it never goes back to the pool).
 func (s *Service) recordWarm(ctx context.Context, rec *store.SandboxRecord, m *member) (*entry, error) {
-	rec.State, rec.Handle = api.StateRunning, m.h
+	if err := s.transition(rec, api.StateRunning); err != nil {
+		s.dropMember(m, "refused state")
+		return nil, err
+	}
+	rec.Handle = m.h
 	if err := s.st.CreateSandbox(ctx, rec); err != nil {
 		s.dropMember(m, "store write failed")
 		return nil, err
