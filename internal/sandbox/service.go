@@ -43,7 +43,7 @@ type Options struct {
 type Service struct {
 	cfg     *config.Config
 	st      *store.Store
-	pool    *storage.Pool
+	pool    layerStore
 	drivers map[string]driver.Driver
 	log     *slog.Logger
 	net     *network.Manager
