@@ -100,14 +100,15 @@ func (s *Service) fork(ctx context.Context, tenant, id string, count int, memory
 		recs[i], ids[i] = r, r.ID
 	}
 	entries := make([]*entry, count)
+	boots := make([]*booted, count) // each child's, until all are live
 	ok := false
 	defer func() {
 		if ok {
 			return
 		}
 		for i, r := range recs {
-			if entries[i] != nil {
-				_ = s.release(ctx, r.ID, drv, entries[i].handle())
+			if boots[i] != nil {
+				_ = boots[i].Release(ctx)
 			}
 			_ = s.st.UpdateSandbox(ctx, r.ID, func(rec *store.SandboxRecord) error {
 				if err := s.transition(rec, api.StateFailed); err != nil {
@@ -140,7 +141,7 @@ func (s *Service) fork(ctx context.Context, tenant, id string, count int, memory
 			if memory {
 				bootDrv = restoring{drv, s.snapshotMemoryDir(snap.ID)}
 			}
-			entries[i], errs[i] = s.start(ctx, r, tpl, bootDrv, false)
+			entries[i], boots[i], errs[i] = s.start(ctx, r, tpl, bootDrv, false)
 			if entries[i] != nil {
 				entries[i].drv = drv
 			}

@@ -181,14 +181,14 @@ func (s *Service) resumeFromDisk(ctx context.Context, e *entry) (*api.Sandbox, e
 	}
 	dir := s.diskCheckpointDir(e.id)
 	t0 := time.Now()
-	h, err := s.boot(ctx, rec, tpl, restoring{e.drv, dir}, true)
+	b, err := s.boot(ctx, rec, tpl, restoring{e.drv, dir}, true)
 	if err != nil {
 		return nil, fmt.Errorf("restoring sandbox %s from its checkpoint (it stays paused; retry, or destroy it): %w", e.id, err)
 	}
 	took := time.Since(t0)
 	e.gen++
 	gen := e.gen
-	e.hp.Store(h)
+	e.hp.Store(b.h)
 	e.onDisk.Store(false)
 	e.paused.Store(false)
 	e.act.touch()
@@ -197,7 +197,7 @@ func (s *Service) resumeFromDisk(ctx context.Context, e *entry) (*api.Sandbox, e
 		if err := s.transition(r, api.StateRunning); err != nil {
 			return err
 		}
-		r.Handle = h
+		r.Handle = b.h
 		s.renewTTL(r)
 		out = r
 		return nil

@@ -165,7 +165,7 @@ func (s *Service) coldStart(ctx context.Context, rec *store.SandboxRecord) (*api
 	defer release()
 	// The record stays stopped until the init answers: a crash meanwhile
 	// leaves a stopped sandbox with its layer, never a lost one.
-	e, err := s.start(cctx, rec, tpl, drv, true)
+	e, b, err := s.start(cctx, rec, tpl, drv, true)
 	if err != nil {
 		return nil, fmt.Errorf("starting stopped sandbox %s: %w", rec.ID, err)
 	}
@@ -181,7 +181,7 @@ func (s *Service) coldStart(ctx context.Context, rec *store.SandboxRecord) (*api
 		return nil
 	})
 	if err != nil {
-		_ = drv.Destroy(cctx, e.handle())
+		_ = b.Release(cctx) // the layer and address stay the stopped sandbox's
 		return nil, err
 	}
 	s.mu.Lock()

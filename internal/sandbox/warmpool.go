@@ -68,11 +68,11 @@ type warmPool struct {
 
 // member is one pre-booted sandbox.
 type member struct {
-	id   string
+	// booted is the member's init, layer and run dir (id, drv, h), its
+	// veth too with egress: dropMember releases them.
+	*booted
 	pool *warmPool
 	tpl  *storage.Template
-	drv  driver.Driver
-	h    *driver.Handle
 	res  api.Resources
 	// lowers are its overlay's lower layers.
 	lowers []string
@@ -307,7 +307,7 @@ func (s *Service) fitMember(ctx context.Context, m *member, rec *store.SandboxRe
 func (s *Service) dropMember(m *member, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.release(ctx, m.id, m.drv, m.h); err != nil {
+	if err := m.Release(ctx); err != nil {
 		s.log.Warn("removing a warm pool sandbox", "sandbox", m.id, "why", why, "err", err)
 	}
 }
@@ -443,11 +443,12 @@ func (s *Service) bootMember(p *warmPool) (*member, error) {
 		Resources:       api.Resources{CPU: c.CPU, MemoryMB: c.MemoryMB, DiskMB: c.DiskMB, Pids: c.Pids},
 		Lowers:          tpl.LowerDirs(),
 	}
-	h, err := s.boot(ctx, rec, tpl, drv, false)
+	b, err := s.boot(ctx, rec, tpl, drv, false)
 	if err != nil {
 		return nil, err
 	}
-	m := &member{id: rec.ID, pool: p, tpl: tpl, drv: drv, h: h, res: rec.Resources, lowers: rec.Lowers, made: time.Now()}
+	h := b.h
+	m := &member{booted: b, pool: p, tpl: tpl, res: rec.Resources, lowers: rec.Lowers, made: time.Now()}
 	if c.Egress == api.EgressInternet {
 		pol, _ := network.ParsePolicy(api.EgressInternet, nil, nil)
 		if m.sub, err = s.net.Attach(m.id, h.Pid, pol, network.Subnet{}, network.Limits{}); err != nil {
