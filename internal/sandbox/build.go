@@ -318,7 +318,7 @@ func (s *Service) GCLayers(ctx context.Context) ([]string, error) {
 			inUse[l] = true
 		}
 	}
-	for _, l := range s.warmLowers() { // warm pool sandboxes (warmpool.go)
+	for _, l := range s.warm.lowers() { // warm pool sandboxes (warmpool.go)
 		inUse[l] = true
 	}
 	return s.pool.GCLayers(ctx, inUse)

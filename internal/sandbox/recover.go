@@ -138,7 +138,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.sweepCheckpoints(ctx)
 	s.wg.Add(1)
 	go s.reaper()
-	s.startWarm() // warmpool.go
+	s.warm.start(s.cfg.WarmPools()) // warmpool.go
 	return nil
 }
 
@@ -264,7 +264,7 @@ func (s *Service) Close() {
 		close(s.stop)
 	}
 	s.wg.Wait()
-	s.closeWarm() // warm pool sandboxes are destroyed, never re-adopted
+	s.warm.close() // warm pool sandboxes are destroyed, never re-adopted
 	s.mu.Lock()
 	for _, e := range s.live {
 		e.guest.CloseIdleConnections()

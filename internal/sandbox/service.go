@@ -110,7 +110,7 @@ func New(o Options) *Service {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Service{
+	s := &Service{
 		cfg:     o.Config,
 		st:      o.Store,
 		pool:    o.Pool,
@@ -120,6 +120,8 @@ func New(o Options) *Service {
 		stop:    make(chan struct{}),
 		live:    map[string]*entry{},
 	}
+	s.warm.host, s.warm.log, s.warm.stop, s.warm.wg = s, s.log, s.stop, &s.wg
+	return s
 }
 
 func (s *Service) runDir(id string) string {
@@ -207,8 +209,8 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		rec.ExpiresAt = &exp
 	}
 	// A matching warm pool sandbox is handed out instead of a cold boot
-	// (warmpool.go): it gives rec its id, and bootWarm takes it.
-	defer s.claimWarm(rec, tpl, drv)()
+	// (warmpool.go): it gives rec its id, and take takes it.
+	defer s.warm.claim(rec, tpl, drv)()
 	// The sandbox outlives this request: build it on a context of its own.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
@@ -220,7 +222,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		e        *entry
 		restored bool
 	)
-	if m := s.bootWarm(cctx, rec); m != nil {
+	if m := s.warm.take(cctx, rec); m != nil {
 		e, err = s.recordWarm(cctx, rec, m)
 		release()
 	} else {
