@@ -48,6 +48,8 @@ type fakeBox struct {
 	exited chan struct{}
 	paused bool
 	spec   driver.Spec
+	// restoredFrom is the checkpoint it was restored from ("": created).
+	restoredFrom string
 }
 
 var (
@@ -164,6 +166,67 @@ func (d *fakeDriver) setPaused(h *driver.Handle, p bool) error {
 	}
 	b.paused = p
 	return nil
+}
+
+// fakeMemDriver is the fake tier with memory snapshots ("fakemem"): a
+// checkpoint is a file naming the sandbox it saved, a restore a new box
+// that remembers it. It shares the boxes of the fakeDriver it wraps.
+type fakeMemDriver struct{ *fakeDriver }
+
+var _ driver.Checkpointer = fakeMemDriver{}
+
+func (d fakeMemDriver) Name() string { return "fakemem" }
+
+func (d fakeMemDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Pause: true, MemorySnapshot: true, LiveFork: true}
+}
+
+const fakeCheckpointFile = "fake-memory"
+
+func (d fakeMemDriver) Checkpoint(ctx context.Context, h *driver.Handle, dir string, opts driver.CheckpointOptions) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b := d.boxLocked(h)
+	if b == nil {
+		return errdefs.NotFound("sandbox %s is gone", h.ID)
+	}
+	if opts.Frozen != nil {
+		if err := opts.Frozen(); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, fakeCheckpointFile), []byte(h.ID), 0o600); err != nil {
+		return err
+	}
+	if !opts.LeaveRunning {
+		d.removeLocked(b) // its init stops once saved
+	}
+	return nil
+}
+
+func (d fakeMemDriver) Restore(ctx context.Context, spec *driver.Spec, dir string) (*driver.Handle, error) {
+	if _, err := os.Stat(filepath.Join(dir, fakeCheckpointFile)); err != nil {
+		return nil, fmt.Errorf("fake: no checkpoint in %s: %w", dir, err)
+	}
+	h, err := d.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.boxes[spec.ID].restoredFrom = dir
+	d.mu.Unlock()
+	return h, nil
+}
+
+// restoredFrom is the checkpoint sandbox id was restored from ("" when
+// it was created, or is gone).
+func (d *fakeDriver) restoredFrom(id string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b := d.boxes[id]; b != nil {
+		return b.restoredFrom
+	}
+	return ""
 }
 
 // crash makes the init of sandbox id exit, as a kill -9 would.
@@ -399,7 +462,8 @@ func (h *host) start() *Service {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cfg := h.cfg
-	s := New(Options{Config: &cfg, Store: h.st, Drivers: map[string]driver.Driver{"fake": h.drv}, Logger: log})
+	drivers := map[string]driver.Driver{"fake": h.drv, "fakemem": fakeMemDriver{h.drv}}
+	s := New(Options{Config: &cfg, Store: h.st, Drivers: drivers, Logger: log})
 	s.pool = h.pool
 	if err := s.Start(context.Background()); err != nil {
 		h.t.Fatal(err)

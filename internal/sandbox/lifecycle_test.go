@@ -478,3 +478,108 @@ func TestLifecycleTransitionRefused(t *testing.T) {
 		t.Errorf("a refused move changed the record to %s", st)
 	}
 }
+
+func TestLifecyclePauseToDisk(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	s := h.start()
+	ctx := context.Background()
+	sb := create(t, s, &api.CreateSandboxRequest{Isolation: "fakemem"})
+	if err := os.WriteFile(filepath.Join(h.upperOf(sb.ID), "work"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.PauseToDisk(ctx, tenant, sb.ID)
+	if err != nil || got.State != api.StatePaused || !got.PausedToDisk {
+		t.Fatalf("pause to disk = %+v, %v", got, err)
+	}
+	if slices.Contains(h.drv.running(), sb.ID) {
+		t.Error("a sandbox paused to disk still runs")
+	}
+	// Its init's exit (the checkpoint stops it) does not fail it.
+	time.Sleep(50 * time.Millisecond)
+	if st := h.state(sb.ID); st != api.StatePaused {
+		t.Errorf("state = %s, want paused", st)
+	}
+	if _, err := s.Reset(ctx, tenant, sb.ID, "", false); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("reset of a sandbox paused to disk: %s, want failed precondition", errClass(err))
+	}
+	// A restarted daemon finds it paused to disk still.
+	s.Close()
+	s = h.start()
+	if got, err := s.Get(ctx, tenant, sb.ID); err != nil || !got.PausedToDisk {
+		t.Fatalf("after a restart: %+v, %v; want paused to disk", got, err)
+	}
+	got, err = s.Resume(ctx, tenant, sb.ID)
+	if err != nil || got.State != api.StateRunning {
+		t.Fatalf("resume from disk = %+v, %v", got, err)
+	}
+	dir := s.diskCheckpointDir(sb.ID)
+	if from := h.drv.restoredFrom(sb.ID); from != dir {
+		t.Errorf("resumed from %q, want its checkpoint %s", from, dir)
+	}
+	if _, err := os.Stat(filepath.Join(h.upperOf(sb.ID), "work")); err != nil {
+		t.Errorf("files written before the pause are gone: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the checkpoint outlived the resume (%v)", err)
+	}
+	// Paused to disk again, then destroyed: nothing is left.
+	if _, err := s.PauseToDisk(ctx, tenant, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Destroy(ctx, tenant, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.leftNothing(sb.ID)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the checkpoint outlived the destroy (%v)", err)
+	}
+	// A tier without memory snapshots says which has them.
+	plain := create(t, s, nil)
+	if _, err := s.PauseToDisk(ctx, tenant, plain.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("pause to disk on a tier without it: %s, want failed precondition", errClass(err))
+	}
+}
+
+func TestLifecycleForkWithMemory(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	s := h.start()
+	ctx := context.Background()
+	parent := create(t, s, &api.CreateSandboxRequest{Isolation: "fakemem"})
+	kids, err := s.ForkWithMemory(ctx, tenant, parent.ID, 2)
+	if err != nil {
+		t.Fatalf("fork with memory: %v", err)
+	}
+	for _, k := range kids {
+		if k.State != api.StateRunning || k.Isolation != "fakemem" {
+			t.Errorf("child %+v: want running on fakemem", k)
+		}
+		if from := h.drv.restoredFrom(k.ID); from != s.snapshotMemoryDir(k.Snapshot) {
+			t.Errorf("child %s restored from %q, want the fork's checkpoint", k.ID, from)
+		}
+	}
+	if st := h.state(parent.ID); st != api.StateRunning || !slices.Contains(h.drv.running(), parent.ID) {
+		t.Errorf("parent is %s after a fork with memory", st)
+	}
+	// A sandbox created from a snapshot with memory restores it.
+	snap, err := s.SnapshotWithMemory(ctx, tenant, parent.ID, "mem")
+	if err != nil || !snap.Memory {
+		t.Fatalf("snapshot with memory = %+v, %v", snap, err)
+	}
+	sb := create(t, s, &api.CreateSandboxRequest{Snapshot: "mem"})
+	if sb.Isolation != "fakemem" || h.drv.restoredFrom(sb.ID) != s.snapshotMemoryDir(snap.ID) {
+		t.Errorf("created from a snapshot with memory: %s, restored from %q", sb.Isolation, h.drv.restoredFrom(sb.ID))
+	}
+	for _, id := range append([]string{parent.ID, sb.ID}, kids[0].ID, kids[1].ID) {
+		if err := s.Destroy(ctx, tenant, id); err != nil {
+			t.Fatal(err)
+		}
+		h.leftNothing(id)
+	}
+	// The fork's internal snapshot and its memory went with its children.
+	snaps, _ := h.pool.ListSnapshots()
+	if len(snaps) != 1 {
+		t.Errorf("snapshots left: %v, want only %q", snaps, snap.ID)
+	}
+}
