@@ -37,8 +37,10 @@ type fakeDriver struct {
 	mu    sync.Mutex
 	boxes map[string]*fakeBox // by handle id
 	pid   int
-	// failCreate, when set, makes Create fail with it.
+	// failCreate, when set, makes Create fail with it; failAfter > 0
+	// makes it fail only once that many Creates succeeded.
 	failCreate error
+	failAfter  int
 	// created counts Create calls.
 	created int
 }
@@ -67,7 +69,7 @@ func (d *fakeDriver) Create(ctx context.Context, spec *driver.Spec) (*driver.Han
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.created++
-	if d.failCreate != nil {
+	if d.failCreate != nil && d.created > d.failAfter {
 		return nil, d.failCreate
 	}
 	if spec.RunDir == "" || spec.UpperDir == "" {

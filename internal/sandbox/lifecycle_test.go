@@ -583,3 +583,42 @@ func TestLifecycleForkWithMemory(t *testing.T) {
 		t.Errorf("snapshots left: %v, want only %q", snaps, snap.ID)
 	}
 }
+
+// TestLifecycleForkFailsLeavesNothing: when one child cannot boot, the
+// children that did are released (booted.Release) and every child is
+// recorded failed; the parent goes on.
+func TestLifecycleForkFailsLeavesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	s := h.start()
+	ctx := context.Background()
+	parent := create(t, s, nil)
+	h.drv.mu.Lock()
+	h.drv.failCreate, h.drv.failAfter = errors.New("no more inits"), h.drv.created+2
+	h.drv.mu.Unlock()
+	if _, err := s.Fork(ctx, tenant, parent.ID, 3); err == nil {
+		t.Fatal("fork succeeded with a child that cannot boot")
+	}
+	recs, err := h.st.ListSandboxes(ctx, store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.ID == parent.ID {
+			continue
+		}
+		if r.State != api.StateFailed {
+			t.Errorf("child %s is %s, want failed", r.ID, r.State)
+		}
+		h.leftNothing(r.ID)
+	}
+	if len(recs) != 4 {
+		t.Errorf("%d records, want the parent and 3 children", len(recs))
+	}
+	if got := h.drv.running(); !slices.Equal(got, []string{parent.ID}) {
+		t.Errorf("driver runs %v, want only the parent", got)
+	}
+	if snaps, _ := h.pool.ListSnapshots(); len(snaps) != 0 {
+		t.Errorf("the failed fork's snapshot is left: %v", snaps)
+	}
+}

@@ -61,6 +61,9 @@ func TestWarmPoolServesCreate(t *testing.T) {
 	if got := h.drv.running(); !slices.Equal(got, []string{cold.ID}) {
 		t.Errorf("after close the driver runs %v, want only %s", got, cold.ID)
 	}
+	if got := h.pool.layers(t); !slices.Equal(got, []string{cold.ID}) {
+		t.Errorf("after close the layers are %v, want only %s's", got, cold.ID)
+	}
 }
 
 // stubHost is a warmHost whose boots fail or make members with no
