@@ -36,6 +36,8 @@ import (
 type fakeDriver struct {
 	mu    sync.Mutex
 	boxes map[string]*fakeBox // by handle id
+	// standbys are standby inits not yet promoted, by pid (fakeStandbyDriver).
+	standbys map[int]*fakeBox
 	pid   int
 	// failCreate, when set, makes Create fail with it; failAfter > 0
 	// makes it fail only once that many Creates succeeded.
@@ -59,7 +61,9 @@ var (
 	_ driver.Pauser = (*fakeDriver)(nil)
 )
 
-func newFakeDriver() *fakeDriver { return &fakeDriver{boxes: map[string]*fakeBox{}, pid: 1000} }
+func newFakeDriver() *fakeDriver {
+	return &fakeDriver{boxes: map[string]*fakeBox{}, standbys: map[int]*fakeBox{}, pid: 1000}
+}
 
 func (d *fakeDriver) Name() string { return "fake" }
 
@@ -91,7 +95,7 @@ func (d *fakeDriver) boxLocked(h *driver.Handle) *fakeBox {
 	}
 	b := d.boxes[h.ID]
 	if b == nil || b.h.Pid != h.Pid {
-		return nil
+		return d.standbys[h.Pid]
 	}
 	return b
 }
@@ -126,7 +130,10 @@ func (d *fakeDriver) removeLocked(b *fakeBox) {
 	default:
 		close(b.exited)
 	}
-	delete(d.boxes, b.h.ID)
+	if d.boxes[b.h.ID] == b {
+		delete(d.boxes, b.h.ID)
+	}
+	delete(d.standbys, b.h.Pid)
 }
 
 func (d *fakeDriver) Adopt(ctx context.Context, h *driver.Handle) error {
@@ -229,6 +236,64 @@ func (d *fakeDriver) restoredFrom(id string) string {
 		return b.restoredFrom
 	}
 	return ""
+}
+
+// fakeStandbyDriver is the fake tier that boots a sandbox's next init
+// ahead ("fakeready", driver.Standby): resets after the first switch to
+// it. It shares the boxes of the fakeDriver it wraps.
+type fakeStandbyDriver struct{ *fakeDriver }
+
+var _ driver.Standby = fakeStandbyDriver{}
+
+func (d fakeStandbyDriver) Name() string { return "fakeready" }
+
+func (d fakeStandbyDriver) Prepare(ctx context.Context, spec *driver.Spec) (*driver.Handle, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.created++
+	if d.failCreate != nil && d.created > d.failAfter {
+		return nil, d.failCreate
+	}
+	if d.boxes[spec.ID] == nil {
+		return nil, fmt.Errorf("fake: standby for %s, which does not run", spec.ID)
+	}
+	d.pid++
+	h := &driver.Handle{ID: spec.ID, Pid: d.pid, PidStart: uint64(d.pid)}
+	d.standbys[d.pid] = &fakeBox{h: h, exited: make(chan struct{}), spec: *spec}
+	return h, nil
+}
+
+func (d fakeStandbyDriver) Promote(ctx context.Context, cur, next *driver.Handle) (<-chan struct{}, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	nb := d.standbys[next.Pid]
+	if nb == nil {
+		return nil, fmt.Errorf("fake: standby %d is gone", next.Pid)
+	}
+	if cb := d.boxLocked(cur); cb != nil {
+		d.removeLocked(cb)
+	}
+	delete(d.standbys, next.Pid)
+	d.boxes[next.ID] = nb
+	gone := make(chan struct{})
+	close(gone)
+	return gone, nil
+}
+
+func (d fakeStandbyDriver) Discard(ctx context.Context, next *driver.Handle) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b := d.standbys[next.Pid]; b != nil {
+		d.removeLocked(b)
+	}
+	return nil
+}
+
+// standbyCount is the number of standby inits not yet promoted.
+func (d *fakeDriver) standbyCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.standbys)
 }
 
 // crash makes the init of sandbox id exit, as a kill -9 would.
@@ -464,7 +529,7 @@ func (h *host) start() *Service {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cfg := h.cfg
-	drivers := map[string]driver.Driver{"fake": h.drv, "fakemem": fakeMemDriver{h.drv}}
+	drivers := map[string]driver.Driver{"fake": h.drv, "fakemem": fakeMemDriver{h.drv}, "fakeready": fakeStandbyDriver{h.drv}}
 	s := New(Options{Config: &cfg, Store: h.st, Drivers: drivers, Logger: log})
 	s.pool = h.pool
 	if err := s.Start(context.Background()); err != nil {

@@ -622,3 +622,50 @@ func TestLifecycleForkFailsLeavesNothing(t *testing.T) {
 		t.Errorf("the failed fork's snapshot is left: %v", snaps)
 	}
 }
+
+// TestLifecycleResetStandby: on a tier with standby inits, a reset
+// prepares the next one, the following reset switches to it, and a
+// destroy discards the one waiting.
+func TestLifecycleResetStandby(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	s := h.start()
+	ctx := context.Background()
+	sb := create(t, s, &api.CreateSandboxRequest{Isolation: "fakeready"})
+	first, err := s.Reset(ctx, tenant, sb.ID, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a standby init", func() bool { return h.drv.standbyCount() == 1 })
+	if err := os.WriteFile(filepath.Join(h.upperOf(sb.ID), "scratch"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.Reset(ctx, tenant, sb.ID, "", false)
+	if err != nil {
+		t.Fatalf("reset onto the standby: %v", err)
+	}
+	if second.Pid == first.Pid || second.State != api.StateRunning {
+		t.Errorf("second reset: pid %d (was %d), %s", second.Pid, first.Pid, second.State)
+	}
+	if _, err := os.Stat(filepath.Join(h.upperOf(sb.ID), "scratch")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a file written before the reset survived it (%v)", err)
+	}
+	// The replaced init's exit does not fail the sandbox, and the old
+	// layer goes.
+	waitFor(t, "the old layer to go and a new standby", func() bool {
+		return len(h.pool.layers(t)) == 2 && h.drv.standbyCount() == 1
+	})
+	if st := h.state(sb.ID); st != api.StateRunning {
+		t.Errorf("state after the reset = %s", st)
+	}
+	if err := s.Destroy(ctx, tenant, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.leftNothing(sb.ID)
+	if n := h.drv.standbyCount(); n != 0 {
+		t.Errorf("%d standby inits outlived the destroy", n)
+	}
+	if got := h.pool.layers(t); len(got) != 0 {
+		t.Errorf("layers left: %v", got)
+	}
+}
