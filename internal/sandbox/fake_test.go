@@ -38,7 +38,7 @@ type fakeDriver struct {
 	boxes map[string]*fakeBox // by handle id
 	// standbys are standby inits not yet promoted, by pid (fakeStandbyDriver).
 	standbys map[int]*fakeBox
-	pid   int
+	pid      int
 	// failCreate, when set, makes Create fail with it; failAfter > 0
 	// makes it fail only once that many Creates succeeded.
 	failCreate error
