@@ -38,7 +38,7 @@ type booted struct {
 func (b *booted) Release(ctx context.Context) error {
 	var errs []error
 	if b.standby {
-		if sb, ok := b.drv.(driver.Standby); ok && b.h != nil {
+		if sb, ok := driver.As[driver.Standby](b.drv); ok && b.h != nil {
 			if err := sb.Discard(ctx, b.h); err != nil {
 				errs = append(errs, fmt.Errorf("discarding the standby init: %w", err))
 			}

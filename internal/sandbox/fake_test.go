@@ -67,8 +67,6 @@ func newFakeDriver() *fakeDriver {
 
 func (d *fakeDriver) Name() string { return "fake" }
 
-func (d *fakeDriver) Capabilities() driver.Capabilities { return driver.Capabilities{Pause: true} }
-
 func (d *fakeDriver) Create(ctx context.Context, spec *driver.Spec) (*driver.Handle, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -185,10 +183,6 @@ type fakeMemDriver struct{ *fakeDriver }
 var _ driver.Checkpointer = fakeMemDriver{}
 
 func (d fakeMemDriver) Name() string { return "fakemem" }
-
-func (d fakeMemDriver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Pause: true, MemorySnapshot: true, LiveFork: true}
-}
 
 const fakeCheckpointFile = "fake-memory"
 

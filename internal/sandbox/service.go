@@ -352,7 +352,10 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 	if err := s.prepareNetNS(ctx, rec, drv, spec); err != nil { // netlimits.go
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
 	}
-	early := s.attachNetEarly(ctx, rec, spec) // netlimits.go
+	var early *earlyNet
+	if driver.Has[driver.StartNotifier](drv) {
+		early = s.attachNetEarly(ctx, rec, spec) // netlimits.go
+	}
 	h, err := drv.Create(ctx, spec)
 	if err != nil {
 		early.undo(s, rec.ID)
@@ -364,8 +367,8 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
 	}
 	b := &booted{s: s, id: rec.ID, drv: drv, h: h, runDir: dir, net: !keepLayer}
-	if r, ok := drv.(restoring); ok {
-		b.drv = r.Driver
+	if w, ok := drv.(driver.Wrapper); ok { // a restore
+		b.drv = w.Unwrap()
 	}
 	if !keepLayer {
 		b.layer = rec.ID

@@ -20,7 +20,8 @@
 //
 // Beside layers (layer_linux.go, pool_linux.go) the package holds what
 // fills and copies them: template versions and their owners (template*.go,
-// owner*.go: a tenant's templates are its own), build steps applied layer
+// owner*.go: a tenant's templates are its own; whom a call acts for is
+// the principal of internal/tenancy, and a call without one is refused), build steps applied layer
 // by layer with a content-addressed cache (build_linux.go, untar_linux.go
 // for tar layers), OCI image import (image_linux.go), snapshots of a
 // sandbox's layer (snapshot_linux.go, copy_linux.go) and the exchange of a
