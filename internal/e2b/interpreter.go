@@ -141,6 +141,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, k *call) {
 		}
 		writeAPIError(w, err)
 	default:
+		h.log.Debug("e2b: a code run's stream ended without its end", "sandbox", k.id, "err", err)
 		b, _ := json.Marshal(api.ErrorEvent(api.CodeError{Name: "UnexpectedEndOfExecution", Value: err.Error()}))
 		_, _ = w.Write(append(b, '\n'))
 	}

@@ -154,6 +154,7 @@ func (h *Handler) follow(r *http.Request, s *stream, k *call, ref string, opts c
 	case r.Context().Err() != nil:
 		return // the client went away (a background command's disconnect)
 	case err != nil:
+		h.log.Debug("e2b: a process stream ended without the exit", "sandbox", k.id, "process", ref, "err", err)
 		s.end(h.rpcError(r, k, err))
 		return
 	case exit.TimedOut:
