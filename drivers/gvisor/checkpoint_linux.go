@@ -7,7 +7,7 @@ package gvisor
 //   - runsc cannot save a sandbox holding a host unix socket ("Cannot save
 //     endpoint with bound host socket"), and the guest channel is one
 //     (--host-uds=create). So Checkpoint first asks the agent to close it
-//     (POST api.GuestCheckpointPath on the channel), and checkpoints with
+//     (POST proto.Checkpoint.Path on the channel), and checkpoints with
 //     --save-restore-exec-argv "<agent> hook": runsc runs the hook inside
 //     the sandbox after a restore and after the saved sandbox resumes, and
 //     the hook makes the agent listen again (cmd/agentbox-guest/checkpoint.go).
@@ -41,8 +41,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 var _ driver.Checkpointer = (*Driver)(nil)
@@ -180,7 +180,7 @@ func closeChannel(ctx context.Context, h *driver.Handle) error {
 	}}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://guest"+api.GuestCheckpointPath, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://guest"+proto.Checkpoint.Path, nil)
 	resp, err := c.Do(req)
 	if err != nil {
 		return err

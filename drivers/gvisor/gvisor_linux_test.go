@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/driver/drivertest"
 	"github.com/agentbox/agentbox/internal/guest/harden"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // TestDriverRoundTrip creates a runsc sandbox on the busybox rootfs that
@@ -136,9 +136,9 @@ func TestBundleCarriesSeccompFilter(t *testing.T) {
 	if err := json.Unmarshal(b, &oci); err != nil {
 		t.Fatal(err)
 	}
-	var boot api.BootSpec
+	var boot proto.BootSpec
 	for _, kv := range oci.Process.Env {
-		if v, ok := strings.CutPrefix(kv, specEnv+"="); ok {
+		if v, ok := strings.CutPrefix(kv, proto.ServeSpecEnv+"="); ok {
 			if err := json.Unmarshal([]byte(v), &boot); err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 	"github.com/agentbox/agentbox/internal/network"
 )
 
@@ -93,7 +94,7 @@ func (s *Service) Preview(ctx context.Context, id string) (tenant string, n api.
 }
 
 // DialPort opens a TCP connection to 127.0.0.1:port inside a running
-// sandbox, through its guest agent (api.GuestDialPath). The caller has
+// sandbox, through its guest agent (proto.Dial.Path). The caller has
 // already checked access.
 func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
 	if _, err := s.Guest(ctx, "", id); err != nil { // running, resumed if auto_resume
@@ -112,8 +113,8 @@ func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	} else {
 		c.SetDeadline(time.Now().Add(15 * time.Second))
 	}
-	path := strings.Replace(api.GuestDialPath, "{port}", strconv.Itoa(port), 1)
-	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: guest\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", path, api.GuestDialProtocol)
+	path := strings.Replace(proto.Dial.Path, "{port}", strconv.Itoa(port), 1)
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: guest\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", path, proto.DialProtocol)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {

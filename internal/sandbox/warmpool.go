@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
@@ -26,7 +27,7 @@ import (
 // of booting: the member's id becomes the sandbox's id (nobody has seen it
 // before, and its hostname is sbx-<id> already), the request's limits are
 // set on its cgroups when they differ, its env is given to its agent
-// (PUT api.GuestEnvPath), its egress rules are swapped in, and everything
+// (PUT proto.SetEnv.Path), its egress rules are swapped in, and everything
 // else a request sets (metadata, TTL, on_timeout, idle timeout,
 // auto_resume, preview access) is the daemon's record, written as for any
 // create.
@@ -551,9 +552,9 @@ func (s *Service) Pools() []api.PoolStatus {
 }
 
 // setGuestEnv replaces the default env of m's guest agent (PUT
-// api.GuestEnvPath, internal/guest/setenv.go).
+// proto.SetEnv.Path, internal/guest/setenv.go).
 func (s *Service) setGuestEnv(ctx context.Context, m *member, env []string) error {
-	body, err := json.Marshal(api.GuestEnv{Env: env})
+	body, err := json.Marshal(proto.GuestEnv{Env: env})
 	if err != nil {
 		return err
 	}
@@ -567,7 +568,7 @@ func (s *Service) setGuestEnv(ctx context.Context, m *member, env []string) erro
 	} else {
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	}
-	req, err := http.NewRequestWithContext(ctx, "PUT", "http://guest"+api.GuestEnvPath, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, "PUT", "http://guest"+proto.SetEnv.Path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
