@@ -372,7 +372,7 @@ func (d *Driver) waitReady(ctx context.Context, h *driver.Handle, exited <-chan 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- guestconn.Ping(ctx, h.Socket) }()
+	go func() { errc <- guestconn.Ready(ctx, h.Socket) }()
 	select {
 	case err := <-errc:
 		if err == nil {
@@ -503,7 +503,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	}
 	// A paused sandbox's agent is frozen too and cannot answer.
 	if !d.frozen(h.ID) {
-		if err := guestconn.Ping(ctx, h.Socket); err != nil {
+		if _, err := guestconn.Ping(ctx, h.Socket); err != nil {
 			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
 		}
 	}

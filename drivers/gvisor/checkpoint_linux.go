@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +41,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/driver"
-	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/guestclient"
 )
 
 var _ driver.Checkpointer = (*Driver)(nil)
@@ -171,23 +170,10 @@ func configureHook(ctx context.Context, h *driver.Handle, dir string) error {
 
 // closeChannel asks the agent to close its channel (it answers first).
 func closeChannel(ctx context.Context, h *driver.Handle) error {
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var dl net.Dialer
-			return dl.DialContext(ctx, "unix", h.Socket)
-		},
-		DisableKeepAlives: true,
-	}}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://guest"+proto.Checkpoint.Path, nil)
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("the agent answered %s (an agent older than checkpoint support?)", resp.Status)
+	if err := guestclient.Unix(h.Socket).Checkpoint(ctx); err != nil {
+		return fmt.Errorf("%w (an agent older than checkpoint support?)", err)
 	}
 	// The agent closes right after answering; wait until it has, so that
 	// runsc does not find the socket still bound.

@@ -3,11 +3,8 @@ package gvisor
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,15 +89,12 @@ func TestDriverNetNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Destroy(ctx, h)
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialGuest(ctx, h) }}}
 	port := ln.Addr().(*net.TCPAddr).Port
-	body, _ := json.Marshal(map[string]any{"shell": fmt.Sprintf("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; nc 10.203.77.1 %d </dev/null", port)})
-	resp, err := c.Post("http://guest/exec", "application/json", bytes.NewReader(body))
+	res, err := drivertest.Exec(ctx, d, h, fmt.Sprintf("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; nc 10.203.77.1 %d </dev/null", port))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	out := []byte(res.Stdout + res.Stderr)
 	select {
 	case addr := <-from:
 		if !strings.HasPrefix(addr, "10.203.77.2:") {

@@ -1,12 +1,8 @@
 package sandbox
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +10,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/internal/config"
-	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/guestclient"
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
@@ -551,38 +547,13 @@ func (s *Service) Pools() []api.PoolStatus {
 	return out
 }
 
-// setGuestEnv replaces the default env of m's guest agent (PUT
-// proto.SetEnv.Path, internal/guest/setenv.go).
+// setGuestEnv replaces the default env of m's guest agent (proto.SetEnv,
+// internal/guest/setenv.go), written on a fresh connection.
 func (s *Service) setGuestEnv(ctx context.Context, m *member, env []string) error {
-	body, err := json.Marshal(proto.GuestEnv{Env: env})
-	if err != nil {
-		return err
-	}
 	c, err := m.drv.DialGuest(ctx, m.h)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	} else {
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	}
-	req, err := http.NewRequestWithContext(ctx, "PUT", "http://guest"+proto.SetEnv.Path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Close = true
-	if err := req.Write(c); err != nil {
-		return err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("guest agent answered %s (an agent older than the env route?)", resp.Status)
-	}
-	return nil
+	return guestclient.SetEnvOn(ctx, c, env)
 }
