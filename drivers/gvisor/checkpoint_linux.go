@@ -10,7 +10,7 @@ package gvisor
 //     (POST proto.Checkpoint.Path on the channel), and checkpoints with
 //     --save-restore-exec-argv "<agent> hook": runsc runs the hook inside
 //     the sandbox after a restore and after the saved sandbox resumes, and
-//     the hook makes the agent listen again (cmd/agentbox-guest/checkpoint.go).
+//     the hook makes the agent listen again (internal/guest/gvisorserve/checkpoint.go).
 //   - The hook can be configured once per gVisor kernel: a second
 //     checkpoint with the flag fails "save/restore binary is already set"
 //     (the setting is saved with the kernel, so a restored sandbox has it
