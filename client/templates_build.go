@@ -14,8 +14,10 @@ import (
 )
 
 // BuildTemplate builds a new version of template name from a YAML build
-// spec (admin only). buildContext, if not nil, is a tar stream (plain or
-// gzip) of the build context directory that copy steps read from.
+// spec. With a tenant's key the template is the tenant's own, within its
+// disk quota; with an admin key it is public. buildContext, if not nil,
+// is a tar stream (plain or gzip) of the build context directory that
+// copy steps read from.
 // onEvent, if not nil, receives every progress event (steps, their
 // output lines, their ends, and a keepalive after 15 s without another).
 // It returns the template (the newest version

@@ -164,7 +164,7 @@ func TestBatteryAPI(t *testing.T) {
 // itemAPIKeys: no key, a wrong key, a revoked key get 401; a second
 // tenant's key gets 404 (403 on admin routes) on every route of api.Routes
 // aimed at the first tenant's sandbox, snapshot, process and template
-// (409 to an upload under its name), and changes nothing.
+// (409 to an upload or build under its name), and changes nothing.
 func itemAPIKeys(t *testing.T, b *battery) {
 	ctx := context.Background()
 	hc := apiRawClient()
@@ -211,7 +211,7 @@ func itemAPIKeys(t *testing.T, b *battery) {
 			path = "/v1/keys/" + keyA.ID
 		case strings.HasPrefix(path, "/v1/templates/{name}"):
 			path = strings.Replace(path, "{name}", tplA, 1)
-		case r.Pattern() == "POST /v1/templates/import":
+		case r.Pattern() == "POST /v1/templates/import", r.Pattern() == "POST /v1/templates/build":
 			path += "?name=" + tplA
 		}
 		path = fill.Replace(path)
@@ -234,8 +234,9 @@ func itemAPIKeys(t *testing.T, b *battery) {
 		checked++
 		targeted := strings.Contains(r.Path, "{") || r.Pattern() == "POST /v1/sandboxes"
 		switch {
-		case r.Pattern() == "POST /v1/templates/import":
-			// The name is taken; the body (not an image) is never read.
+		case r.Pattern() == "POST /v1/templates/import", r.Pattern() == "POST /v1/templates/build":
+			// The name is taken; the body (not an image or a build
+			// spec) is never read.
 			refused++
 			if code != 409 {
 				t.Errorf("%s %s under another tenant's template name = %d %s, want 409", r.Method, path, code, resp)
@@ -330,7 +331,7 @@ func itemAPIKeys(t *testing.T, b *battery) {
 		t.Errorf("revoked key: GetSandbox = %v, want unauthenticated", err)
 	}
 	_ = ca
-	evidence(t, "no/malformed/unknown/revoked key: 401; other tenant on %d routes of api.Routes: %d answered 404, %d admin-only 403, %d 409 (upload under the tenant's template name), the rest leaked nothing; create from its template 404; sandbox, flag file, snapshot, process and template intact; audit log holds the attempts",
+	evidence(t, "no/malformed/unknown/revoked key: 401; other tenant on %d routes of api.Routes: %d answered 404, %d admin-only 403, %d 409 (upload or build under the tenant's template name), the rest leaked nothing; create from its template 404; sandbox, flag file, snapshot, process and template intact; audit log holds the attempts",
 		checked, notFound, forbidden, refused)
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
@@ -122,4 +123,87 @@ func TestTenantTemplateQuotaConcurrent(t *testing.T) {
 	if made != 1 || refused != 1 {
 		t.Errorf("two concurrent uploads with room for one: %d made, %d refused (%v)", made, refused, errs)
 	}
+}
+
+// A tenant builds its own template: it belongs to the tenant, the tenant
+// creates sandboxes from it, and another tenant neither sees it, nor
+// builds from it or under its name. The build stays within the tenant's
+// disk quota: a step whose layer passes what the quota leaves ends the
+// build with resource_exhausted, and no template is made.
+func TestTenantTemplateBuild(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	nameA, ca, _ := tenantKey(t, "tbuild-a", nil)
+	_, cb, _ := tenantKey(t, "tbuild-b", nil)
+	tpl := "tb-" + randHex(3)
+	t.Cleanup(func() { _ = env.client.RemoveTemplate(context.Background(), tpl) }) // before the tenant's own cleanup
+	spec := "from: busybox\nsteps:\n  - run: echo tenant-built > /built\n"
+	got, err := ca.BuildTemplate(ctx, tpl, []byte(spec), nil, nil)
+	if err != nil {
+		t.Fatalf("tenant build: %v", err)
+	}
+	if got.Tenant != nameA || got.Version != "1" || got.From != "busybox@1" || len(got.Layers) != 1 {
+		t.Errorf("tenant's built template = %+v, want version 1 of %s on busybox@1 with one layer", got, nameA)
+	}
+	sb, err := ca.CreateSandbox(ctx, api.CreateSandboxRequest{Template: tpl})
+	if err != nil {
+		t.Fatalf("the owner creating from its built template: %v", err)
+	}
+	out, err := ca.Exec(ctx, sb.ID, api.ExecRequest{Shell: "cat /built"})
+	if err != nil || strings.TrimSpace(out.Stdout) != "tenant-built" {
+		t.Errorf("sandbox from the built template: %+v, %v", out, err)
+	}
+	if err := ca.DestroySandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another tenant: not found, not listed, not a base, not its name.
+	if _, err := cb.GetTemplate(ctx, tpl); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another tenant's GET of the built template = %v, want not found", err)
+	}
+	list, err := cb.ListTemplates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range list {
+		if x.Name == tpl {
+			t.Errorf("another tenant's template list shows %s", tpl)
+		}
+	}
+	if _, err := cb.CreateSandbox(ctx, api.CreateSandboxRequest{Template: tpl}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another tenant creating from the built template = %v, want not found", err)
+	}
+	other := "tb-other-" + randHex(3)
+	t.Cleanup(func() { _ = env.client.RemoveTemplate(context.Background(), other) })
+	if _, err := cb.BuildTemplate(ctx, other, []byte("from: "+tpl+"\nsteps:\n  - run: cat /built\n"), nil, nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another tenant building from the template = %v, want not found", err)
+	}
+	if _, err := cb.BuildTemplate(ctx, tpl, []byte(spec), nil, nil); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("another tenant building under the name = %v, want already_exists", err)
+	}
+	if x, err := ca.GetTemplate(ctx, tpl); err != nil || x.Version != "1" || x.Tenant != nameA {
+		t.Errorf("the owner's template after the attempts = %+v, %v", x, err)
+	}
+
+	// The quota: 4 MiB leaves too little for an 8 MiB layer.
+	mb := int64(4)
+	if _, err := env.client.UpdateTenant(ctx, nameA, api.UpdateTenantRequest{Quotas: &api.QuotasPatch{DiskMB: &mb}}); err != nil {
+		t.Fatal(err)
+	}
+	big := "tb-big-" + randHex(3)
+	t.Cleanup(func() { _ = env.client.RemoveTemplate(context.Background(), big) })
+	_, err = ca.BuildTemplate(ctx, big, []byte("from: "+tpl+"\nsteps:\n  - run: dd if=/dev/zero of=/big bs=1M count=8\n"), nil, nil)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "disk_mb quota") {
+		t.Errorf("a build past the quota = %v, want resource_exhausted naming the quota", err)
+	}
+	if _, err := env.client.GetTemplate(ctx, big); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a build refused for the quota left template %s: %v", big, err)
+	}
+	// Within it, from its own template.
+	small := "tb-small-" + randHex(3)
+	t.Cleanup(func() { _ = env.client.RemoveTemplate(context.Background(), small) })
+	if x, err := ca.BuildTemplate(ctx, small, []byte("from: "+tpl+"\nsteps:\n  - run: echo more > /more\n"), nil, nil); err != nil || x.Tenant != nameA {
+		t.Errorf("a small build within the quota = %+v, %v", x, err)
+	}
+	t.Logf("tenant build of %s: owned by %s, hidden from another tenant; 8 MiB step refused at a 4 MiB quota", tpl, nameA)
 }

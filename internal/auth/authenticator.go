@@ -12,14 +12,12 @@ import (
 
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
-// Principal is who a request acts for.
-type Principal struct {
-	KeyID  string
-	Tenant string
-	Admin  bool
-}
+// Principal is who a request acts for (tenancy.Principal: the one type
+// every layer reads from the request's context).
+type Principal = tenancy.Principal
 
 // touchEvery is how often a key's last_used_at is written at most, so that
 // a busy key does not turn every request into a database write.

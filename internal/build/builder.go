@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // MaxLowers bounds the overlay lowers of a built template (its layers
@@ -80,13 +81,24 @@ type state struct {
 	ready     *api.ReadyCheck
 }
 
-// Build runs req's steps and publishes the template; on failure no
-// template version is made, and no build sandbox is left. Layers of the
-// steps that succeeded stay as cache until garbage-collected.
+// Build runs req's steps and publishes the template, for the principal
+// ctx carries (internal/tenancy; none: refused); on failure no template
+// version is made, and no build sandbox is left. Layers of the steps that
+// succeeded stay as cache until garbage-collected.
+//
+// A cap on ctx (storage.WithMaxBytes: what a tenant's disk quota leaves)
+// bounds the new version's layers: a step whose layer takes them past it,
+// and a finished build whose layers (cached ones too) hold more, end the
+// build with a resource-exhausted error; no version is published.
 func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, error) {
+	who, err := tenancy.From(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := storage.ValidTemplateName(req.Name); err != nil {
 		return nil, err
 	}
+	scope := cacheScope(who)
 	emit := req.Emit
 	if emit == nil {
 		emit = func(api.BuildEvent) {}
@@ -95,11 +107,10 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 	pin, unpin := b.Pool.PinBuildLayers()
 	defer unpin()
 	var base *storage.Template
-	var err error
 	switch name, ver, ok := strings.Cut(spec.From, "@"); {
 	case spec.FromImage():
-		base, err = b.fromImage(ctx, req, pin, emit)
-	case ok: // a tenant builds from public templates and its own (storage.Owner)
+		base, err = b.fromImage(ctx, scope, req, pin, emit)
+	case ok: // a tenant builds from public templates and its own (internal/tenancy)
 		base, err = b.Pool.TemplateVersionFor(ctx, name, ver)
 	default:
 		base, err = b.Pool.TemplateFor(ctx, spec.From)
@@ -140,7 +151,7 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 			emit(api.BuildEvent{Type: api.BuildEventStepDone, Step: i + 1, ExitCode: intp(0), DurationMs: ms(time.Since(t0))})
 			continue
 		}
-		id, plan, err := b.key(cacheScope(ctx), st, step, req.Context)
+		id, plan, err := b.key(scope, st, step, req.Context)
 		if err != nil {
 			return nil, fmt.Errorf("build step %d (%s): %w", i+1, step.String(), err)
 		}
@@ -182,6 +193,9 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 	if len(t.Env) == 0 {
 		t.Env = nil
 	}
+	if err := b.checkQuota(ctx, t.Layers, 0); err != nil {
+		return nil, err
+	}
 	out, created, err := b.Pool.SaveBuiltTemplate(ctx, req.Name, t)
 	if err != nil {
 		return nil, err
@@ -195,7 +209,7 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 // fromImage imports the image file spec.From of the build context as a
 // build layer (cached by the file's hash) and returns a stand-in base
 // template: that layer and the image config's defaults.
-func (b *Builder) fromImage(ctx context.Context, req *Request, pin func(...string), emit func(api.BuildEvent)) (*storage.Template, error) {
+func (b *Builder) fromImage(ctx context.Context, scope string, req *Request, pin func(...string), emit func(api.BuildEvent)) (*storage.Template, error) {
 	t0 := time.Now()
 	f, err := os.CreateTemp(b.Pool.Root(), ".tmp-build-image-")
 	if err != nil {
@@ -210,7 +224,7 @@ func (b *Builder) fromImage(ctx context.Context, req *Request, pin func(...strin
 	if err := f.Close(); err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(cacheScope(ctx) + "image\n" + hex.EncodeToString(h.Sum(nil))))
+	sum := sha256.Sum256([]byte(scope + "image\n" + hex.EncodeToString(h.Sum(nil))))
 	id := hex.EncodeToString(sum[:])[:32]
 	pin(id)
 	cached := b.Pool.HasBuildLayer(id)
@@ -254,11 +268,29 @@ func applyConfig(st *state, step *Step) {
 // cacheScope keeps tenants' build caches apart: a tenant's steps never
 // reuse (or reveal, by a cache hit) another tenant's layers; the admin's
 // scope is "".
-func cacheScope(ctx context.Context) string {
-	if o := storage.OwnerFrom(ctx); !o.Admin {
-		return "tenant " + o.Tenant
+func cacheScope(p tenancy.Principal) string {
+	if !p.Admin {
+		return "tenant " + p.Tenant
 	}
 	return ""
+}
+
+// checkQuota returns a resource-exhausted error when the layers (build
+// layer ids) plus extra bytes hold more than the cap on ctx
+// (storage.WithMaxBytes), and nil when there is no cap.
+func (b *Builder) checkQuota(ctx context.Context, layers []string, extra int64) error {
+	limit := storage.MaxBytesFrom(ctx)
+	if limit <= 0 {
+		return nil
+	}
+	used := extra
+	for _, id := range layers {
+		used += b.Pool.BuildLayerSize(id)
+	}
+	if used > limit {
+		return errdefs.Exhausted("the build's layers hold %d bytes, past the %d bytes the tenant's disk_mb quota leaves for templates; remove templates or sandboxes, or ask an admin to raise the quota", used, limit)
+	}
+	return nil
 }
 
 // key is a layered step's cache key: the hash of the cache scope, its
@@ -389,6 +421,12 @@ func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *St
 	meta := storage.LayerMeta{ID: id, Parent: st.parent, Step: step.String(), CreatedAt: time.Now().UTC()}
 	if err := b.Pool.CommitBuildLayer(ctx, box.ID(), meta); err != nil {
 		return -1, err
+	}
+	// A tenant's build stops at the first layer that takes it past its
+	// quota (the committed snapshot's size is exact; the layer is then
+	// unused cache, which the template service collects).
+	if err := b.checkQuota(ctx, append([]string{id}, st.layers...), 0); err != nil {
+		return -1, fmt.Errorf("build step %d (%s): %w", num, step.String(), err)
 	}
 	return 0, nil
 }

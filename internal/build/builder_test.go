@@ -1,10 +1,9 @@
 package build
 
 import (
-	"context"
 	"testing"
 
-	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // TestKey: a step's cache key depends on its scope (tenants never share
@@ -37,7 +36,7 @@ func TestKey(t *testing.T) {
 			t.Errorf("changing the %s keeps the key", what)
 		}
 	}
-	if cacheScope(context.Background()) != "" || cacheScope(storage.WithOwner(context.Background(), storage.Owner{Tenant: "a"})) != "tenant a" {
+	if cacheScope(tenancy.Principal{Admin: true}) != "" || cacheScope(tenancy.Principal{Tenant: "a"}) != "tenant a" {
 		t.Error("cache scopes: the admin's must be empty, a tenant's its name")
 	}
 }

@@ -20,7 +20,7 @@ func newTemplateBuildCommand(g *globals) *cobra.Command {
 	var quiet bool
 	c := &cobra.Command{
 		Use:   "build SPEC.yaml --name NAME [--context DIR]",
-		Short: "Build a template from a YAML build spec, each step in a sandbox and cached as a layer (admin)",
+		Short: "Build a template from a YAML build spec, each step in a sandbox and cached as a layer",
 		Long: `Build a new template version from a build spec (see docs/templates.md):
 
   from: base

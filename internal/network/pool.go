@@ -1,7 +1,3 @@
-// Package network holds the daemon's per-sandbox networking: the /30
-// address pool, the veth pair that links a sandbox's network namespace to
-// the host (link.go), and the nftables egress policy and NAT (firewall.go).
-// See docs/network.md.
 package network
 
 import (

@@ -261,17 +261,11 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A tenant's templates would pass to a later tenant of the same name.
-	if s.pool != nil {
-		tpls, err := s.pool.ListTemplates()
+	if s.tpl != nil {
+		owned, err := s.tpl.OwnedBy(r.Context(), name)
 		if err != nil {
 			writeError(w, err)
 			return
-		}
-		var owned []string
-		for _, t := range tpls {
-			if t.Tenant == name {
-				owned = append(owned, t.Name)
-			}
 		}
 		if len(owned) > 0 {
 			writeError(w, errdefs.Precondition("tenant %q owns templates %s: remove them first (agentbox template rm NAME)", name, strings.Join(owned, ", ")))

@@ -13,27 +13,26 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/build"
-	"github.com/agentbox/agentbox/internal/storage"
 )
 
-// buildTemplate is POST /v1/templates/build?name=N (admin only): a
-// multipart/form-data body with a "spec" part (the YAML build spec) first
-// and an optional "context" part (a tar of the build context, plain or
-// gzip), stored in a temporary file in the pool while the build runs. Bad
-// input is refused with a JSON error before anything runs; from then on
-// the answer is 200 with NDJSON api.BuildEvent lines, the last "done" or
-// "error".
+// buildTemplate is POST /v1/templates/build?name=N: a multipart/form-data
+// body with a "spec" part (the YAML build spec) first and an optional
+// "context" part (a tar of the build context, plain or gzip), stored in a
+// temporary file in the pool while the build runs. With a tenant's key
+// the template is the tenant's, built within its disk quota; with an
+// admin key it is public (internal/templates). Bad input, a name the
+// caller may not use and a spent quota are refused with a JSON error
+// before anything runs; from then on the answer is 200 with NDJSON
+// api.BuildEvent lines, the last "done" or "error".
 func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
-	if !principal(r.Context()).Admin {
-		writeError(w, errdefs.New(errdefs.ErrPermissionDenied, "building a template needs an admin key: templates are shared by every tenant"))
-		return
-	}
 	name := r.URL.Query().Get("name")
 	if name == "" {
 		writeError(w, errdefs.Invalid("the name query parameter is required: POST /v1/templates/build?name=NAME"))
 		return
 	}
-	if err := storage.ValidTemplateName(name); err != nil {
+	// A name that is invalid, public or another tenant's: before the
+	// body is read.
+	if err := s.tpl.CheckName(r.Context(), name); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -96,8 +95,6 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
 	var mu sync.Mutex
 	enc := json.NewEncoder(w)
@@ -111,29 +108,40 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		}
 		last = time.Now()
 	}
-	// A quiet step (a long compile, a slow download) still shows life.
 	stop := make(chan struct{})
 	defer close(stop)
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				mu.Lock()
-				quiet := time.Since(last) >= api.BuildKeepalive
-				mu.Unlock()
-				if quiet {
-					send(api.BuildEvent{Type: api.BuildEventKeepalive})
+	started := false
+	// ready: the build is accepted (its name and the tenant's quota
+	// checked); from here on the answer is the NDJSON stream.
+	ready := func() {
+		started = true
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		// A quiet step (a long compile, a slow download) still shows life.
+		go func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					mu.Lock()
+					quiet := time.Since(last) >= api.BuildKeepalive
+					mu.Unlock()
+					if quiet {
+						send(api.BuildEvent{Type: api.BuildEventKeepalive})
+					}
 				}
 			}
-		}
-	}()
+		}()
+	}
 	req.Emit = send
-	b := &build.Builder{Pool: s.pool, Boxes: s.svc, Log: s.log}
-	t, err := b.Build(r.Context(), req)
+	t, err := s.tpl.Build(r.Context(), req, ready)
+	if err != nil && !started {
+		writeError(w, err)
+		return
+	}
 	if err != nil {
 		code, _ := errdefs.Code(err)
 		ev := api.BuildEvent{Type: api.BuildEventError, Error: &api.ErrorDetail{Code: code, Message: err.Error()}}
@@ -144,6 +152,6 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		send(ev)
 		return
 	}
-	out := s.pool.Describe(t)
+	out := s.tpl.Describe(t)
 	send(api.BuildEvent{Type: api.BuildEventDone, Template: &out})
 }

@@ -1,14 +1,13 @@
 package server
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"sync"
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/auth"
-	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // inProcessClient returns a Go SDK client whose requests the server's own
@@ -31,8 +30,7 @@ type inProcess struct {
 }
 
 func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
-	ctx := context.WithValue(r.Context(), principalKey{}, t.p)
-	ctx = storage.WithOwner(ctx, storage.Owner{Tenant: t.p.Tenant, Admin: t.p.Admin})
+	ctx := tenancy.With(r.Context(), t.p)
 	r = r.WithContext(ctx)
 	switch {
 	case r.Body == nil || r.Body == http.NoBody:

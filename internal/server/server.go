@@ -26,6 +26,8 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/templates"
+	"github.com/agentbox/agentbox/internal/tenancy"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -56,6 +58,7 @@ type Options struct {
 type Server struct {
 	svc     *sandbox.Service
 	pool    *storage.Pool
+	tpl     *templates.Service // every template route goes through it (templates.go)
 	auth    *auth.Authenticator
 	log     *slog.Logger
 	maxBody int64
@@ -70,11 +73,6 @@ type Server struct {
 	// The preview proxy's transport (ports.go).
 	previewOnce sync.Once
 	previewRT   http.RoundTripper
-
-	// uploads holds a *sync.Mutex per tenant: a tenant's template
-	// uploads run one at a time, so each sees what the one before it
-	// took of the disk quota (templates.go).
-	uploads sync.Map
 
 	// MCP endpoints and hosted MCP servers (mcp.go).
 	mcp mcpState
@@ -92,16 +90,28 @@ func New(o Options) *Server {
 	s.st, s.posture, s.limiter = o.Store, o.Posture, newLimiter(o.RateLimit, o.RateBurst)
 	s.usage, s.events = o.Usage, o.Events
 	s.info = o.Info
+	if o.Pool != nil {
+		s.tpl = templates.New(o.Pool, o.Store, o.Service, o.Logger)
+	}
 	s.routes()
 	return s
 }
 
-type principalKey struct{}
-
+// principal is whom the request acts for (set by ServeHTTP, or by the
+// in-process client of MCP). A context without one, which no route
+// should see, acts for a tenant no key has: it sees nothing, and is
+// never the admin.
 func principal(ctx context.Context) auth.Principal {
-	p, _ := ctx.Value(principalKey{}).(auth.Principal)
+	p, err := tenancy.From(ctx)
+	if err != nil {
+		return auth.Principal{Tenant: noPrincipal}
+	}
 	return p
 }
+
+// noPrincipal is a tenant name no key can have (tenant names are
+// validated; this one has a NUL).
+const noPrincipal = "\x00no principal"
 
 // tenant is the tenant scope of a request: admins see every tenant.
 func tenant(r *http.Request) string {
@@ -207,9 +217,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	metrics.NoteTenant(r.Context(), p.Tenant) // the request's log line
-	r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
-	// Templates are tenant-scoped: the pool sees whom it works for.
-	r = r.WithContext(storage.WithOwner(r.Context(), storage.Owner{Tenant: p.Tenant, Admin: p.Admin}))
+	// Everything the request does acts for p (internal/tenancy): the
+	// template service and the pool refuse a context without it.
+	r = r.WithContext(tenancy.With(r.Context(), p))
 	s.mux.ServeHTTP(w, r)
 	s.audit(r, p.KeyID, p.Tenant, sw.status)
 	if s.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -409,7 +419,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
-	tpls, err := s.pool.ListTemplatesFor(r.Context()) // the public ones and the tenant's own
+	tpls, err := s.tpl.List(r.Context()) // the public ones and the tenant's own
 	if err != nil {
 		writeError(w, err)
 		return
@@ -422,15 +432,16 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.pool.TemplateFor(r.Context(), r.PathValue("name"))
+	t, err := s.tpl.Get(r.Context(), r.PathValue("name"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.pool.Describe(t))
+	writeJSON(w, http.StatusOK, t)
 }
 
 func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
+	// Refused before the body is read: it names the daemon's host files.
 	if !principal(r.Context()).Admin {
 		writeError(w, errdefs.New(errdefs.ErrPermissionDenied, "importing a template from a host directory needs an admin key"))
 		return
@@ -440,9 +451,9 @@ func (s *Server) importTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	t, err := s.pool.ImportTemplate(r.Context(), req)
+	t, err := s.tpl.ImportHost(r.Context(), req)
 	if err != nil {
-		writeError(w, fmt.Errorf("importing template: %w", err))
+		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, t.API())

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // FuzzApplyLayer applies arbitrary bytes as an image layer, twice (the
@@ -68,7 +70,7 @@ func FuzzApplyLayer(f *testing.F) {
 		}
 		before := outside(outer)
 		const limit = 1 << 20
-		ctx := WithOwner(context.Background(), Owner{Tenant: "fuzz", MaxBytes: limit})
+		ctx := WithMaxBytes(tenancy.With(context.Background(), tenancy.Principal{Tenant: "fuzz"}), limit)
 		a, err := newLayerApplier(ctx, root, testUIDBase, 65536)
 		if err != nil {
 			t.Fatal(err)

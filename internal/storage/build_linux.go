@@ -217,9 +217,11 @@ func (p *Pool) ListBuildLayers() ([]string, error) {
 // SaveBuiltTemplate publishes t (BuildInfo set) as the next version of
 // template name, unless the newest version is the same build (same
 // layers, base and defaults): then it returns that version, so a rebuild
-// with nothing changed makes no new version.
+// with nothing changed makes no new version. The principal ctx carries
+// must be allowed a new version of name (CheckNewVersion), whether one is
+// made or not.
 func (p *Pool) SaveBuiltTemplate(ctx context.Context, name string, t *Template) (tpl *Template, created bool, err error) {
-	if err := ValidTemplateName(name); err != nil {
+	if err := p.CheckNewVersion(ctx, name); err != nil {
 		return nil, false, err
 	}
 	if cur, err := p.Template(name); err == nil && sameBuild(cur, t) {
@@ -451,6 +453,9 @@ type ImageDefaults struct {
 // checks and safety as ImportImage. A build spec's `from: IMAGE-FILE`
 // stacks on it. If layer id exists already it is not imported again.
 func (p *Pool) ImportImageLayer(ctx context.Context, path, id string) (*ImageDefaults, error) {
+	if _, err := principal(ctx); err != nil {
+		return nil, err
+	}
 	if !buildLayerRE.MatchString(id) {
 		return nil, errdefs.Invalid("build layer id %q is not valid", id)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // TestBuildLayers: committed build layers, a built template version that
@@ -20,7 +21,7 @@ import (
 // files an interrupted upload or build left, removed when the pool opens.
 func TestBuildLayers(t *testing.T) {
 	p, opts := newTestPool(t)
-	ctx := context.Background()
+	ctx := tenancy.Admin(context.Background())
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
 		t.Fatal(err)

@@ -42,6 +42,9 @@ func (p *Pool) ImportImage(ctx context.Context, req api.ImportTemplateRequest) (
 // importImage is ImportImage; shown names the image in the template's
 // source (an upload's temporary file is not worth recording).
 func (p *Pool) importImage(ctx context.Context, req api.ImportTemplateRequest, shown string) (*Template, error) {
+	if _, err := principal(ctx); err != nil {
+		return nil, err
+	}
 	if err := ValidTemplateName(req.Name); err != nil {
 		return nil, err
 	}

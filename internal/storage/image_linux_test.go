@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/storage/ocitest"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 type E = ocitest.Entry
@@ -70,7 +71,7 @@ func twoLayers(t *testing.T, comp string) v1.Image {
 
 func TestImportImageFormats(t *testing.T) {
 	p, _ := newTestPool(t)
-	ctx := context.Background()
+	ctx := tenancy.Admin(context.Background())
 	dir := t.TempDir()
 	cases := []struct {
 		name  string
@@ -136,7 +137,7 @@ func TestImportImageFormats(t *testing.T) {
 // the rootfs, and the host flag file is never touched.
 func TestImportImageHostile(t *testing.T) {
 	p, _ := newTestPool(t)
-	ctx := context.Background()
+	ctx := tenancy.Admin(context.Background())
 	hostDir := t.TempDir()
 	flag := filepath.Join(hostDir, "flag")
 	if err := os.WriteFile(flag, []byte("untouched"), 0o644); err != nil {
@@ -246,7 +247,7 @@ func assertNoTemplate(t *testing.T, p *Pool, name string) {
 
 func TestImportImageBadInput(t *testing.T) {
 	p, _ := newTestPool(t)
-	ctx := context.Background()
+	ctx := tenancy.Admin(context.Background())
 	dir := t.TempDir()
 	layer := ocitest.Layer([]E{{Name: "a", Body: strings.Repeat("data", 10000)}}, "gzip")
 

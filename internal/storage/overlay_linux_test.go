@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // TestOverlayInUserNamespace does what the guest does: as root of a user
@@ -18,7 +19,7 @@ import (
 // layer, write through it, and hit the layer's limit.
 func TestOverlayInUserNamespace(t *testing.T) {
 	p, _ := newTestPool(t)
-	ctx := context.Background()
+	ctx := tenancy.Admin(context.Background())
 	tpl, err := p.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "t", Rootfs: makeTree(t)})
 	if err != nil {
 		t.Fatal(err)

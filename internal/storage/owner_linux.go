@@ -5,23 +5,32 @@ import (
 	"strconv"
 )
 
-// TemplateFor returns the newest version of template name if the owner
-// ctx carries (OwnerFrom) may see it; a template of another tenant is
-// not found, with the same error as a name that does not exist.
+// TemplateFor returns the newest version of template name if the
+// principal ctx carries may see it; a template of another tenant is not
+// found, with the same error as a name that does not exist.
 func (p *Pool) TemplateFor(ctx context.Context, name string) (*Template, error) {
+	who, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
 	t, err := p.Template(name)
 	if err != nil {
 		return nil, err
 	}
-	if !OwnerFrom(ctx).Sees(t) {
+	if !sees(who, t) {
 		return nil, templateNotFound(name)
 	}
 	return t, nil
 }
 
-// TemplateVersionFor returns one version of template name if the owner
-// ctx carries may see it, and not found (as for a missing name) otherwise.
+// TemplateVersionFor returns one version of template name if the
+// principal ctx carries may see it, and not found (as for a missing name)
+// otherwise.
 func (p *Pool) TemplateVersionFor(ctx context.Context, name, version string) (*Template, error) {
+	who, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
 	t, err := p.TemplateVersion(name, version)
 	if err != nil {
 		if _, lerr := p.TemplateFor(ctx, name); lerr != nil {
@@ -29,34 +38,40 @@ func (p *Pool) TemplateVersionFor(ctx context.Context, name, version string) (*T
 		}
 		return nil, err
 	}
-	if !OwnerFrom(ctx).Sees(t) {
+	if !sees(who, t) {
 		return nil, templateNotFound(name)
 	}
 	return t, nil
 }
 
-// ListTemplatesFor returns the newest version of every template the owner
-// ctx carries may see, by name.
+// ListTemplatesFor returns the newest version of every template the
+// principal ctx carries may see, by name.
 func (p *Pool) ListTemplatesFor(ctx context.Context) ([]*Template, error) {
+	who, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
 	all, err := p.ListTemplates()
 	if err != nil {
 		return nil, err
 	}
-	o := OwnerFrom(ctx)
 	out := all[:0]
 	for _, t := range all {
-		if o.Sees(t) {
+		if sees(who, t) {
 			out = append(out, t)
 		}
 	}
 	return out, nil
 }
 
-// CheckNewVersion reports whether the owner ctx carries may make a new
+// CheckNewVersion reports whether the principal ctx carries may make a new
 // version of template name (a new name, or one it owns), so that a long
 // import or build can fail before it starts. buildTemplate checks again
 // when it publishes the version.
 func (p *Pool) CheckNewVersion(ctx context.Context, name string) error {
+	if _, err := principal(ctx); err != nil {
+		return err
+	}
 	if err := ValidTemplateName(name); err != nil {
 		return err
 	}
@@ -67,9 +82,14 @@ func (p *Pool) CheckNewVersion(ctx context.Context, name string) error {
 }
 
 // newVersionOwner returns the tenant that owns a new version of template
-// name made for the owner ctx carries (see Owner.newVersionOwner). The
-// caller holds p.mu, so the answer holds until it publishes the version.
+// name made for the principal ctx carries (see newVersionOwner in
+// owner.go). The caller holds p.mu, so the answer holds until it
+// publishes the version.
 func (p *Pool) newVersionOwner(ctx context.Context, name string) (string, error) {
+	who, err := principal(ctx)
+	if err != nil {
+		return "", err
+	}
 	versions, err := p.versions(name)
 	if err != nil {
 		return "", err
@@ -82,5 +102,5 @@ func (p *Pool) newVersionOwner(ctx context.Context, name string) (string, error)
 		}
 		cur = t.Tenant
 	}
-	return OwnerFrom(ctx).newVersionOwner(name, len(versions) > 0, cur)
+	return newVersionOwner(who, name, len(versions) > 0, cur)
 }

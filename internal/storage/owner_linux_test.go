@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // Templates are tenant-scoped: a tenant's template is seen only by it and
@@ -21,9 +22,9 @@ func TestTemplateOwners(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "hello"), []byte("hi\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	admin := context.Background()
-	a := WithOwner(admin, Owner{Tenant: "a"})
-	b := WithOwner(admin, Owner{Tenant: "b"})
+	admin := tenancy.Admin(context.Background())
+	a := tenancy.With(admin, tenancy.Principal{Tenant: "a"})
+	b := tenancy.With(admin, tenancy.Principal{Tenant: "b"})
 	imp := func(ctx context.Context, name string) (*Template, error) {
 		return p.ImportTemplate(ctx, api.ImportTemplateRequest{Name: name, Rootfs: src})
 	}
@@ -102,8 +103,8 @@ func TestTemplateVersionFor(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := WithOwner(context.Background(), Owner{Tenant: "a"})
-	b := WithOwner(context.Background(), Owner{Tenant: "b"})
+	a := tenancy.With(context.Background(), tenancy.Principal{Tenant: "a"})
+	b := tenancy.With(context.Background(), tenancy.Principal{Tenant: "b"})
 	if _, err := p.ImportTemplate(a, api.ImportTemplateRequest{Name: "own", Rootfs: src}); err != nil {
 		t.Fatal(err)
 	}
@@ -118,5 +119,55 @@ func TestTemplateVersionFor(t *testing.T) {
 	}
 	if _, err := p.TemplateVersionFor(a, "own", "2"); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "no version 2") {
 		t.Errorf("owner, missing version: %v", err)
+	}
+}
+
+// Tenancy fails closed: every entry point that takes a caller's template
+// name, lists templates or makes a version refuses a context that carries
+// no principal, and changes nothing. None acts as the admin by default.
+func TestNoPrincipalRefused(t *testing.T) {
+	p, _ := newTestPool(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ImportTemplate(tenancy.Admin(context.Background()), api.ImportTemplateRequest{Name: "pub", Rootfs: src}); err != nil {
+		t.Fatal(err)
+	}
+	none := context.Background()
+	for name, call := range map[string]func() error{
+		"TemplateFor":        func() error { _, err := p.TemplateFor(none, "pub"); return err },
+		"TemplateVersionFor": func() error { _, err := p.TemplateVersionFor(none, "pub", "1"); return err },
+		"ListTemplatesFor":   func() error { _, err := p.ListTemplatesFor(none); return err },
+		"CheckNewVersion":    func() error { return p.CheckNewVersion(none, "new") },
+		"ImportTemplate": func() error {
+			_, err := p.ImportTemplate(none, api.ImportTemplateRequest{Name: "new", Rootfs: src})
+			return err
+		},
+		"ImportImage": func() error {
+			_, err := p.ImportImage(none, api.ImportTemplateRequest{Name: "new", Image: filepath.Join(src, "f")})
+			return err
+		},
+		"ImportImageReader": func() error {
+			_, err := p.ImportImageReader(none, api.ImportTemplateRequest{Name: "new"}, strings.NewReader("not read"))
+			return err
+		},
+		"ImportImageLayer": func() error {
+			_, err := p.ImportImageLayer(none, filepath.Join(src, "f"), strings.Repeat("a", 32))
+			return err
+		},
+		"SaveBuiltTemplate": func() error {
+			_, _, err := p.SaveBuiltTemplate(none, "new", &Template{BuildInfo: BuildInfo{From: "pub@1"}})
+			return err
+		},
+		"RemoveTemplateAll": func() error { return p.RemoveTemplateAll(none, "pub") },
+	} {
+		if err := call(); !errors.Is(err, tenancy.ErrNoPrincipal) || !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Errorf("%s without a principal = %v, want %v", name, err, tenancy.ErrNoPrincipal)
+		}
+	}
+	all, err := p.ListTemplates()
+	if err != nil || len(all) != 1 || all[0].Name != "pub" {
+		t.Errorf("templates after the refused calls = %v, %v; want pub alone", all, err)
 	}
 }

@@ -30,6 +30,9 @@ const (
 // template req.Name, numbered one past its newest, and returns it. See
 // treeCopier for what is kept of the tree.
 func (p *Pool) ImportTemplate(ctx context.Context, req api.ImportTemplateRequest) (*Template, error) {
+	if _, err := principal(ctx); err != nil {
+		return nil, err
+	}
 	if req.Image != "" {
 		if req.Rootfs != "" {
 			return nil, errdefs.Invalid("send either rootfs or image, not both")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/tenancy"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,7 +49,7 @@ func makeTree(t *testing.T) string {
 
 func TestImportTemplate(t *testing.T) {
 	p, _ := newTestPool(t)
-	ctx := context.Background()
+	ctx := tenancy.Admin(context.Background())
 	src := makeTree(t)
 	req := api.ImportTemplateRequest{Name: "base", Rootfs: src, User: "user", Workdir: "/home/user", Env: map[string]string{"LANG": "C.UTF-8"}}
 	tpl, err := p.ImportTemplate(ctx, req)
@@ -193,7 +194,7 @@ func TestImportTemplate(t *testing.T) {
 
 func TestTemplateErrors(t *testing.T) {
 	p, _ := newTestPool(t)
-	ctx := context.Background()
+	ctx := tenancy.Admin(context.Background())
 
 	_, err := p.Template("nope")
 	if !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "scripts/build-template.sh nope") {
@@ -260,7 +261,7 @@ func BenchmarkImportRealRootfs(b *testing.B) {
 	p, _ := newTestPool(b)
 	var bytes int64
 	for i := 0; b.Loop(); i++ {
-		tpl, err := p.ImportTemplate(context.Background(), api.ImportTemplateRequest{Name: fmt.Sprintf("real%d", i), Rootfs: src})
+		tpl, err := p.ImportTemplate(tenancy.Admin(context.Background()), api.ImportTemplateRequest{Name: fmt.Sprintf("real%d", i), Rootfs: src})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -21,6 +21,9 @@ const MaxImageUpload int64 = 32 << 30
 // r is first streamed to a temporary file in the pool (the archive is read
 // several times), which is removed afterwards. req.Image is ignored.
 func (p *Pool) ImportImageReader(ctx context.Context, req api.ImportTemplateRequest, r io.Reader) (*Template, error) {
+	if _, err := principal(ctx); err != nil {
+		return nil, err
+	}
 	if err := ValidTemplateName(req.Name); err != nil {
 		return nil, err
 	}
@@ -51,11 +54,24 @@ func (p *Pool) ImportImageReader(ctx context.Context, req api.ImportTemplateRequ
 	return t, nil
 }
 
-// RemoveTemplateAll deletes every version of template name. The caller
-// checks that no sandbox or snapshot uses it.
+// RemoveTemplateAll deletes every version of template name, for the
+// principal ctx carries: another tenant's template is not found, and a
+// public one needs the admin. The caller checks that no sandbox or
+// snapshot uses it.
 func (p *Pool) RemoveTemplateAll(ctx context.Context, name string) error {
+	who, err := principal(ctx)
+	if err != nil {
+		return err
+	}
 	if err := ValidTemplateName(name); err != nil {
 		return err
+	}
+	t, err := p.TemplateFor(ctx, name)
+	if err != nil {
+		return err
+	}
+	if t.Tenant == "" && !who.Admin {
+		return errdefs.New(errdefs.ErrPermissionDenied, "template %q is public: removing it needs an admin key", name)
 	}
 	versions, err := p.versions(name)
 	if err != nil {

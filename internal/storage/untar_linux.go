@@ -74,8 +74,8 @@ func newLayerApplier(ctx context.Context, rootfs string, uidBase, uidCount int) 
 		return nil, &os.PathError{Op: "open", Path: rootfs, Err: err}
 	}
 	a := &layerApplier{ctx: ctx, root: fd, uidBase: uidBase, uidCount: uidCount, buf: make([]byte, 1<<20), limit: maxImageBytes}
-	if o := OwnerFrom(ctx); o.MaxBytes > 0 && o.MaxBytes < a.limit {
-		a.limit, a.quota = o.MaxBytes, true
+	if n := MaxBytesFrom(ctx); n > 0 && n < a.limit {
+		a.limit, a.quota = n, true
 	}
 	return a, nil
 }
