@@ -1,7 +1,9 @@
 // Package driver defines the isolation tier interface. A driver turns a Spec
 // into a running sandbox whose guest agent answers on a channel, and tears
 // it down leaving nothing behind. Drivers register by name; the sandbox
-// service never type-switches on a concrete driver, it asks Capabilities.
+// service never type-switches on a concrete driver. What only some tiers
+// can do (pause, checkpoint, resize, ...) is an optional interface, found
+// with As (abilities.go).
 //
 // Lifecycle, as the service drives it:
 //
@@ -12,6 +14,11 @@
 // After a daemon restart the service calls Adopt with each persisted Handle;
 // a driver answers errdefs.ErrNotFound when the sandbox did not survive,
 // and Cleanup removes whatever belongs to no known sandbox.
+//
+// A sandbox's processes live in the cgroup Options.CgroupParent/<Spec.ID>
+// (its children included), made by the driver: the daemon's usage sampler
+// (internal/usage) reads the sandbox's CPU, memory, pids and OOM kills
+// there, so there is no stats call in the contract.
 //
 // Every implementation runs the conformance suite in driver/drivertest
 // (drivertest.Suite) against real sandboxes.
@@ -51,11 +58,11 @@ type Spec struct {
 	// NetNS, when set, is the path of a network namespace (a bind mount)
 	// the sandbox must run in, its veth, address and routes already in
 	// place (egress internet or custom). The service sets it only for
-	// drivers whose Capabilities say NetNSAtCreate; "" means a fresh
-	// namespace with only loopback.
+	// drivers that implement NetNSAtCreate; "" means a fresh namespace
+	// with only loopback.
 	NetNS string
-	// Started, when set, is called by drivers that support it, from
-	// Create, as soon as the sandbox's init and its namespaces exist and
+	// Started, when set, is called by drivers that implement
+	// StartNotifier, from Create, as soon as the sandbox's init and its namespaces exist and
 	// before the init runs anything of the sandbox's (the container
 	// driver: first thing, with a pre-spawned init), with the init's host
 	// pid: the service wires the sandbox's network into that namespace
@@ -67,7 +74,7 @@ type Spec struct {
 	// after Create. It is not persisted.
 	Started func(pid int) `json:"-"`
 	// ResolvConf, when set, is the sandbox's /etc/resolv.conf, which
-	// drivers that call Started write at boot, before the guest answers;
+	// StartNotifiers write at boot, before the guest answers;
 	// others ignore it (the service then writes the file after Create).
 	ResolvConf string `json:"-"`
 }
@@ -87,27 +94,10 @@ type Handle struct {
 	Private json.RawMessage `json:"private,omitempty"`
 }
 
-// Capabilities are the optional abilities a tier declares.
-type Capabilities struct {
-	Pause          bool // freeze and thaw all processes
-	MemorySnapshot bool // checkpoint processes and memory
-	LiveFork       bool // fork with running processes
-	// NetNSAtCreate: the sandbox's network is fixed when it starts, so
-	// the service prepares it before Create (Spec.NetNS) instead of
-	// attaching a veth to the running init's namespace; a running
-	// sandbox cannot gain or lose its interface (egress to or from none).
-	NetNSAtCreate bool
-	// Resize: change a running sandbox's CPU, memory and pids limits in
-	// place (the driver implements Resizer); a warm pool uses it to serve
-	// requests whose limits differ from its sandboxes'.
-	Resize bool
-}
-
 // Driver is one isolation tier.
 type Driver interface {
 	// Name is the tier's name in the API ("container", "gvisor").
 	Name() string
-	Capabilities() Capabilities
 	// Create starts a sandbox and returns once its guest agent answers.
 	// On error nothing is left behind.
 	Create(ctx context.Context, spec *Spec) (*Handle, error)
@@ -125,75 +115,6 @@ type Driver interface {
 	// Cleanup removes host resources of sandboxes whose ids are not in
 	// keep, and returns what it removed, for the log.
 	Cleanup(ctx context.Context, keep map[string]bool) ([]string, error)
-}
-
-// Checkpointer is implemented by drivers whose Capabilities say
-// MemorySnapshot (and LiveFork): the gvisor tier's runsc checkpoint and
-// restore.
-type Checkpointer interface {
-	// Checkpoint saves h's processes and memory into dir (an existing,
-	// empty directory). Without opts.LeaveRunning the sandbox stops once
-	// saved: the caller then calls Destroy, keeping the writable layer,
-	// and Restore starts it again on that layer.
-	Checkpoint(ctx context.Context, h *Handle, dir string, opts CheckpointOptions) error
-	// Restore starts the sandbox spec describes from the checkpoint in
-	// dir, as Create does (same contract: returns once the guest answers,
-	// leaves nothing on error). spec's root (layers and upper) must show
-	// the files the checkpoint was taken with; its id, hostname, env and
-	// limits are its own.
-	Restore(ctx context.Context, spec *Spec, dir string) (*Handle, error)
-}
-
-// CheckpointOptions tune Checkpoint.
-type CheckpointOptions struct {
-	// LeaveRunning: the sandbox goes on running after the checkpoint.
-	LeaveRunning bool
-	// Frozen, when set, runs while every process of the sandbox is frozen,
-	// right before its memory is saved: the caller captures the writable
-	// layer there, so files and memory are of the same instant. An error
-	// aborts the checkpoint.
-	Frozen func() error
-}
-
-// Pauser is implemented by drivers whose Capabilities say Pause.
-type Pauser interface {
-	Pause(ctx context.Context, h *Handle) error
-	Resume(ctx context.Context, h *Handle) error
-}
-
-// Resizer is implemented by drivers whose Capabilities say Resize.
-type Resizer interface {
-	// SetLimits gives a running sandbox new CPU (cores), memory (MiB) and
-	// pids limits, as Spec has them.
-	SetLimits(ctx context.Context, h *Handle, cpu float64, memoryMB, pids int64) error
-}
-
-// Standby is implemented by drivers that can boot a sandbox's next init
-// ahead of time, next to the running one, and switch to it at once: what
-// makes a reset in place cost a few milliseconds instead of a stop and a
-// start. The standby shares the sandbox's cgroups (so its limits, and
-// Destroy, cover it) but has fresh namespaces and its own writable layer;
-// nothing reaches it before Promote.
-type Standby interface {
-	// Prepare starts a standby init for spec, whose ID is a running
-	// sandbox's and whose RunDir is a directory of its own; it returns
-	// once the standby answers.
-	Prepare(ctx context.Context, spec *Spec) (*Handle, error)
-	// Promote makes next the sandbox's init: it kills cur (every process
-	// of its namespaces) and from then on Exited, Pause, Destroy and the
-	// rest act on next. gone is closed once cur's init has exited, its
-	// mounts with it, so that its writable layer can be removed. An error
-	// (next died meanwhile) leaves cur running.
-	Promote(ctx context.Context, cur, next *Handle) (gone <-chan struct{}, err error)
-	// Discard kills a standby that will not be promoted and waits for it.
-	Discard(ctx context.Context, next *Handle) error
-}
-
-// Stats are a sandbox's resource usage, read on the host.
-type Stats struct {
-	MemoryBytes int64 `json:"memory_bytes"`
-	CPUNanos    int64 `json:"cpu_nanos"`
-	Pids        int64 `json:"pids"`
 }
 
 // Options are the daemon-wide settings a driver is constructed with.

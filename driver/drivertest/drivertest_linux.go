@@ -11,8 +11,11 @@
 //     sandbox from its Handle, and answers ErrNotFound for a dead one;
 //   - Cleanup removes the host resources of ids it is not told to keep,
 //     and leaves the kept ones running;
-//   - Pause stops the guest and Resume brings it back, where the driver
-//     declares Capabilities().Pause.
+//   - the sandbox's processes are in its cgroup, where the daemon reads
+//     its usage;
+//   - the driver has the optional abilities its test lists, and each of
+//     them works (abilities_linux.go: pause, checkpoint, resize, standby,
+//     netns-at-create, start-notifier).
 //
 // A driver's test calls it like this:
 //
@@ -21,6 +24,7 @@
 //		parent := drivertest.CgroupParent(t)
 //		drivertest.Suite(t, drivertest.Config{
 //			New: func(t testing.TB) driver.Driver { ... New(driver.Options{GuestBinary: guest, CgroupParent: parent, ...}) },
+//			Abilities:    []driver.Ability{driver.AbilityPause},
 //			Layers:       []string{drivertest.BusyboxRootfs(t, 1000000)},
 //			UIDBase:      1000000,
 //			CgroupParent: parent,
@@ -58,6 +62,10 @@ type Config struct {
 	// with the same options: a second instance stands for a restarted
 	// daemon.
 	New func(t testing.TB) driver.Driver
+	// Abilities are the optional abilities the driver has (driver/
+	// abilities.go); the suite fails if its type implements others, or
+	// lacks one of these.
+	Abilities []driver.Ability
 	// Layers are the read-only template layers of every sandbox (lowest
 	// last); a busybox root (BusyboxRootfs) is enough.
 	Layers []string
@@ -80,7 +88,8 @@ func Suite(t *testing.T, c Config) {
 	t.Run("DestroyIdempotentLeavesNothing", s.destroyLeavesNothing)
 	t.Run("AdoptAfterRestart", s.adoptAfterRestart)
 	t.Run("CleanupUnknownIDs", s.cleanupUnknown)
-	t.Run("PauseResume", s.pauseResume)
+	t.Run("CgroupUsage", s.cgroupUsage)
+	t.Run("Abilities", s.abilities) // abilities_linux.go
 }
 
 type suite struct {
@@ -377,55 +386,6 @@ func (s *suite) checkGoneExceptSocket(t testing.TB, h *driver.Handle) {
 	hc := *h
 	hc.Socket = ""
 	s.checkGone(t, &hc)
-}
-
-func (s *suite) pauseResume(t *testing.T) {
-	d := s.New(t)
-	if !d.Capabilities().Pause {
-		if _, ok := d.(driver.Pauser); ok {
-			t.Error("the driver implements Pauser but does not declare Pause")
-		}
-		t.Logf("%s does not declare Pause", d.Name())
-		return
-	}
-	p, ok := d.(driver.Pauser)
-	if !ok {
-		t.Fatal("the driver declares Pause but does not implement driver.Pauser")
-	}
-	h, _ := s.create(t, d)
-	ctx := context.Background()
-	if err := p.Pause(ctx, h); err != nil {
-		t.Fatalf("pause: %v", err)
-	}
-	short, cancel := context.WithTimeout(ctx, 2*time.Second)
-	res, err := Exec(short, d, h, "echo awake")
-	cancel()
-	if err == nil {
-		t.Errorf("a paused sandbox ran a command: %+v", res)
-	}
-	if !alive(h.Pid) {
-		t.Fatal("pause killed the sandbox")
-	}
-	// A paused sandbox survives a daemon restart paused.
-	if err := s.New(t).Adopt(ctx, h); err != nil {
-		t.Errorf("adopting a paused sandbox: %v", err)
-	}
-	if err := p.Resume(ctx, h); err != nil {
-		t.Fatalf("resume: %v", err)
-	}
-	if got := mustExec(t, d, h, "echo awake"); got != "awake" {
-		t.Errorf("after resume: %q", got)
-	}
-	// Destroying a paused sandbox leaves nothing either.
-	if err := p.Pause(ctx, h); err != nil {
-		t.Fatalf("pause: %v", err)
-	}
-	dctx, dcancel := context.WithTimeout(ctx, 60*time.Second)
-	defer dcancel()
-	if err := d.Destroy(dctx, h); err != nil {
-		t.Errorf("destroying a paused sandbox: %v", err)
-	}
-	s.checkGone(t, h)
 }
 
 // Host-side readings.

@@ -26,6 +26,7 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { d.Close() })
 			return d
 		},
+		Abilities:    []driver.Ability{driver.AbilityPause, driver.AbilityResize, driver.AbilityStandby, driver.AbilityStartNotifier},
 		Layers:       []string{drivertest.BusyboxRootfs(t, uidBase)},
 		UIDBase:      uidBase,
 		CgroupParent: parent,

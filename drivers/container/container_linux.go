@@ -25,7 +25,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -33,6 +32,7 @@ import (
 
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
+	"github.com/agentbox/agentbox/drivers/internal/lifecycle"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
 	"github.com/agentbox/agentbox/internal/guest/harden"
@@ -47,9 +47,14 @@ func init() {
 	driver.Register(Name, func(o driver.Options) (driver.Driver, error) { return New(o) })
 }
 
-var _ driver.Driver = (*Driver)(nil)
-var _ driver.Pauser = (*Driver)(nil)
-var _ driver.Resizer = (*Driver)(nil)
+// The container tier's optional abilities (driver/abilities.go); Standby
+// is in standby_linux.go.
+var (
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.Pauser        = (*Driver)(nil)
+	_ driver.Resizer       = (*Driver)(nil)
+	_ driver.StartNotifier = (*Driver)(nil)
+)
 
 // Driver is the container tier.
 type Driver struct {
@@ -68,9 +73,7 @@ type Driver struct {
 	// ("init-<random>-"), so that Cleanup tells them from leftovers.
 	initPrefix string
 
-	mu sync.Mutex
-	// exited holds, per sandbox id, a channel closed when its init exits.
-	exited map[string]chan struct{}
+	exits lifecycle.Exits // of the sandboxes' inits
 
 	launchState          // the pre-forked launcher (launch_linux.go)
 	pre         prespawn // inits waiting for a sandbox (prespawn_linux.go)
@@ -101,7 +104,7 @@ func New(o driver.Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container driver: cgroups: %w", err)
 	}
-	d := &Driver{opts: o, log: o.Logger, cg: mgr, guest: o.GuestBinary, exited: map[string]chan struct{}{}}
+	d := &Driver{opts: o, log: o.Logger, cg: mgr, guest: o.GuestBinary}
 	d.initPrefix = "init-" + randomSuffix() + "-"
 	d.stage = filepath.Join(o.RunRoot, "stage")
 	if o.RunRoot == "" {
@@ -134,10 +137,9 @@ func (d *Driver) Close() error {
 // Name implements driver.Driver.
 func (d *Driver) Name() string { return Name }
 
-// Capabilities implements driver.Driver.
-func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Pause: true, Resize: true}
-}
+// CallsStarted implements driver.StartNotifier: Create and Prepare
+// announce the init (announce) before it has its boot spec.
+func (d *Driver) CallsStarted() {}
 
 // The agent's reserve above the workload's limits.
 const (
@@ -188,9 +190,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		_ = cg.Destroy()
 		return nil, err
 	}
-	d.mu.Lock()
-	d.exited[spec.ID] = exited
-	d.mu.Unlock()
+	d.exits.Set(spec.ID, exited)
 	return h, nil
 }
 
@@ -268,14 +268,8 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 			d.discard(p)
 		}
 	}()
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
+	var undo lifecycle.Undo
+	defer undo.Run()
 	rootfs := filepath.Join(spec.RunDir, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, nil, fmt.Errorf("creating rootfs mount point: %w", err)
@@ -293,7 +287,7 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 		return nil, nil, fmt.Errorf("guest socket fd: %w", err)
 	}
 	defer lnFile.Close()
-	undo = append(undo, func() { _ = os.Remove(sock) })
+	undo.Add(func() { _ = os.Remove(sock) })
 	logFile, err := os.OpenFile(filepath.Join(spec.RunDir, "guest.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, nil, err
@@ -341,13 +335,14 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 	if p, err = d.giveInit(p, placed, boot, files, addProc, func(p *initProc) { announce(spec, p) }); err != nil {
 		return nil, nil, err
 	}
-	undo = append(undo, func() { d.discard(p) })
+	undo.Add(func() { d.discard(p) })
 
 	h := &driver.Handle{ID: spec.ID, Pid: p.pid, Socket: sock, PidStart: p.pidStart}
 	if err := d.waitReady(ctx, h, p.exited, spec.RunDir, p.output); err != nil {
 		return nil, nil, err
 	}
 	p.out.Close()
+	undo.Release()
 	return h, p.exited, nil
 }
 
@@ -402,16 +397,7 @@ func (d *Driver) DialGuest(ctx context.Context, h *driver.Handle) (net.Conn, err
 }
 
 // Exited implements driver.Driver.
-func (d *Driver) Exited(h *driver.Handle) <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if ch, ok := d.exited[h.ID]; ok {
-		return ch
-	}
-	ch := make(chan struct{})
-	close(ch)
-	return ch
-}
+func (d *Driver) Exited(h *driver.Handle) <-chan struct{} { return d.exits.Exited(h.ID) }
 
 // Destroy implements driver.Driver. It kills the init and waits for it
 // first: the kernel ends every other process of the sandbox's pid
@@ -425,11 +411,7 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 		}
 	}
 	var errs []error
-	d.mu.Lock()
-	ch, ours := d.exited[h.ID]
-	delete(d.exited, h.ID)
-	d.mu.Unlock()
-	if ours {
+	if ch, ours := d.exits.Take(h.ID); ours {
 		select {
 		case <-ch:
 		case <-time.After(200 * time.Millisecond):
@@ -461,21 +443,9 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 
 // thawTree thaws every frozen cgroup of sandbox id, children included.
 func (d *Driver) thawTree(id string) {
-	cg, err := d.cg.Open(id)
-	if err != nil {
-		return
+	if cg, err := d.cg.Open(id); err == nil {
+		_ = cg.ThawTree()
 	}
-	file, thawed := "freezer.state", "THAWED"
-	root, ok := cg.Paths()["freezer"]
-	if !ok {
-		file, thawed, root = "cgroup.freeze", "0", cg.Paths()[""]
-	}
-	_ = filepath.WalkDir(root, func(path string, e os.DirEntry, err error) error {
-		if err == nil && e.IsDir() {
-			_ = os.WriteFile(filepath.Join(path, file), []byte(thawed), 0)
-		}
-		return nil
-	})
 }
 
 // waitGone waits until a non-child init has exited, using a pidfd.
@@ -512,9 +482,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 		return errdefs.NotFound("sandbox %s: pidfd: %v", h.ID, err)
 	}
 	d.killStrays(h)
-	d.mu.Lock()
-	d.exited[h.ID] = ch
-	d.mu.Unlock()
+	d.exits.Set(h.ID, ch)
 	return nil
 }
 
@@ -548,23 +516,14 @@ func (d *Driver) Pause(ctx context.Context, h *driver.Handle) error {
 	return cg.Freeze()
 }
 
-// frozen reports whether sandbox id's cgroup is frozen (v1 freezer.state,
-// v2 cgroup.freeze).
+// frozen reports whether sandbox id's cgroup is frozen (paused).
 func (d *Driver) frozen(id string) bool {
 	cg, err := d.cg.Open(id)
 	if err != nil {
 		return false
 	}
-	paths := cg.Paths()
-	if p, ok := paths["freezer"]; ok {
-		b, err := os.ReadFile(filepath.Join(p, "freezer.state"))
-		return err == nil && strings.TrimSpace(string(b)) != "THAWED"
-	}
-	if p, ok := paths[""]; ok {
-		b, err := os.ReadFile(filepath.Join(p, "cgroup.freeze"))
-		return err == nil && strings.TrimSpace(string(b)) == "1"
-	}
-	return false
+	f, err := cg.Frozen()
+	return err == nil && f
 }
 
 // Resume implements driver.Pauser.

@@ -71,10 +71,7 @@ func (d *Driver) Promote(ctx context.Context, cur, next *driver.Handle) (<-chan 
 	if cur.Pid > 0 && guestconn.Alive(cur) {
 		_ = unix.Kill(cur.Pid, unix.SIGKILL)
 	}
-	d.mu.Lock()
-	oldExited, ours := d.exited[cur.ID]
-	d.exited[cur.ID] = nextExited
-	d.mu.Unlock()
+	oldExited, ours := d.exits.Swap(cur.ID, nextExited)
 	gone := make(chan struct{})
 	go func() {
 		defer close(gone)

@@ -44,7 +44,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guestclient"
 )
 
-var _ driver.Checkpointer = (*Driver)(nil)
+var _ driver.Checkpointer = (*Driver)(nil) // memory snapshots, pause to disk, fork with memory
 
 // hooked: sandboxes whose gVisor kernel has the hook configured (by a
 // checkpoint of this daemon, or restored from one), by id.
@@ -134,9 +134,7 @@ func (d *Driver) Checkpoint(ctx context.Context, h *driver.Handle, dir string, o
 		}
 		paused = false
 	}
-	d.mu.Lock()
-	exited := d.exited[h.ID]
-	d.mu.Unlock()
+	exited, _ := d.exits.Get(h.ID)
 	if err := waitReady(ctx, h, exited); err != nil {
 		return fmt.Errorf("gvisor: after the checkpoint: %w", err)
 	}

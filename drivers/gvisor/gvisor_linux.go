@@ -25,13 +25,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
+	"github.com/agentbox/agentbox/drivers/internal/lifecycle"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
 	"github.com/agentbox/agentbox/internal/guest/harden"
@@ -44,8 +44,13 @@ func init() {
 	driver.Register(Name, func(o driver.Options) (driver.Driver, error) { return New(o) })
 }
 
-var _ driver.Driver = (*Driver)(nil)
-var _ driver.Pauser = (*Driver)(nil)
+// The gvisor tier's optional abilities (driver/abilities.go); Checkpointer
+// is in checkpoint_linux.go.
+var (
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.Pauser        = (*Driver)(nil)
+	_ driver.NetNSAtCreate = (*Driver)(nil)
+)
 
 // Driver is the gvisor tier.
 type Driver struct {
@@ -57,8 +62,7 @@ type Driver struct {
 	// assembled once here rather than inside every sandbox.
 	seccompFilter []byte
 
-	mu     sync.Mutex
-	exited map[string]chan struct{}
+	exits lifecycle.Exits // of the sandboxes' runsc sandbox processes
 }
 
 // private is the driver's part of a Handle.
@@ -95,17 +99,15 @@ func New(o driver.Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor driver: %w", err)
 	}
-	return &Driver{opts: o, log: o.Logger, cg: mgr, seccompFilter: harden.EncodeFilter(prog), exited: map[string]chan struct{}{}}, nil
+	return &Driver{opts: o, log: o.Logger, cg: mgr, seccompFilter: harden.EncodeFilter(prog)}, nil
 }
 
 // Name implements driver.Driver.
 func (d *Driver) Name() string { return Name }
 
-// Capabilities implements driver.Driver. Memory snapshots and live fork
-// are runsc checkpoint/restore (checkpoint_linux.go).
-func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Pause: true, NetNSAtCreate: true, MemorySnapshot: true, LiveFork: true}
-}
+// TakesNetNSAtCreate implements driver.NetNSAtCreate: runsc reads the
+// sandbox's interfaces once, when it starts (network_linux.go).
+func (d *Driver) TakesNetNSAtCreate() {}
 
 // Host-side reserve above the sandbox's memory for gVisor itself (the
 // sentry and the gofer), and the host threads they may use.
@@ -147,14 +149,8 @@ func bootLog(runDir string) string {
 // create is Create; with image set it restores the checkpoint there
 // (runsc restore) instead of booting (checkpoint_linux.go).
 func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_ *driver.Handle, err error) {
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
+	var undo lifecycle.Undo
+	defer undo.Run()
 	root := filepath.Join(spec.RunDir, "runsc")
 	rootfs := filepath.Join(spec.RunDir, "rootfs")
 	bundle := filepath.Join(spec.RunDir, "bundle")
@@ -175,7 +171,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return nil, fmt.Errorf("gvisor: mounting the sandbox's root overlay: %w", err)
 	}
-	undo = append(undo, func() { _ = unmount(rootfs) })
+	undo.Add(func() { _ = unmount(rootfs) })
 	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, d.opts.UIDBase, d.opts.UIDCount, d.seccompFilter); err != nil {
 		return nil, fmt.Errorf("gvisor: writing the OCI bundle: %w", err)
 	}
@@ -187,7 +183,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: creating cgroup: %w", err)
 	}
-	undo = append(undo, func() { _ = cg.Destroy() })
+	undo.Add(func() { _ = cg.Destroy() })
 
 	// runsc run --detach (create and start in one runsc process; restore
 	// with an image), started inside the sandbox's cgroups: a shell moves
@@ -220,7 +216,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	defer logf.Close()
 	run.Stdout, run.Stderr = logf, logf
 	// runsc undoes a failed run itself, unless it is killed midway.
-	undo = append(undo, func() {
+	undo.Add(func() {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_, _ = runsc(kctx, root, "delete", "--force", spec.ID)
@@ -239,9 +235,8 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	if err := waitReady(ctx, h, exited); err != nil {
 		return nil, fmt.Errorf("gvisor: %w%s", err, runscLog(spec.RunDir))
 	}
-	d.mu.Lock()
-	d.exited[spec.ID] = exited
-	d.mu.Unlock()
+	d.exits.Set(spec.ID, exited)
+	undo.Release()
 	return h, nil
 }
 
@@ -311,16 +306,7 @@ func (d *Driver) DialGuest(ctx context.Context, h *driver.Handle) (net.Conn, err
 }
 
 // Exited implements driver.Driver.
-func (d *Driver) Exited(h *driver.Handle) <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if ch, ok := d.exited[h.ID]; ok {
-		return ch
-	}
-	ch := make(chan struct{})
-	close(ch)
-	return ch
-}
+func (d *Driver) Exited(h *driver.Handle) <-chan struct{} { return d.exits.Exited(h.ID) }
 
 func priv(h *driver.Handle) private {
 	var p private
@@ -349,11 +335,7 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		errs = append(errs, err)
 	}
-	d.mu.Lock()
-	ch, ours := d.exited[h.ID]
-	delete(d.exited, h.ID)
-	d.mu.Unlock()
-	if ours {
+	if ch, ours := d.exits.Take(h.ID); ours {
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -406,9 +388,8 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
 		}
 	}
-	d.mu.Lock()
-	d.exited[h.ID], _ = guestconn.WatchExit(h.Pid)
-	d.mu.Unlock()
+	ch, _ := guestconn.WatchExit(h.Pid)
+	d.exits.Set(h.ID, ch)
 	return nil
 }
 

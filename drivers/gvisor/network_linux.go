@@ -19,7 +19,7 @@ import (
 //
 // runsc reads the interfaces once, when the sandbox starts (the Sentry's
 // SetNetworkArgs, part of `runsc run`): an interface added later is never
-// seen, hence Capabilities().NetNSAtCreate. Other commands (state, kill,
+// seen, hence driver.NetNSAtCreate. Other commands (state, kill,
 // delete, pause) do not depend on the flag.
 
 // createFlags are the runsc flags for `runsc run` (or restore) of spec.

@@ -95,6 +95,14 @@ type Cgroup interface {
 	Freeze() error
 	// Thaw resumes them.
 	Thaw() error
+	// Frozen reports whether the cgroup itself is frozen or freezing
+	// (v1 freezer.state not THAWED, v2 cgroup.freeze 1): what Freeze
+	// asked, whoever asked it.
+	Frozen() (bool, error)
+	// ThawTree thaws the cgroup and every cgroup below it, frozen by
+	// whoever froze them (a sandbox's agent freezes an exec's child
+	// cgroup to kill its tree). Cgroups removed meanwhile are skipped.
+	ThawTree() error
 	Stats() (Stats, error)
 	// Kill SIGKILLs every process, descendants' included, and returns
 	// once the cgroup is empty.

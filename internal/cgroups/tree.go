@@ -109,6 +109,22 @@ func removeTreeUntil(roots []string, deadline time.Time) error {
 	return nil
 }
 
+// thawTree writes thawed into file in root and every cgroup below it,
+// parents first; a cgroup removed meanwhile is skipped.
+func thawTree(root, file, thawed string) error {
+	dirs, err := subdirs(root)
+	if err != nil {
+		return classify(err, "listing cgroups")
+	}
+	var errs []error
+	for _, d := range dirs {
+		if err := writeFile(filepath.Join(d, file), thawed); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, classify(err, "thawing cgroup "+d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // killLoop SIGKILLs everything in the cgroup until it is empty. freeze
 // and thaw stop forks racing the kill; procs lists what is left.
 func killLoop(procs func() ([]int, error), freeze, thaw func() error) error {

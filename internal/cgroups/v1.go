@@ -326,6 +326,18 @@ func (c *v1Cgroup) Thaw() error {
 	return classify(writeFile(c.paths["freezer"]+"/freezer.state", "THAWED"), "thawing cgroup "+c.name)
 }
 
+func (c *v1Cgroup) Frozen() (bool, error) {
+	b, err := os.ReadFile(c.paths["freezer"] + "/freezer.state")
+	if err != nil {
+		return false, classify(err, "reading the freezer state of cgroup "+c.name)
+	}
+	return strings.TrimSpace(string(b)) != "THAWED", nil
+}
+
+func (c *v1Cgroup) ThawTree() error {
+	return thawTree(c.paths["freezer"], "freezer.state", "THAWED")
+}
+
 func (c *v1Cgroup) Stats() (Stats, error) {
 	var s Stats
 	var err error

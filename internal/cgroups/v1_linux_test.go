@@ -187,6 +187,9 @@ func TestV1Lifecycle(t *testing.T) {
 			t.Errorf("pid %d State %s while frozen, want asleep", pid, s)
 		}
 	}
+	if frozen, err := cg.Frozen(); err != nil || !frozen {
+		t.Errorf("Frozen = %v, %v after Freeze", frozen, err)
+	}
 	cpu1, _ := cg.Stats()
 	time.Sleep(100 * time.Millisecond)
 	cpu2, _ := cg.Stats()
@@ -195,6 +198,19 @@ func TestV1Lifecycle(t *testing.T) {
 	}
 	if err := cg.Thaw(); err != nil {
 		t.Fatal(err)
+	}
+	if frozen, err := cg.Frozen(); err != nil || frozen {
+		t.Errorf("Frozen = %v, %v after Thaw", frozen, err)
+	}
+	// ThawTree thaws what Freeze froze as well.
+	if err := cg.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cg.ThawTree(); err != nil {
+		t.Fatal(err)
+	}
+	if frozen, err := cg.Frozen(); err != nil || frozen {
+		t.Errorf("Frozen = %v, %v after ThawTree", frozen, err)
 	}
 	time.Sleep(50 * time.Millisecond)
 	if s := procState(t, cmd.Process.Pid); s != "R" {

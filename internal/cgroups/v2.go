@@ -188,6 +188,16 @@ func (c *v2Cgroup) Thaw() error {
 	return classify(writeFile(c.dir+"/cgroup.freeze", "0"), "thawing cgroup "+c.name)
 }
 
+func (c *v2Cgroup) Frozen() (bool, error) {
+	b, err := os.ReadFile(c.dir + "/cgroup.freeze")
+	if err != nil {
+		return false, classify(err, "reading the freezer state of cgroup "+c.name)
+	}
+	return strings.TrimSpace(string(b)) == "1", nil
+}
+
+func (c *v2Cgroup) ThawTree() error { return thawTree(c.dir, "cgroup.freeze", "0") }
+
 func (c *v2Cgroup) Stats() (Stats, error) {
 	var s Stats
 	var err error

@@ -178,11 +178,30 @@ func TestV2Cgroup(t *testing.T) {
 		if got := f.read(t, "agentbox/sb/cgroup.freeze"); got != "1" {
 			t.Errorf("cgroup.freeze = %q after Freeze", got)
 		}
+		if frozen, err := cg.Frozen(); err != nil || !frozen {
+			t.Errorf("Frozen = %v, %v after Freeze", frozen, err)
+		}
 		if err := cg.Thaw(); err != nil {
 			t.Fatal(err)
 		}
 		if got := f.read(t, "agentbox/sb/cgroup.freeze"); got != "0" {
 			t.Errorf("cgroup.freeze = %q after Thaw", got)
+		}
+		if frozen, err := cg.Frozen(); err != nil || frozen {
+			t.Errorf("Frozen = %v, %v after Thaw", frozen, err)
+		}
+		// A child frozen by someone else (the agent, killing an exec's
+		// tree) is thawed by ThawTree, with the cgroup itself.
+		f.mkdir(filepath.Join(f.root, "agentbox/sb/exec-1"))
+		os.WriteFile(filepath.Join(f.root, "agentbox/sb/exec-1/cgroup.freeze"), []byte("1"), 0o644)
+		os.WriteFile(filepath.Join(f.root, "agentbox/sb/cgroup.freeze"), []byte("1"), 0o644)
+		if err := cg.ThawTree(); err != nil {
+			t.Fatal(err)
+		}
+		for _, rel := range []string{"agentbox/sb/cgroup.freeze", "agentbox/sb/exec-1/cgroup.freeze"} {
+			if got := f.read(t, rel); got != "0" {
+				t.Errorf("%s = %q after ThawTree", rel, got)
+			}
 		}
 	})
 	t.Run("Delegate", func(t *testing.T) {

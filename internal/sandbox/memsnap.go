@@ -67,8 +67,8 @@ func markComplete(dir string) error {
 // checkpointer returns drv's memory snapshots, or a precondition error
 // that names the tier that has them.
 func checkpointer(drv driver.Driver, what string) (driver.Checkpointer, error) {
-	cp, ok := drv.(driver.Checkpointer)
-	if !ok || !drv.Capabilities().MemorySnapshot {
+	cp, ok := driver.As[driver.Checkpointer](drv)
+	if !ok {
 		return nil, errdefs.Precondition("isolation %s cannot %s: that needs memory snapshots, which the gvisor tier has (create the sandbox with `--isolation gvisor`)", drv.Name(), what)
 	}
 	return cp, nil
@@ -83,8 +83,13 @@ type restoring struct {
 }
 
 func (r restoring) Create(ctx context.Context, spec *driver.Spec) (*driver.Handle, error) {
-	return r.Driver.(driver.Checkpointer).Restore(ctx, spec, r.dir)
+	cp, _ := driver.As[driver.Checkpointer](r.Driver)
+	return cp.Restore(ctx, spec, r.dir)
 }
+
+// Unwrap implements driver.Wrapper: a restore has the abilities of the
+// driver it restores with.
+func (r restoring) Unwrap() driver.Driver { return r.Driver }
 
 // PauseToDisk checkpoints a tenant's sandbox to disk and stops it.
 func (s *Service) PauseToDisk(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
@@ -116,7 +121,7 @@ func (s *Service) pauseToDiskLocked(ctx context.Context, e *entry, cp driver.Che
 	// The agent must answer to close its channel: thaw a sandbox paused
 	// in memory first.
 	if e.paused.Load() {
-		if p, ok := e.drv.(driver.Pauser); ok {
+		if p, ok := driver.As[driver.Pauser](e.drv); ok {
 			if err := p.Resume(ctx, e.handle()); err != nil {
 				return fmt.Errorf("thawing sandbox %s before its checkpoint: %w", e.id, err)
 			}
@@ -348,7 +353,7 @@ func (s *Service) ForkWithMemory(ctx context.Context, tenant, id string, count i
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := e.drv.(driver.Checkpointer); !ok || !e.drv.Capabilities().LiveFork {
+	if !driver.Has[driver.Checkpointer](e.drv) {
 		return nil, errdefs.Precondition("isolation %s cannot fork with memory: live fork needs the gvisor tier (create the sandbox with `--isolation gvisor`); a fork without memory gives children the parent's files", e.drv.Name())
 	}
 	return s.fork(ctx, tenant, id, count, true)

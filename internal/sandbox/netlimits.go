@@ -15,7 +15,7 @@ import (
 // Per-sandbox connection and bandwidth limits (network.max_connections,
 // network.bandwidth_mbit; enforced by internal/network/limits.go), and the
 // network namespace prepared before create for tiers whose network is
-// fixed at start (driver.Capabilities.NetNSAtCreate: gvisor).
+// fixed at start (driver.NetNSAtCreate: gvisor).
 
 // noLimit is how a sandbox's network settings show "no limit".
 const noLimit = -1
@@ -122,7 +122,7 @@ func (s *Service) restoreNetLimits(recs []*store.SandboxRecord, keep map[string]
 // checkEgressChange refuses, on a running sandbox of a tier whose network
 // is fixed at start, a change that would add or remove its interface.
 func checkEgressChange(e *entry, id string, old, next *api.Network) error {
-	if e == nil || !e.drv.Capabilities().NetNSAtCreate || hasEgress(old) == hasEgress(next) {
+	if e == nil || !driver.Has[driver.NetNSAtCreate](e.drv) || hasEgress(old) == hasEgress(next) {
 		return nil
 	}
 	return errdefs.Precondition("sandbox %s runs on the %s tier, whose network interface is fixed when it starts: egress can change between %q and %q while it runs, not to or from %q; stop it first (or use %q with no allow rules to block everything)",
@@ -138,7 +138,7 @@ func (s *Service) netnsPath(id string) string { return filepath.Join(s.runDir(id
 // thread in the namespace standing in for the init), named in spec.NetNS.
 func (s *Service) prepareNetNS(ctx context.Context, rec *store.SandboxRecord, drv driver.Driver, spec *driver.Spec) error {
 	n := rec.Spec.Network
-	if !hasEgress(n) || !drv.Capabilities().NetNSAtCreate {
+	if !hasEgress(n) || !driver.Has[driver.NetNSAtCreate](drv) {
 		return nil
 	}
 	if err := s.checkNetAvailable(n); err != nil {

@@ -25,8 +25,8 @@ import (
 // (a cold start: files survive, processes and memory do not).
 
 func pauser(e *entry) (driver.Pauser, error) {
-	p, ok := e.drv.(driver.Pauser)
-	if !ok || !e.drv.Capabilities().Pause {
+	p, ok := driver.As[driver.Pauser](e.drv)
+	if !ok {
 		return nil, errdefs.Precondition("isolation %s cannot pause sandboxes", e.drv.Name())
 	}
 	return p, nil

@@ -145,8 +145,7 @@ func persistent(rec *store.SandboxRecord) bool {
 // adopt re-attaches a sandbox an earlier daemon left. A running sandbox
 // is thawed first: a crash in the middle of a snapshot leaves it frozen.
 func (s *Service) adopt(ctx context.Context, rec *store.SandboxRecord, drv driver.Driver) (*entry, error) {
-	p, canPause := drv.(driver.Pauser)
-	canPause = canPause && drv.Capabilities().Pause
+	p, canPause := driver.As[driver.Pauser](drv)
 	if rec.State == api.StateRunning && canPause {
 		_ = p.Resume(ctx, rec.Handle)
 	}

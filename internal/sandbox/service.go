@@ -351,7 +351,10 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 	if err := s.prepareNetNS(ctx, rec, drv, spec); err != nil { // netlimits.go
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
 	}
-	early := s.attachNetEarly(ctx, rec, spec) // netlimits.go
+	var early *earlyNet
+	if driver.Has[driver.StartNotifier](drv) {
+		early = s.attachNetEarly(ctx, rec, spec) // netlimits.go
+	}
 	h, err := drv.Create(ctx, spec)
 	if err != nil {
 		early.undo(s, rec.ID)

@@ -54,7 +54,7 @@ func (s *Service) dropStandby(ctx context.Context, e *entry) {
 }
 
 func (s *Service) discard(ctx context.Context, drv driver.Driver, nx *standby) {
-	if sb, ok := drv.(driver.Standby); ok {
+	if sb, ok := driver.As[driver.Standby](drv); ok {
 		if err := sb.Discard(ctx, nx.h); err != nil {
 			s.log.Warn("discarding a standby init", "sandbox", nx.h.ID, "err", err)
 		}
@@ -69,7 +69,7 @@ func (s *Service) discard(ctx context.Context, drv driver.Driver, nx *standby) {
 // to the place rec now names switches to; gen is e's generation now. A
 // reset meanwhile waits for it (waitStandby).
 func (s *Service) prepareStandby(e *entry, rec *store.SandboxRecord, tpl *storage.Template, gen uint64) {
-	sb, ok := e.drv.(driver.Standby)
+	sb, ok := driver.As[driver.Standby](e.drv)
 	if !ok {
 		return
 	}
@@ -143,7 +143,7 @@ func (s *Service) prepareStandby(e *entry, rec *store.SandboxRecord, tpl *storag
 // full path), and an error when the sandbox is left unusable.
 func (s *Service) resetFast(ctx context.Context, e *entry, rec *store.SandboxRecord, tpl *storage.Template, gen uint64) (*store.SandboxRecord, error) {
 	nx := e.next
-	sb, ok := e.drv.(driver.Standby)
+	sb, ok := driver.As[driver.Standby](e.drv)
 	if nx == nil || !ok || nx.key != specKey(s.driverSpec(rec, tpl, "", "", "")) {
 		return nil, nil
 	}
@@ -151,7 +151,7 @@ func (s *Service) resetFast(ctx context.Context, e *entry, rec *store.SandboxRec
 	t0 := time.Now()
 	if e.paused.Load() {
 		// Thaws the standby too: both live in the sandbox's cgroups.
-		if p, ok := e.drv.(driver.Pauser); ok {
+		if p, ok := driver.As[driver.Pauser](e.drv); ok {
 			_ = p.Resume(ctx, e.handle())
 		}
 	}

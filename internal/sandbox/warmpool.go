@@ -180,7 +180,7 @@ func (s *Service) matchWarm(rec *store.SandboxRecord, tpl *storage.Template, drv
 	if rec.Snapshot != "" || !sameLowers(rec.Lowers, tpl.LowerDirs()) {
 		return nil
 	}
-	resize := drv.Capabilities().Resize
+	resize := driver.Has[driver.Resizer](drv)
 	w := &s.warm
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -268,7 +268,7 @@ func (s *Service) fitMember(ctx context.Context, m *member, rec *store.SandboxRe
 	}
 	r := rec.Resources
 	if r.CPU != m.res.CPU || r.MemoryMB != m.res.MemoryMB || r.Pids != m.res.Pids {
-		rz, ok := m.drv.(driver.Resizer)
+		rz, ok := driver.As[driver.Resizer](m.drv)
 		if !ok {
 			return fmt.Errorf("tier %s cannot change limits", m.drv.Name())
 		}
@@ -417,7 +417,7 @@ func (s *Service) bootMember(p *warmPool) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Egress == api.EgressInternet && drv.Capabilities().NetNSAtCreate {
+	if c.Egress == api.EgressInternet && driver.Has[driver.NetNSAtCreate](drv) {
 		// Its veth would have to exist before boot, and a member has no
 		// record for prepareNetNS to keep its address in.
 		return nil, fmt.Errorf("egress internet is not available to warm pools of the %s tier, whose network is fixed when a sandbox starts (docs/network.md); use egress none", drv.Name())

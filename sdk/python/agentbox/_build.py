@@ -80,8 +80,3 @@ async def afollow(lines: Any, on_event: Optional[Callable[[BuildEvent], None]]) 
             return tpl
     raise UnavailableError("the daemon closed the build's stream before it ended")
 
-
-async def aiterate(it: Iterator[bytes]) -> Any:
-    """An async iterator over a sync one (a request body for httpx's async client)."""
-    for chunk in it:
-        yield chunk

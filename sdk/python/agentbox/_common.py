@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import inspect
 import json
 import signal as _signal
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
@@ -24,6 +25,24 @@ DEFAULT_TIMEOUT = httpx.Timeout(None, connect=10.0)
 Command = Union[str, Sequence[str]]
 Callback = Callable[[str], Any]
 Data = Union[str, bytes, bytearray, memoryview]
+
+
+def async_doc(doc: Optional[str]) -> Callable[[Any], Any]:
+    """Give an asyncio method or class (async_sandbox.py) a docstring of
+    its own: the docstring written in the source is the blocking twin's,
+    and scripts/gen_sync.py drops this decorator from sandbox.py."""
+    def set_doc(obj: Any) -> Any:
+        obj.__doc__ = doc
+        return obj
+    return set_doc
+
+
+async def settle(returned: List[Any]) -> None:
+    """Await, in order, what callbacks returned that is awaitable (the
+    asyncio SDK's callbacks may be coroutine functions)."""
+    for r in returned:
+        if inspect.isawaitable(r):
+            await r
 
 
 def sandbox_path(sandbox_id: str, rest: str = "") -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator as _Iterator
 from typing import Any, AsyncIterator, Dict, Iterator, Optional
 
 import httpx
@@ -79,6 +80,13 @@ class SyncHTTP:
             raise transport_error(self.cfg, e) from e
 
 
+async def _aiterate(it: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """An async iterator over a sync one: a streamed request body (a file's
+    chunks, a build's multipart body) for httpx's async client."""
+    for chunk in it:
+        yield chunk
+
+
 class AsyncHTTP:
     """Asynchronous requests to one daemon."""
 
@@ -121,6 +129,10 @@ class AsyncHTTP:
     async def stream(self, method: str, path: str, *, params: Optional[Dict[str, Any]] = None,
                      json_body: Any = None, content: Any = None,
                      content_type: Optional[str] = None) -> AsyncIterator[httpx.Response]:
+        """Send a request and yield the response with its body unread. A
+        sync iterator as ``content`` is sent as a stream, like SyncHTTP's."""
+        if isinstance(content, _Iterator):
+            content = _aiterate(content)
         h = {}
         if json_body is not None:
             content = json.dumps(json_body).encode()

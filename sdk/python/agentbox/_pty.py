@@ -15,6 +15,7 @@ import websockets.client
 import websockets.exceptions
 
 from ._common import Data, headers, sandbox_path, to_bytes, transport_error
+from ._config import Config
 from ._http import AsyncHTTP
 from .errors import AgentboxError, InvalidArgumentError, NotFoundError, TimeoutError, error_from_status
 
@@ -209,3 +210,19 @@ class Pty:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def open_blocking(cfg: Config, timeout: Optional[float], sandbox_id: str, body: Dict[str, Any]) -> Pty:
+    """Open a terminal for the blocking SDK (``Sandbox.pty``): an AsyncPty
+    on an event loop thread of its own, behind a Pty."""
+    lt = LoopThread()
+    try:
+        inner = lt.run(_start(cfg, timeout, sandbox_id, body))
+    except BaseException:
+        lt.stop()
+        raise
+    return Pty(lt, inner)
+
+
+async def _start(cfg: Config, timeout: Optional[float], sandbox_id: str, body: Dict[str, Any]) -> AsyncPty:
+    return await AsyncPty.start(AsyncHTTP(cfg, timeout), sandbox_id, body)

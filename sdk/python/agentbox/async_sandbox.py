@@ -5,45 +5,72 @@ blocking one with ``async``/``await``.
 
     async with AsyncSandbox.create(template="base") as sbx:
         r = await sbx.exec("echo hi")
+
+This file is the one implementation of both SDKs: scripts/gen_sync.py
+writes the blocking one, sandbox.py, from it (``async``/``await`` dropped,
+``AsyncX`` names made ``X``, ``if _ASYNC:`` blocks resolved, the
+``async_doc`` docstrings of the asyncio twins dropped). Edit this file,
+then run ``python3 sdk/python/scripts/gen_sync.py``; tests/test_surface.py
+fails while sandbox.py is stale. The docstrings here are the blocking
+SDK's; ``@async_doc`` gives an asyncio method its own.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import os
 import tempfile
-from typing import IO, Any, AsyncIterator, Awaitable, Dict, Generator, List, Optional, Union
+from typing import IO, Any, Callable, Dict, List, Optional, TypeVar, Union
 
-from . import _archive, _build, _calls as calls, _events
+from . import _archive, _build, _calls as calls, _events, _pty
 from ._calls import file_query
 from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_body, preview_url, sandbox_path,
                       to_bytes)
 from ._http import AsyncHTTP
-from .code import AsyncCodeInterpreter
 from ._pty import AsyncPty, pty_body
+from .code import CodeContext, ContextRef, Execution, Handler, _ctx_id, _Decoder, _run_body
 from .errors import NotFoundError, TimeoutError
 from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
                      Template)
-from .sandbox import Writable
+
+# True in async_sandbox.py, False in sandbox.py: scripts/gen_sync.py keeps
+# the blocking branch of each ``if _ASYNC:``.
+_ASYNC = True
+
+if _ASYNC:
+    import asyncio
+    from typing import Awaitable, Generator
+
+    from ._common import async_doc, settle
 
 __all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncProcess"]
+if not _ASYNC:
+    __all__.append("Pty")
+
+Writable = Union[str, bytes, bytearray, memoryview, IO[bytes]]
+_T = TypeVar("_T")
 
 
-async def _achunks(f: IO[bytes]) -> AsyncIterator[bytes]:
-    for chunk in _archive.chunks(f):
-        yield chunk
-
-
-def _content(data: Writable) -> Any:
+def write_content(data: Writable) -> Any:
+    """Bytes for str/bytes; a chunk iterator for a binary file object."""
     if hasattr(data, "read"):
-        return _achunks(data)  # type: ignore[arg-type]
+        return _archive.chunks(data)  # type: ignore[arg-type]
     return to_bytes(data)  # type: ignore[arg-type]
 
 
+async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
+    """Run blocking local file work (tar, extract): in a thread for the
+    asyncio SDK, in place for the blocking one."""
+    if _ASYNC:
+        return await asyncio.to_thread(fn, *args)
+    else:
+        return fn(*args)
+
+
+@async_doc("""Daemon-wide calls (health, templates), asynchronously.""")
 class AsyncClient:
-    """Daemon-wide calls (health, templates), asynchronously."""
+    """Daemon-wide calls (health, templates) and the connection the
+    ``Sandbox`` class methods use. Arguments as for ``Sandbox.create``."""
 
     def __init__(self, api_key: Optional[str] = None, base_url: Optional[str] = None,
                  request_timeout: Optional[float] = None) -> None:
@@ -57,12 +84,22 @@ class AsyncClient:
         """The warm pools: ready sandboxes per template and tier, creates served."""
         return await self._http.call(calls.pools())
 
+    @async_doc("""Lifecycle events as they happen: ``st = await client.events()``,
+        subscribed when it returns, then ``async for ev in st``; close it
+        with ``await st.aclose()`` or ``async with``. See ``Client.events``.""")
     async def events(self, types: Optional[List[str]] = None, sandbox: Optional[str] = None,
                      tenant: Optional[str] = None) -> "_events.AsyncEventStream":
-        """Lifecycle events as they happen: ``st = await client.events()``,
-        subscribed when it returns, then ``async for ev in st``; close it
-        with ``await st.aclose()`` or ``async with``. See ``Client.events``."""
-        return await _events.AsyncEventStream(self._http, _events.params(types, sandbox, tenant))._open()
+        """Lifecycle events as they happen, as dicts with ``seq``, ``time``,
+        ``type`` (created, forked, paused, resumed, stopped, snapshotted,
+        reset, expired, destroyed, oom, failed, quota_rejected),
+        ``sandbox``, ``tenant``, ``template``, ``isolation`` and ``detail``.
+        The stream is subscribed when this returns and runs until closed
+        (``close()``, or use it in ``with``); a tenant's key sees its own
+        tenant's events only."""
+        if _ASYNC:
+            return await _events.AsyncEventStream(self._http, _events.params(types, sandbox, tenant))._open()
+        else:
+            return _events.EventStream(self._http, _events.params(types, sandbox, tenant))
 
     async def templates(self) -> List[Template]:
         """The templates sandboxes can be created from."""
@@ -72,15 +109,23 @@ class AsyncClient:
         """The newest version of one template."""
         return await self._http.call(calls.template(name))
 
+    @async_doc("""As ``Client.build_template``; ``on_event`` is called (not awaited)
+        with each progress event.""")
     async def build_template(self, name: str, spec: Union[str, bytes], *, context_dir: Optional[str] = None,
                              on_event: Optional[Any] = None) -> Template:
-        """As ``Client.build_template``; ``on_event`` is called (not awaited)
-        with each progress event."""
+        """Build a new version of template ``name`` from a YAML build spec
+        (docs/templates.md): with a tenant's key the template is the
+        tenant's own, within its disk quota; with an admin key it is
+        public. ``context_dir`` is the directory copy steps read from;
+        ``on_event`` gets each progress event as a dict (``type`` step,
+        output, step_done). Returns the template; a failing step raises
+        InvalidArgumentError naming the step, its exit code and its last
+        output, and leaves no template version."""
         data, ctx = _build.prepare(name, spec, context_dir)
         ctype, body = _build.multipart(data, ctx)
         try:
             async with self._http.stream("POST", "/v1/templates/build", params={"name": name},
-                                         content=_build.aiterate(body), content_type=ctype) as resp:
+                                         content=body, content_type=ctype) as resp:
                 return Template.from_dict(await _build.afollow(resp.aiter_lines(), on_event))
         finally:
             if ctx is not None:
@@ -96,18 +141,23 @@ class AsyncClient:
         await self.close()
 
 
+@async_doc("""Files inside a sandbox (``sbx.files``), asynchronously; see ``Files``.""")
 class AsyncFiles:
-    """Files inside a sandbox (``sbx.files``), asynchronously; see ``Files``."""
+    """Files inside a sandbox (``sbx.files``). Paths are paths inside the
+    sandbox; relative ones are taken from the sandbox's working directory by
+    the guest."""
 
     def __init__(self, http: AsyncHTTP, sandbox_id: str) -> None:
         self._http = http
         self._id = sandbox_id
 
+    @async_doc("""Write ``data`` (str, bytes or a binary file object) to ``path``,
+        creating parent directories.""")
     async def write(self, path: str, data: Writable, *, mode: "Optional[int | str]" = None,
                     user: Optional[str] = None) -> FileInfo:
-        """Write ``data`` (str, bytes or a binary file object) to ``path``,
-        creating parent directories."""
-        return await self._http.call(calls.file_write(self._id, path, data, mode, user, _content))
+        """Write ``data`` (str, bytes or a binary file object, streamed) to
+        ``path``, creating parent directories. ``mode`` e.g. 0o755 or "0755"."""
+        return await self._http.call(calls.file_write(self._id, path, data, mode, user, write_content))
 
     async def read(self, path: str) -> bytes:
         """The bytes of a regular file."""
@@ -126,8 +176,9 @@ class AsyncFiles:
                 n += len(chunk)
         return n
 
+    @async_doc("""Entries of a directory, descending ``depth`` levels.""")
     async def list(self, path: str = ".", depth: int = 1) -> List[FileInfo]:
-        """Entries of a directory, descending ``depth`` levels."""
+        """Entries of a directory, descending ``depth`` levels (1: its own entries)."""
         return await self._http.call(calls.file_list(self._id, path, depth))
 
     async def stat(self, path: str) -> FileInfo:
@@ -155,8 +206,10 @@ class AsyncFiles:
         await self._http.call(calls.file_rename(self._id, src, dst))
 
 
+@async_doc("""A background process started with ``AsyncSandbox.start``; see ``Process``.""")
 class AsyncProcess:
-    """A background process started with ``AsyncSandbox.start``; see ``Process``."""
+    """A background process started with ``Sandbox.start``. Its fields are
+    those of ``info`` as last seen (``pid``, ``tag``, ``state``, ``exit_code``)."""
 
     def __init__(self, http: AsyncHTTP, sandbox_id: str, info: ProcessInfo) -> None:
         self._http = http
@@ -175,8 +228,10 @@ class AsyncProcess:
     def exit_code(self) -> Optional[int]:
         return self.info.exit_code
 
+    @async_doc("""Wait for the process to end; TimeoutError if it still runs after ``timeout`` s.""")
     async def wait(self, timeout: Optional[float] = None) -> ProcessInfo:
-        """Wait for the process to end; TimeoutError if it still runs after ``timeout`` s."""
+        """Wait for the process to end and return its final info. Raises
+        TimeoutError when it still runs after ``timeout`` seconds."""
         self.info = await self._http.call(calls.proc_wait(self._id, self.pid, timeout))
         if self.info.state == "running":
             raise TimeoutError(f"process {self.pid} still runs after {timeout} s")
@@ -194,8 +249,10 @@ class AsyncProcess:
         """Close the process's stdin."""
         await self.send_stdin(b"", eof=True)
 
+    @async_doc("""Send a signal; with ``tree``, to every process it started too.""")
     async def signal(self, sig: Union[str, int], tree: bool = False) -> None:
-        """Send a signal; with ``tree``, to every process it started too."""
+        """Send a signal ("SIGTERM", "INT", signal.SIGINT or 15); with
+        ``tree``, to every process it started too."""
         await self._http.call(calls.proc_signal(self._id, self.pid, sig, tree))
 
     async def kill(self) -> None:
@@ -209,34 +266,110 @@ class AsyncProcess:
         return self.info
 
 
-class _Creating:
-    """What ``AsyncSandbox.create`` returns: await it for the sandbox, or
-    use it in ``async with`` to have the sandbox destroyed on exit."""
+@async_doc("""``AsyncSandbox``'s code interpreter methods; handlers may be
+    coroutine functions (awaited in order).""")
+class AsyncCodeInterpreter:
+    """``Sandbox``'s code interpreter methods."""
 
-    def __init__(self, coro: Awaitable["AsyncSandbox"]) -> None:
-        self._coro = coro
-        self._sbx: Optional[AsyncSandbox] = None
+    id: str
+    _http: Any
 
-    def __await__(self) -> Generator[Any, None, "AsyncSandbox"]:
-        return self._coro.__await__()
+    @async_doc("""See ``Sandbox.run_code``.""")
+    async def run_code(self, code: str, language: Optional[str] = None, context: Optional[ContextRef] = None,
+                       env: Optional[Dict[str, str]] = None, timeout: Optional[float] = None,
+                       on_stdout: Handler = None, on_stderr: Handler = None, on_result: Handler = None,
+                       on_error: Handler = None) -> Execution:
+        """Run a cell in a code context (``context``, or the default
+        context of ``language``, python when both are None, started on
+        first use) and return its Execution. ``timeout`` in seconds
+        (default 300, 0 for none): the kernel is interrupted at the
+        deadline, and restarted if it is still busy 5 s later
+        (``restarted=True``). Exceptions in the code are ``error``, not
+        raised. Handlers get each stdout/stderr str, Result and
+        ExecutionError as they come."""
+        body = _run_body(code, language, context, env, timeout)
+        dec = _Decoder(on_stdout, on_stderr, on_result, on_error)
+        async with self._http.stream("POST", sandbox_path(self.id, "/code/run/stream"), json_body=body) as resp:
+            async for chunk in resp.aiter_raw():
+                if _ASYNC:  # handlers may be coroutine functions
+                    await settle(dec.feed(chunk))
+                else:
+                    dec.feed(chunk)
+                if dec.done:
+                    break
+        return dec.finish()
 
-    async def __aenter__(self) -> "AsyncSandbox":
-        self._sbx = await self._coro
-        return self._sbx
+    @async_doc(None)
+    async def create_code_context(self, language: str = "python", cwd: Optional[str] = None,
+                                  env: Optional[Dict[str, str]] = None, user: Optional[str] = None,
+                                  id: Optional[str] = None) -> CodeContext:
+        """Start a code context: a kernel with its own state."""
+        body = {k: v for k, v in {"language": language, "cwd": cwd, "env": env, "user": user, "id": id}.items() if v}
+        return CodeContext.from_dict(
+            await self._http.json("POST", sandbox_path(self.id, "/code/contexts"), json_body=body))
 
-    async def __aexit__(self, *exc: Any) -> None:
-        if self._sbx is not None:
-            await self._sbx.__aexit__(*exc)
+    async def list_code_contexts(self) -> List[CodeContext]:
+        d = await self._http.json("GET", sandbox_path(self.id, "/code/contexts"))
+        return [CodeContext.from_dict(c) for c in d.get("contexts") or []]
+
+    async def remove_code_context(self, context: ContextRef) -> None:
+        await self._http.request("DELETE", sandbox_path(self.id, "/code/contexts/" + _ctx_id(context)))
+
+    @async_doc(None)
+    async def restart_code_context(self, context: ContextRef) -> CodeContext:
+        """Replace the context's kernel with a fresh one: its state is lost."""
+        path = sandbox_path(self.id, "/code/contexts/" + _ctx_id(context) + "/restart")
+        return CodeContext.from_dict(await self._http.json("POST", path))
+
+    @async_doc(None)
+    async def interrupt_code_context(self, context: ContextRef) -> CodeContext:
+        """Interrupt the context's running cell; its state is kept."""
+        path = sandbox_path(self.id, "/code/contexts/" + _ctx_id(context) + "/interrupt")
+        return CodeContext.from_dict(await self._http.json("POST", path))
 
 
-class AsyncSandbox(AsyncCodeInterpreter):
-    """A disposable Linux sandbox, asynchronously; see ``Sandbox``.
+if _ASYNC:
+    class _Creating:
+        """What ``AsyncSandbox.create`` returns: await it for the sandbox, or
+        use it in ``async with`` to have the sandbox destroyed on exit."""
+
+        def __init__(self, coro: Awaitable["AsyncSandbox"]) -> None:
+            self._coro = coro
+            self._sbx: Optional[AsyncSandbox] = None
+
+        def __await__(self) -> Generator[Any, None, "AsyncSandbox"]:
+            return self._coro.__await__()
+
+        async def __aenter__(self) -> "AsyncSandbox":
+            self._sbx = await self._coro
+            return self._sbx
+
+        async def __aexit__(self, *exc: Any) -> None:
+            if self._sbx is not None:
+                await self._sbx.__aexit__(*exc)
+
+
+@async_doc("""A disposable Linux sandbox, asynchronously; see ``Sandbox``.
 
     ::
 
         async with AsyncSandbox.create(template="base") as sbx:
             r = await sbx.exec("echo hi")
         sbx = await AsyncSandbox.create()   # also works; then await sbx.destroy()
+    """)
+class AsyncSandbox(AsyncCodeInterpreter):
+    """A disposable Linux sandbox.
+
+    ::
+
+        with Sandbox.create(template="base", ttl_seconds=300) as sbx:
+            r = sbx.exec("python3 -c 'print(sum(range(101)))'")
+            print(r.stdout)   # 5050
+
+    Leaving the ``with`` block destroys the sandbox. Configuration comes from
+    ``api_key=``/``base_url=`` or AGENTBOX_API_KEY/AGENTBOX_HOST (a
+    ``unix:///path`` socket or an ``http://host:port`` URL); as root on the
+    daemon's host none is needed.
     """
 
     def __init__(self, info: SandboxInfo, http: AsyncHTTP) -> None:
@@ -252,7 +385,11 @@ class AsyncSandbox(AsyncCodeInterpreter):
         """The sandbox's id."""
         return self._info.id
 
+    # --- lifecycle ---------------------------------------------------------
+
     @classmethod
+    @async_doc("""Create a sandbox (arguments as ``Sandbox.create``). Await the
+        result, or use it directly in ``async with``.""")
     def create(cls, template: Optional[str] = None, *, ttl_seconds: Optional[int] = None,
                isolation: Optional[str] = None, cpu: Optional[float] = None,
                memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
@@ -262,38 +399,49 @@ class AsyncSandbox(AsyncCodeInterpreter):
                auto_resume: Optional[bool] = None, idle_timeout: Optional[int] = None,
                api_key: Optional[str] = None,
                base_url: Optional[str] = None, request_timeout: Optional[float] = None) -> _Creating:
-        """Create a sandbox (arguments as ``Sandbox.create``). Await the
-        result, or use it directly in ``async with``."""
+        """Create a sandbox from ``template`` (default "base") and return once
+        it can run commands. ``ttl_seconds``: destroyed that long after
+        creation (-1: never; None: the daemon's default). ``cpu`` in cores,
+        sizes in MiB; ``env`` is every command's default environment;
+        ``metadata`` free-form labels to find it by with ``Sandbox.list``.
+        ``snapshot`` (id or name) starts from a snapshot instead of a
+        template; ``on_timeout`` ("destroy" or "pause") is what the TTL
+        does; ``auto_resume`` lets commands resume a paused sandbox;
+        ``idle_timeout`` (seconds) applies ``on_timeout`` once the sandbox
+        has had no command, file, PTY or preview use for that long.
+        ``network`` is sent as given, for daemons that support it."""
         body = create_body(template, ttl_seconds, isolation, cpu, memory_mb, disk_mb, env, metadata,
                            network, snapshot, pids, on_timeout, auto_resume, idle_timeout)
-
-        async def make() -> AsyncSandbox:
-            http = AsyncHTTP.open(api_key, base_url, request_timeout)
-            try:
-                info = await http.call(calls.create(body))
-            except BaseException:
-                await http.close()
-                raise
-            return cls(info, http)
-
-        return _Creating(make())
+        if _ASYNC:
+            return _Creating(cls._open(calls.create(body), api_key, base_url, request_timeout))
+        else:
+            return cls._open(calls.create(body), api_key, base_url, request_timeout)
 
     @classmethod
-    async def connect(cls, sandbox_id: str, *, api_key: Optional[str] = None,
-                      base_url: Optional[str] = None, request_timeout: Optional[float] = None) -> "AsyncSandbox":
+    async def connect(cls, sandbox_id: str, *, api_key: Optional[str] = None, base_url: Optional[str] = None,
+                      request_timeout: Optional[float] = None) -> "AsyncSandbox":
         """Attach to an existing sandbox."""
+        return await cls._open(calls.info(sandbox_id), api_key, base_url, request_timeout)
+
+    @classmethod
+    async def _open(cls, call: calls.Call, api_key: Optional[str], base_url: Optional[str],
+                    request_timeout: Optional[float]) -> "AsyncSandbox":
+        """A new connection and the sandbox that ``call`` answers with; the
+        connection is closed if the call fails."""
         http = AsyncHTTP.open(api_key, base_url, request_timeout)
         try:
-            info = await http.call(calls.info(sandbox_id))
+            info = await http.call(call)
         except BaseException:
             await http.close()
             raise
         return cls(info, http)
 
     @classmethod
+    @async_doc("""Sandboxes the key can see, filtered by ``metadata`` and ``state``.""")
     async def list(cls, metadata: Optional[Dict[str, str]] = None, *, state: Optional[str] = None,
                    api_key: Optional[str] = None, base_url: Optional[str] = None) -> List[SandboxInfo]:
-        """Sandboxes the key can see, filtered by ``metadata`` and ``state``."""
+        """Sandboxes the key can see, filtered by every ``metadata`` pair and
+        ``state`` (e.g. "running")."""
         http = AsyncHTTP.open(api_key, base_url, None)
         try:
             return await http.call(calls.sandboxes(metadata, state))
@@ -330,11 +478,19 @@ class AsyncSandbox(AsyncCodeInterpreter):
         finally:
             await self.close()
 
+    # --- commands ----------------------------------------------------------
+
+    @async_doc("""Run a command to its end; see ``Sandbox.exec``. Callbacks may be
+        plain functions or coroutine functions (awaited in order).""")
     async def exec(self, cmd: Command, *, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
                    user: Optional[str] = None, timeout: Optional[float] = None, stdin: Optional[Data] = None,
                    on_stdout: Optional[Callback] = None, on_stderr: Optional[Callback] = None) -> ExecResult:
-        """Run a command to its end; see ``Sandbox.exec``. Callbacks may be
-        plain functions or coroutine functions (awaited in order)."""
+        """Run a command to its end. A str runs through ``/bin/sh -c``; a
+        list is an argv. ``timeout`` in seconds: the command (and all it
+        started) is killed and the result has ``timed_out=True`` and
+        ``exit_code`` 137 — that is not an exception. ``on_stdout`` and
+        ``on_stderr`` are called with text as it comes, in order; the
+        result holds all of it too."""
         body = exec_body(cmd, env, cwd, user, timeout, stdin)
         if on_stdout is None and on_stderr is None:
             return await self._http.call(calls.exec_(self.id, body))
@@ -343,17 +499,19 @@ class AsyncSandbox(AsyncCodeInterpreter):
         async with self._http.stream("POST", sandbox_path(self.id, "/exec/stream"), content=line,
                                      content_type="application/x-ndjson") as resp:
             async for chunk in resp.aiter_raw():
-                for r in dec.feed(chunk):
-                    if inspect.isawaitable(r):
-                        await r
+                if _ASYNC:  # callbacks may be coroutine functions
+                    await settle(dec.feed(chunk))
+                else:
+                    dec.feed(chunk)
                 if dec.result is not None:
                     break
         return dec.finish()
 
+    @async_doc("""Start a background process and return at once.""")
     async def start(self, cmd: Command, *, tag: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                     cwd: Optional[str] = None, user: Optional[str] = None,
                     timeout: Optional[float] = None) -> AsyncProcess:
-        """Start a background process and return at once."""
+        """Start a background process and return at once. ``tag`` names it."""
         info = await self._http.call(calls.start(self.id, cmd, tag, env, cwd, user, timeout))
         return AsyncProcess(self._http, self.id, info)
 
@@ -365,26 +523,38 @@ class AsyncSandbox(AsyncCodeInterpreter):
         """Attach to a background process by pid or tag."""
         return AsyncProcess(self._http, self.id, await self._http.call(calls.process(self.id, ref)))
 
+    @async_doc("""Open an interactive terminal; see ``Sandbox.pty``.""")
     async def pty(self, cols: int = 80, rows: int = 24, *, cmd: Optional[Command] = None,
                   env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
                   user: Optional[str] = None) -> AsyncPty:
-        """Open an interactive terminal; see ``Sandbox.pty``."""
-        return await AsyncPty.start(self._http, self.id, pty_body(cols, rows, cmd, env, cwd, user))
+        """Open an interactive terminal running ``cmd`` (default: the
+        user's shell). Close it with ``close()`` or a ``with`` block."""
+        body = pty_body(cols, rows, cmd, env, cwd, user)
+        if _ASYNC:
+            return await AsyncPty.start(self._http, self.id, body)
+        else:
+            return _pty.open_blocking(self._http.cfg, self._http.timeout, self.id, body)
 
+    # --- files -------------------------------------------------------------
+
+    @async_doc("""Copy a local file or directory tree into the sandbox.""")
     async def upload(self, local_path: str, remote_path: str) -> None:
-        """Copy a local file or directory tree into the sandbox."""
+        """Copy a local file or directory tree to ``remote_path`` in the
+        sandbox (a directory's content lands under ``remote_path``)."""
         if os.path.isdir(local_path):
-            f = await asyncio.to_thread(_archive.tar_dir, local_path)
+            f = await _off_loop(_archive.tar_dir, local_path)
             try:
-                await self._http.call(calls.upload_archive(self.id, remote_path, _achunks(f)))
+                await self._http.call(calls.upload_archive(self.id, remote_path, _archive.chunks(f)))
             finally:
                 f.close()
             return
         with open(local_path, "rb") as lf:
             await self.files.write(remote_path, lf, mode=os.stat(local_path).st_mode & 0o777)
 
+    @async_doc("""Copy a file or directory tree from the sandbox to ``local_path``.""")
     async def download(self, remote_path: str, local_path: str) -> None:
-        """Copy a file or directory tree from the sandbox to ``local_path``."""
+        """Copy a file or directory tree from the sandbox to ``local_path``
+        (a directory's content lands under ``local_path``)."""
         if not (await self.files.stat(remote_path)).is_dir:
             os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
             with open(local_path, "wb") as out:
@@ -396,11 +566,16 @@ class AsyncSandbox(AsyncCodeInterpreter):
                 async for chunk in resp.aiter_bytes():
                     f.write(chunk)
             f.seek(0)
-            await asyncio.to_thread(_archive.extract, f, local_path)  # type: ignore[arg-type]
+            await _off_loop(_archive.extract, f, local_path)
 
+    # --- state -------------------------------------------------------------
+
+    @async_doc("""Freeze every process in the sandbox; ``to_disk=True`` (gvisor)
+        checkpoints processes and memory to disk.""")
     async def pause(self, to_disk: bool = False) -> SandboxInfo:
-        """Freeze every process in the sandbox; ``to_disk=True`` (gvisor)
-        checkpoints processes and memory to disk."""
+        """Freeze every process in the sandbox. ``to_disk=True`` (gvisor
+        tier) checkpoints processes and memory to disk and frees the host
+        memory; ``resume()`` restores them."""
         self._info = await self._http.call(calls.pause(self.id, to_disk))
         return self._info
 
@@ -409,8 +584,10 @@ class AsyncSandbox(AsyncCodeInterpreter):
         self._info = await self._http.call(calls.resume(self.id))
         return self._info
 
+    @async_doc("""Save the sandbox's state (``memory=True``, gvisor: processes too).""")
     async def snapshot(self, name: Optional[str] = None, memory: bool = False) -> Snapshot:
-        """Save the sandbox's state (``memory=True``, gvisor: processes too)."""
+        """Save the sandbox's state; ``Sandbox.create(snapshot=...)`` starts from it.
+        ``memory=True`` (gvisor tier) captures processes and memory too."""
         return await self._http.call(calls.snapshot(self.id, name, memory))
 
     async def reset(self, snapshot: Optional[str] = None, *, template: bool = False) -> SandboxInfo:
@@ -420,29 +597,53 @@ class AsyncSandbox(AsyncCodeInterpreter):
         self._info = await self._http.call(calls.reset(self.id, snapshot, template))
         return self._info
 
+    @async_doc("""Make ``count`` copies of the sandbox (``memory=True``, gvisor:
+        each goes on running its processes).""")
     async def fork(self, count: int = 1, memory: bool = False) -> List["AsyncSandbox"]:
-        """Make ``count`` copies of the sandbox (``memory=True``, gvisor:
-        each goes on running its processes)."""
+        """Make ``count`` copies of the sandbox, each with its own connection.
+        ``memory=True`` (gvisor tier): each copy goes on running the
+        sandbox's processes."""
         infos = await self._http.call(calls.fork(self.id, count, memory))
         return [AsyncSandbox(s, self._http.clone()) for s in infos]
 
+    @async_doc("""The preview URL of ``port`` served inside the sandbox; see
+        ``Sandbox.url``.""")
     async def url(self, port: int) -> str:
-        """The preview URL of ``port`` served inside the sandbox; see
-        ``Sandbox.url``."""
+        """The preview URL of ``port`` served inside the sandbox,
+        ``http://<port>-<id>.<preview_domain>/``, with ``?agentbox_token=``
+        unless its previews are public (create's ``network={"preview":
+        "public"}``). Reads the sandbox's settings from the daemon."""
         return preview_url(self.id, (await self.info()).network, port)
 
+    @async_doc("""Replace the sandbox's egress policy and limits; see ``Sandbox.set_egress``.""")
     async def set_egress(self, egress: str, allow: Optional[List[str]] = None,
                          deny: Optional[List[str]] = None, *, max_connections: int = 0,
                          bandwidth_mbit: int = 0) -> SandboxInfo:
-        """Replace the sandbox's egress policy and limits; see ``Sandbox.set_egress``."""
+        """Replace the sandbox's egress policy while it runs: ``egress`` is
+        "none", "internet" or "custom"; ``allow`` and ``deny`` hold domains
+        ("example.org", "*.example.org"; the most specific rule wins),
+        CIDRs, addresses and ports (deny wins for addresses). New
+        connections see it at once (docs/network.md). ``max_connections``
+        (connections open at once) and ``bandwidth_mbit`` (each way) change
+        the sandbox's limits: 0 keeps one, -1 removes it."""
         self._info = await self._http.call(calls.set_egress(self.id, egress, allow, deny, max_connections,
                                                             bandwidth_mbit))
         return self._info
 
+    @async_doc("""The sandbox's egress log, oldest first; see ``Sandbox.egress_log``.""")
     async def egress_log(self) -> List[Dict[str, Any]]:
-        """The sandbox's egress log, oldest first; see ``Sandbox.egress_log``."""
+        """The sandbox's egress log, oldest first: each DNS query and web
+        connection its policy allowed or denied, as dicts with ``time``,
+        ``kind`` ("dns", "connect"), ``proto``, ``dest``, ``name``,
+        ``qtype``, ``verdict`` ("allow", "deny"), ``reason`` and
+        ``answers``. The last 1000 are kept."""
         return await self._http.call(calls.egress_log(self.id))
 
+    @async_doc("""The sandbox's resource use over the last hour; see ``Sandbox.metrics``.""")
     async def metrics(self) -> List[Dict[str, Any]]:
-        """The sandbox's resource use over the last hour; see ``Sandbox.metrics``."""
+        """The sandbox's resource use over the last hour, oldest first: one
+        dict per sample (every 5 s by default) with ``time``,
+        ``cpu_seconds``, ``cpu_percent`` (100 = one core busy),
+        ``memory_bytes``, ``disk_bytes``, ``rx_bytes``, ``tx_bytes`` and
+        ``pids`` (docs/observability.md)."""
         return await self._http.call(calls.metrics(self.id))

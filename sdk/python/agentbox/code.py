@@ -10,18 +10,17 @@
         png = ex.results[0].png             # base64 PNG
 
 ``Sandbox`` and ``AsyncSandbox`` get these methods from ``CodeInterpreter``
-and ``AsyncCodeInterpreter``. See docs/interpreter.md.
+and ``AsyncCodeInterpreter`` (written once, in async_sandbox.py). See
+docs/interpreter.md.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 from urllib.parse import quote
 
-from ._common import sandbox_path
 from .errors import InvalidArgumentError, UnavailableError
 
 _FIELDS = ("text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "json", "javascript")
@@ -199,99 +198,15 @@ class _Decoder:
         return self.ex
 
 
-class CodeInterpreter:
-    """``Sandbox``'s code interpreter methods."""
 
-    id: str
-    _http: Any
-
-    def run_code(self, code: str, language: Optional[str] = None, context: Optional[ContextRef] = None,
-                 env: Optional[Dict[str, str]] = None, timeout: Optional[float] = None,
-                 on_stdout: Handler = None, on_stderr: Handler = None, on_result: Handler = None,
-                 on_error: Handler = None) -> Execution:
-        """Run a cell in a code context (``context``, or the default
-        context of ``language``, python when both are None, started on
-        first use) and return its Execution. ``timeout`` in seconds
-        (default 300, 0 for none): the kernel is interrupted at the
-        deadline, and restarted if it is still busy 5 s later
-        (``restarted=True``). Exceptions in the code are ``error``, not
-        raised. Handlers get each stdout/stderr str, Result and
-        ExecutionError as they come."""
-        body = _run_body(code, language, context, env, timeout)
-        dec = _Decoder(on_stdout, on_stderr, on_result, on_error)
-        with self._http.stream("POST", sandbox_path(self.id, "/code/run/stream"), json_body=body) as resp:
-            for chunk in resp.iter_raw():
-                dec.feed(chunk)
-                if dec.done:
-                    break
-        return dec.finish()
-
-    def create_code_context(self, language: str = "python", cwd: Optional[str] = None,
-                            env: Optional[Dict[str, str]] = None, user: Optional[str] = None,
-                            id: Optional[str] = None) -> CodeContext:
-        """Start a code context: a kernel with its own state."""
-        body = {k: v for k, v in {"language": language, "cwd": cwd, "env": env, "user": user, "id": id}.items() if v}
-        return CodeContext.from_dict(self._http.json("POST", sandbox_path(self.id, "/code/contexts"), json_body=body))
-
-    def list_code_contexts(self) -> List[CodeContext]:
-        d = self._http.json("GET", sandbox_path(self.id, "/code/contexts"))
-        return [CodeContext.from_dict(c) for c in d.get("contexts") or []]
-
-    def remove_code_context(self, context: ContextRef) -> None:
-        self._http.request("DELETE", sandbox_path(self.id, "/code/contexts/" + _ctx_id(context)))
-
-    def restart_code_context(self, context: ContextRef) -> CodeContext:
-        """Replace the context's kernel with a fresh one: its state is lost."""
-        path = sandbox_path(self.id, "/code/contexts/" + _ctx_id(context) + "/restart")
-        return CodeContext.from_dict(self._http.json("POST", path))
-
-    def interrupt_code_context(self, context: ContextRef) -> CodeContext:
-        """Interrupt the context's running cell; its state is kept."""
-        path = sandbox_path(self.id, "/code/contexts/" + _ctx_id(context) + "/interrupt")
-        return CodeContext.from_dict(self._http.json("POST", path))
-
-
-class AsyncCodeInterpreter:
-    """``AsyncSandbox``'s code interpreter methods; handlers may be
-    coroutine functions (awaited in order)."""
-
-    id: str
-    _http: Any
-
-    async def run_code(self, code: str, language: Optional[str] = None, context: Optional[ContextRef] = None,
-                       env: Optional[Dict[str, str]] = None, timeout: Optional[float] = None,
-                       on_stdout: Handler = None, on_stderr: Handler = None, on_result: Handler = None,
-                       on_error: Handler = None) -> Execution:
-        """See ``Sandbox.run_code``."""
-        body = _run_body(code, language, context, env, timeout)
-        dec = _Decoder(on_stdout, on_stderr, on_result, on_error)
-        async with self._http.stream("POST", sandbox_path(self.id, "/code/run/stream"), json_body=body) as resp:
-            async for chunk in resp.aiter_raw():
-                for r in dec.feed(chunk):
-                    if inspect.isawaitable(r):
-                        await r
-                if dec.done:
-                    break
-        return dec.finish()
-
-    async def create_code_context(self, language: str = "python", cwd: Optional[str] = None,
-                                  env: Optional[Dict[str, str]] = None, user: Optional[str] = None,
-                                  id: Optional[str] = None) -> CodeContext:
-        body = {k: v for k, v in {"language": language, "cwd": cwd, "env": env, "user": user, "id": id}.items() if v}
-        return CodeContext.from_dict(
-            await self._http.json("POST", sandbox_path(self.id, "/code/contexts"), json_body=body))
-
-    async def list_code_contexts(self) -> List[CodeContext]:
-        d = await self._http.json("GET", sandbox_path(self.id, "/code/contexts"))
-        return [CodeContext.from_dict(c) for c in d.get("contexts") or []]
-
-    async def remove_code_context(self, context: ContextRef) -> None:
-        await self._http.request("DELETE", sandbox_path(self.id, "/code/contexts/" + _ctx_id(context)))
-
-    async def restart_code_context(self, context: ContextRef) -> CodeContext:
-        path = sandbox_path(self.id, "/code/contexts/" + _ctx_id(context) + "/restart")
-        return CodeContext.from_dict(await self._http.json("POST", path))
-
-    async def interrupt_code_context(self, context: ContextRef) -> CodeContext:
-        path = sandbox_path(self.id, "/code/contexts/" + _ctx_id(context) + "/interrupt")
-        return CodeContext.from_dict(await self._http.json("POST", path))
+def __getattr__(name: str) -> Any:
+    # The mixins that give Sandbox and AsyncSandbox these methods live with
+    # them (async_sandbox.py, and sandbox.py generated from it), which
+    # import this module: they are looked up on first use.
+    if name == "CodeInterpreter":
+        from .sandbox import CodeInterpreter
+        return CodeInterpreter
+    if name == "AsyncCodeInterpreter":
+        from .async_sandbox import AsyncCodeInterpreter
+        return AsyncCodeInterpreter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
