@@ -28,6 +28,8 @@ type BuildBox struct {
 	s  *Service
 	e  *entry
 	id string
+	// booted is what Close releases (booted.go).
+	booted *booted
 	// With egress: the template's own /etc/resolv.conf (nil: it had
 	// none), put back before the layer is committed.
 	resolv    []byte
@@ -74,13 +76,13 @@ func (s *Service) NewBuildBox(ctx context.Context, lowers []string, env map[stri
 	tpl := &storage.Template{Env: env, User: user}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
-	h, err := s.boot(cctx, rec, tpl, drv, false)
+	bt, err := s.boot(cctx, rec, tpl, drv, false)
 	if err != nil {
 		return nil, fmt.Errorf("starting a build sandbox: %w", err)
 	}
-	b := &BuildBox{s: s, e: s.newEntry(rec.ID, "", drv, h), id: rec.ID}
+	b := &BuildBox{s: s, e: s.newEntry(rec.ID, "", drv, bt.h), id: rec.ID, booted: bt}
 	if egress == api.EgressInternet {
-		if err := b.connect(cctx, drv, h); err != nil {
+		if err := b.connect(cctx, drv, bt.h); err != nil {
 			_ = b.Close()
 			return nil, fmt.Errorf("connecting the build sandbox's network: %w", err)
 		}
@@ -149,7 +151,7 @@ func (b *BuildBox) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b.e.guest.CloseIdleConnections()
-	return b.s.release(ctx, b.id, b.e.drv, b.e.handle())
+	return b.booted.Release(ctx)
 }
 
 // Stop kills every process in the box (its init too) but keeps its
@@ -201,7 +203,7 @@ func (s *Service) GCLayers(ctx context.Context) ([]string, error) {
 			inUse[l] = true
 		}
 	}
-	for _, l := range s.warmLowers() { // warm pool sandboxes (warmpool.go)
+	for _, l := range s.warm.lowers() { // warm pool sandboxes (warmpool.go)
 		inUse[l] = true
 	}
 	return s.pool.GCLayers(ctx, inUse)

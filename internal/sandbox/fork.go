@@ -100,17 +100,20 @@ func (s *Service) fork(ctx context.Context, tenant, id string, count int, memory
 		recs[i], ids[i] = r, r.ID
 	}
 	entries := make([]*entry, count)
+	boots := make([]*booted, count) // each child's, until all are live
 	ok := false
 	defer func() {
 		if ok {
 			return
 		}
 		for i, r := range recs {
-			if entries[i] != nil {
-				_ = s.release(ctx, r.ID, drv, entries[i].handle())
+			if boots[i] != nil {
+				_ = boots[i].Release(ctx)
 			}
 			_ = s.st.UpdateSandbox(ctx, r.ID, func(rec *store.SandboxRecord) error {
-				rec.State = api.StateFailed
+				if err := s.transition(rec, api.StateFailed); err != nil {
+					return err
+				}
 				rec.Error = "fork failed"
 				return nil
 			})
@@ -138,7 +141,7 @@ func (s *Service) fork(ctx context.Context, tenant, id string, count int, memory
 			if memory {
 				bootDrv = restoring{drv, s.snapshotMemoryDir(snap.ID)}
 			}
-			entries[i], errs[i] = s.start(ctx, r, tpl, bootDrv, false)
+			entries[i], boots[i], errs[i] = s.start(ctx, r, tpl, bootDrv, false)
 			if entries[i] != nil {
 				entries[i].drv = drv
 			}
@@ -152,7 +155,9 @@ func (s *Service) fork(ctx context.Context, tenant, id string, count int, memory
 	err = s.st.UpdateSandboxes(ctx, ids, func(r *store.SandboxRecord) error {
 		for i := range ids {
 			if ids[i] == r.ID {
-				r.State = api.StateRunning
+				if err := s.transition(r, api.StateRunning); err != nil {
+					return err
+				}
 				r.Handle = entries[i].handle()
 				out[i] = *toAPI(r)
 			}

@@ -155,7 +155,9 @@ func (s *Service) pauseToDiskLocked(ctx context.Context, e *entry, cp driver.Che
 	e.onDisk.Store(true)
 	err := s.st.UpdateSandbox(context.WithoutCancel(ctx), e.id, func(r *store.SandboxRecord) error {
 		// The handle stays (stale): Destroy on it finds nothing left.
-		r.State = api.StatePaused
+		if err := s.transition(r, api.StatePaused); err != nil {
+			return err
+		}
 		return nil
 	})
 	s.log.Info("paused to disk", "sandbox", e.id, "checkpoint", took, "bytes", dirSize(dir))
@@ -184,21 +186,23 @@ func (s *Service) resumeFromDisk(ctx context.Context, e *entry) (*api.Sandbox, e
 	}
 	dir := s.diskCheckpointDir(e.id)
 	t0 := time.Now()
-	h, err := s.boot(ctx, rec, tpl, restoring{e.drv, dir}, true)
+	b, err := s.boot(ctx, rec, tpl, restoring{e.drv, dir}, true)
 	if err != nil {
 		return nil, fmt.Errorf("restoring sandbox %s from its checkpoint (it stays paused; retry, or destroy it): %w", e.id, err)
 	}
 	took := time.Since(t0)
 	e.gen++
 	gen := e.gen
-	e.hp.Store(h)
+	e.hp.Store(b.h)
 	e.onDisk.Store(false)
 	e.paused.Store(false)
 	e.act.touch()
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
-		r.Handle = h
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
+		r.Handle = b.h
 		s.renewTTL(r)
 		out = r
 		return nil
@@ -228,7 +232,9 @@ func (s *Service) adoptOnDisk(ctx context.Context, rec *store.SandboxRecord, drv
 			return false // it runs: the checkpoint is a leftover of its resume
 		}
 		err := s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
-			r.State = api.StatePaused
+			if err := s.transition(r, api.StatePaused); err != nil {
+				return err
+			}
 			return nil
 		})
 		if err != nil {

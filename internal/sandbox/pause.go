@@ -63,7 +63,9 @@ func (s *Service) pauseLocked(ctx context.Context, e *entry, p driver.Pauser) er
 	}
 	e.paused.Store(true)
 	err := s.st.UpdateSandbox(context.WithoutCancel(ctx), e.id, func(r *store.SandboxRecord) error {
-		r.State = api.StatePaused
+		if err := s.transition(r, api.StatePaused); err != nil {
+			return err
+		}
 		return nil
 	})
 	if err != nil {
@@ -109,7 +111,9 @@ func (s *Service) Resume(ctx context.Context, tenant, id string) (*api.Sandbox, 
 	e.act.touch() // the idle clock starts again
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(context.WithoutCancel(ctx), id, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
 		s.renewTTL(r)
 		out = r
 		return nil
@@ -161,13 +165,15 @@ func (s *Service) coldStart(ctx context.Context, rec *store.SandboxRecord) (*api
 	defer release()
 	// The record stays stopped until the init answers: a crash meanwhile
 	// leaves a stopped sandbox with its layer, never a lost one.
-	e, err := s.start(cctx, rec, tpl, drv, true)
+	e, b, err := s.start(cctx, rec, tpl, drv, true)
 	if err != nil {
 		return nil, fmt.Errorf("starting stopped sandbox %s: %w", rec.ID, err)
 	}
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(cctx, rec.ID, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
 		r.Handle = e.handle()
 		r.Error = ""
 		s.renewTTL(r)
@@ -175,7 +181,7 @@ func (s *Service) coldStart(ctx context.Context, rec *store.SandboxRecord) (*api
 		return nil
 	})
 	if err != nil {
-		_ = drv.Destroy(cctx, e.handle())
+		_ = b.Release(cctx) // the layer and address stay the stopped sandbox's
 		return nil, err
 	}
 	s.mu.Lock()
@@ -213,7 +219,9 @@ func (s *Service) keepStopped(e *entry, gen uint64) bool {
 	delete(s.live, e.id)
 	s.mu.Unlock()
 	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = api.StateStopped
+		if err := s.transition(r, api.StateStopped); err != nil {
+			return err
+		}
 		r.Handle = nil
 		r.Error = "its init exited unexpectedly; files kept: `agentbox resume " + e.id + "` starts it again"
 		if derr != nil {

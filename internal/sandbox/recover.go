@@ -63,7 +63,9 @@ func (s *Service) Start(ctx context.Context) error {
 				cancel()
 				_ = os.RemoveAll(s.runDir(rec.ID))
 				_ = s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
-					r.State = api.StateStopped
+					if err := s.transition(r, api.StateStopped); err != nil {
+						return err
+					}
 					r.Handle = nil
 					return nil
 				})
@@ -81,10 +83,14 @@ func (s *Service) Start(ctx context.Context) error {
 		cancel()
 		_ = s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
 			if r.State == api.StateDestroying {
-				r.State = api.StateDestroyed
+				if err := s.transition(r, api.StateDestroyed); err != nil {
+					return err
+				}
 				return nil
 			}
-			r.State = api.StateFailed
+			if err := s.transition(r, api.StateFailed); err != nil {
+				return err
+			}
 			r.Error = "lost when the daemon restarted: its init was gone"
 			return nil
 		})
@@ -132,7 +138,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.sweepCheckpoints(ctx)
 	s.wg.Add(1)
 	go s.reaper()
-	s.startWarm() // warmpool.go
+	s.warm.start(s.cfg.WarmPools()) // warmpool.go
 	return nil
 }
 
@@ -258,7 +264,7 @@ func (s *Service) Close() {
 		close(s.stop)
 	}
 	s.wg.Wait()
-	s.closeWarm() // warm pool sandboxes are destroyed, never re-adopted
+	s.warm.close() // warm pool sandboxes are destroyed, never re-adopted
 	s.mu.Lock()
 	for _, e := range s.live {
 		e.guest.CloseIdleConnections()

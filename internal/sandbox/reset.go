@@ -114,17 +114,19 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTempl
 		return nil, s.failLocked(e, fmt.Errorf("resetting sandbox %s: %w", id, err))
 	}
 	t2 := time.Now()
-	h, err := s.boot(ctx, rec, tpl, e.drv, false)
+	b, err := s.boot(ctx, rec, tpl, e.drv, false)
 	if err != nil {
 		return nil, s.failLocked(e, fmt.Errorf("resetting sandbox %s: %w", id, err))
 	}
-	e.hp.Store(h)
+	e.hp.Store(b.h)
 	e.paused.Store(false)
 	e.act.touch()
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
-		r.Handle = h
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
+		r.Handle = b.h
 		out = r
 		return nil
 	})
@@ -140,21 +142,9 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTempl
 	return toAPI(out), nil
 }
 
-// failLocked tears down a sandbox whose reset failed and records why; e.op
-// is held.
+// failLocked tears down a sandbox whose reset (or resume from disk)
+// failed and records why (teardownLocked); e.op is held. It returns cause.
 func (s *Service) failLocked(e *entry, cause error) error {
-	e.destroying = true
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s.dropStandby(ctx, e)
-	_ = s.release(ctx, e.id, e.drv, e.handle())
-	s.mu.Lock()
-	delete(s.live, e.id)
-	s.mu.Unlock()
-	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = api.StateFailed
-		r.Error = cause.Error()
-		return nil
-	})
+	_ = s.teardownLocked(e, cause.Error())
 	return cause
 }

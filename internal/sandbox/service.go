@@ -1,8 +1,3 @@
-// Package sandbox is the lifecycle service: it validates requests, records
-// every fact in the store, drives the isolation drivers and the storage
-// pool, enforces TTLs, and re-adopts or cleans up sandboxes when the daemon
-// restarts. A request's context never owns a sandbox: teardown always runs
-// on a context of its own.
 package sandbox
 
 import (
@@ -48,7 +43,7 @@ type Options struct {
 type Service struct {
 	cfg     *config.Config
 	st      *store.Store
-	pool    *storage.Pool
+	pool    layerStore
 	drivers map[string]driver.Driver
 	log     *slog.Logger
 	net     *network.Manager
@@ -118,7 +113,7 @@ func New(o Options) *Service {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Service{
+	s := &Service{
 		cfg:     o.Config,
 		st:      o.Store,
 		pool:    o.Pool,
@@ -128,6 +123,8 @@ func New(o Options) *Service {
 		stop:    make(chan struct{}),
 		live:    map[string]*entry{},
 	}
+	s.warm.host, s.warm.log, s.warm.stop, s.warm.wg = s, s.log, s.stop, &s.wg
+	return s
 }
 
 func (s *Service) runDir(id string) string {
@@ -215,8 +212,8 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		rec.ExpiresAt = &exp
 	}
 	// A matching warm pool sandbox is handed out instead of a cold boot
-	// (warmpool.go): it gives rec its id, and bootWarm takes it.
-	defer s.claimWarm(rec, tpl, drv)()
+	// (warmpool.go): it gives rec its id, and take takes it.
+	defer s.warm.claim(rec, tpl, drv)()
 	// The sandbox outlives this request: build it on a context of its own.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
@@ -228,7 +225,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		e        *entry
 		restored bool
 	)
-	if m := s.bootWarm(cctx, rec); m != nil {
+	if m := s.warm.take(cctx, rec); m != nil {
 		e, err = s.recordWarm(cctx, rec, m)
 		release()
 	} else {
@@ -271,7 +268,7 @@ func (s *Service) createCold(ctx context.Context, rec *store.SandboxRecord, tpl 
 			bootDrv, restored = restoring{drv, dir}, true // memsnap.go
 		}
 	}
-	e, err = s.start(ctx, rec, tpl, bootDrv, false)
+	e, _, err = s.start(ctx, rec, tpl, bootDrv, false)
 	if err != nil {
 		s.log.Warn("create failed", "sandbox", rec.ID, "err", err)
 		// ctx may be what ended the boot (its 60 s bound): the record
@@ -279,7 +276,9 @@ func (s *Service) createCold(ctx context.Context, rec *store.SandboxRecord, tpl 
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = s.st.UpdateSandbox(fctx, rec.ID, func(r *store.SandboxRecord) error {
-			r.State = api.StateFailed
+			if err := s.transition(r, api.StateFailed); err != nil {
+				return err
+			}
 			r.Error = err.Error()
 			return nil
 		})
@@ -288,7 +287,9 @@ func (s *Service) createCold(ctx context.Context, rec *store.SandboxRecord, tpl 
 	e.drv = drv
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
 		r.Handle = e.handle()
 		out = r
 		return nil
@@ -303,13 +304,14 @@ func (s *Service) createCold(ctx context.Context, rec *store.SandboxRecord, tpl 
 
 // start builds the sandbox's layer and run dir and starts its driver; on
 // error nothing is left. With keepLayer it starts on the layer the sandbox
-// already has (a cold resume), which it never removes.
-func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver, keepLayer bool) (*entry, error) {
-	h, err := s.boot(ctx, rec, tpl, drv, keepLayer)
+// already has (a cold resume), which it never removes. The booted sandbox
+// is returned too, for its Release until the entry is live.
+func (s *Service) start(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver, keepLayer bool) (*entry, *booted, error) {
+	b, err := s.boot(ctx, rec, tpl, drv, keepLayer)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.entryOf(rec, drv, h), nil
+	return s.entryOf(rec, drv, b.h), b, nil
 }
 
 // entryOf is the live entry of rec, whose init is h.
@@ -322,7 +324,9 @@ func (s *Service) entryOf(rec *store.SandboxRecord, drv driver.Driver, h *driver
 
 // boot makes the run dir and (unless keepLayer) the writable layer, and
 // starts the sandbox's init on rec.Lowers; on error nothing it made is left.
-func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver, keepLayer bool) (_ *driver.Handle, err error) {
+// drv may be a restoring wrapper (memsnap.go); the booted sandbox names
+// the driver beneath it.
+func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver, keepLayer bool) (_ *booted, err error) {
 	dir := s.runDir(rec.ID)
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("creating run dir: %w", err)
@@ -365,7 +369,14 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 		_ = drv.Destroy(context.WithoutCancel(ctx), h)
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
 	}
-	return h, nil
+	b := &booted{s: s, id: rec.ID, drv: drv, h: h, runDir: dir, net: !keepLayer}
+	if w, ok := drv.(driver.Wrapper); ok { // a restore
+		b.drv = w.Unwrap()
+	}
+	if !keepLayer {
+		b.layer = rec.ID
+	}
+	return b, nil
 }
 
 // driverSpec is what the driver gets to start rec's init on its lowers
@@ -460,51 +471,59 @@ func (s *Service) teardown(e *entry, reason string) error {
 	if e.destroying {
 		return nil
 	}
+	return s.teardownLocked(e, reason)
+}
+
+// teardownLocked is teardown with e.op held and e not yet being
+// destroyed: the one way a live sandbox ends (a destroy, an init that
+// died, a reset or resume that failed: failLocked).
+func (s *Service) teardownLocked(e *entry, reason string) error {
 	e.destroying = true
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s.dropStandby(ctx, e)
 	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = api.StateDestroying
-		return nil
+		return s.transition(r, api.StateDestroying)
 	})
 	err := s.release(ctx, e.id, e.drv, e.handle())
 	e.guest.CloseIdleConnections()
 	s.mu.Lock()
 	delete(s.live, e.id)
 	s.mu.Unlock()
+	s.recordEnd(ctx, e.id, reason, err)
+	return err
+}
+
+// recordEnd records the end of sandbox id once its release (whose error
+// is cleanup) is done: destroyed, or failed with reason when reason is
+// not empty (a destroyed sandbox that had failed keeps its error), and
+// removes the internal snapshot it started from if nothing else needs it.
+func (s *Service) recordEnd(ctx context.Context, id, reason string, cleanup error) {
 	final := api.StateDestroyed
 	if reason != "" {
 		final = api.StateFailed
 	}
-	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = final
+	_ = s.st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
+		if err := s.transition(r, final); err != nil {
+			return err
+		}
 		if reason != "" {
 			r.Error = reason
 		}
-		if err != nil {
-			r.Error = strings.TrimPrefix(r.Error+"; cleanup: "+err.Error(), "; ")
+		if cleanup != nil {
+			r.Error = strings.TrimPrefix(r.Error+"; cleanup: "+cleanup.Error(), "; ")
 		}
 		return nil
 	})
-	s.collectFor(ctx, e.id)
-	return err
+	s.collectFor(ctx, id)
 }
 
-// release frees everything a sandbox holds on the host.
+// release frees everything a recorded sandbox holds on the host: what a
+// booted sandbox's Release frees (booted.go), and what the sandbox made
+// since (a checkpoint on disk, standby layers).
 func (s *Service) release(ctx context.Context, id string, drv driver.Driver, h *driver.Handle) error {
-	var errs []error
-	if drv != nil && h != nil {
-		if err := drv.Destroy(ctx, h); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := s.detachNet(id); err != nil {
-		errs = append(errs, fmt.Errorf("removing network: %w", err))
-	}
-	if err := s.pool.RemoveLayer(ctx, id); err != nil {
-		errs = append(errs, fmt.Errorf("removing layer: %w", err))
-	}
+	b := &booted{s: s, id: id, drv: drv, h: h, layer: id, net: true}
+	errs := []error{b.Release(ctx)}
 	if err := os.RemoveAll(s.diskCheckpointDir(id)); err != nil {
 		errs = append(errs, fmt.Errorf("removing checkpoint: %w", err))
 	}
@@ -632,11 +651,7 @@ func (s *Service) Destroy(ctx context.Context, tenant, id string) error {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 				defer cancel()
 				_ = s.release(rctx, id, drv, rec.Handle)
-				_ = s.st.UpdateSandbox(rctx, id, func(r *store.SandboxRecord) error {
-					r.State = api.StateDestroyed
-					return nil
-				})
-				s.collectFor(rctx, id)
+				s.recordEnd(rctx, id, "", nil)
 			}
 			return nil
 		}

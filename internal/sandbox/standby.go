@@ -30,10 +30,10 @@ import (
 
 // standby is a sandbox's next init.
 type standby struct {
-	h      *driver.Handle
-	key    string // specKey of what it was booted on
-	layer  string // its layer's id in the storage pool
-	runDir string
+	// booted is the standby init (h), its layer (named for it, not the
+	// sandbox) and run dir; its Release discards the init.
+	*booted
+	key string // specKey of what it was booted on
 }
 
 // specKey identifies what an init is booted on, apart from its layer.
@@ -50,19 +50,13 @@ func (s *Service) dropStandby(ctx context.Context, e *entry) {
 		return
 	}
 	e.next = nil
-	s.discard(ctx, e.drv, nx)
+	s.discard(ctx, nx)
 }
 
-func (s *Service) discard(ctx context.Context, drv driver.Driver, nx *standby) {
-	if sb, ok := driver.As[driver.Standby](drv); ok {
-		if err := sb.Discard(ctx, nx.h); err != nil {
-			s.log.Warn("discarding a standby init", "sandbox", nx.h.ID, "err", err)
-		}
+func (s *Service) discard(ctx context.Context, nx *standby) {
+	if err := nx.Release(ctx); err != nil {
+		s.log.Warn("discarding a standby init", "sandbox", nx.id, "err", err)
 	}
-	if err := s.pool.RemoveLayer(ctx, nx.layer); err != nil {
-		s.log.Warn("removing a standby layer", "sandbox", nx.h.ID, "err", err)
-	}
-	_ = os.RemoveAll(nx.runDir)
 }
 
 // prepareStandby boots, in the background, the init that e's next reset
@@ -97,10 +91,14 @@ func (s *Service) prepareStandby(e *entry, rec *store.SandboxRecord, tpl *storag
 		defer spawnDone()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		nx := &standby{
-			layer:  fmt.Sprintf("%s.next-%d", e.id, gen),
-			runDir: filepath.Join(s.runDir(e.id), fmt.Sprintf("gen-%d", gen)),
-		}
+		nx := &standby{booted: &booted{
+			s:       s,
+			id:      e.id,
+			drv:     e.drv,
+			layer:   fmt.Sprintf("%s.next-%d", e.id, gen),
+			runDir:  filepath.Join(s.runDir(e.id), fmt.Sprintf("gen-%d", gen)),
+			standby: true,
+		}}
 		upper, work, err := s.pool.CreateLayer(ctx, nx.layer, recCopy.Resources.DiskMB)
 		if err != nil {
 			s.log.Warn("standby init: layer", "sandbox", e.id, "err", err)
@@ -123,14 +121,14 @@ func (s *Service) prepareStandby(e *entry, rec *store.SandboxRecord, tpl *storag
 			if !gone { // else: destroyed or reset meanwhile, as expected
 				s.log.Warn("standby init did not start", "sandbox", e.id, "err", err)
 			}
-			_ = s.pool.RemoveLayer(ctx, nx.layer)
-			_ = os.RemoveAll(nx.runDir)
+			nx.h = nil // nothing to discard: layer and run dir go
+			_ = nx.Release(ctx)
 			return
 		}
 		e.op.Lock()
 		defer e.op.Unlock()
 		if stale() {
-			s.discard(ctx, e.drv, nx)
+			s.discard(ctx, nx)
 			return
 		}
 		e.next = nx
@@ -159,7 +157,7 @@ func (s *Service) resetFast(ctx context.Context, e *entry, rec *store.SandboxRec
 	gone, err := sb.Promote(ctx, old, nx.h)
 	if err != nil {
 		s.log.Warn("reset: standby unusable; full reset instead", "sandbox", e.id, "err", err)
-		s.discard(ctx, e.drv, nx)
+		s.discard(ctx, nx)
 		return nil, nil
 	}
 	e.hp.Store(nx.h)
@@ -186,7 +184,9 @@ func (s *Service) resetFast(ctx context.Context, e *entry, rec *store.SandboxRec
 	}
 	var out *store.SandboxRecord
 	err = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		r.State = api.StateRunning
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
 		r.Handle = nx.h
 		out = r
 		return nil

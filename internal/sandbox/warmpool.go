@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +24,7 @@ import (
 // of booting: the member's id becomes the sandbox's id (nobody has seen it
 // before, and its hostname is sbx-<id> already), the request's limits are
 // set on its cgroups when they differ, its env is given to its agent
-// (PUT proto.SetEnv.Path), its egress rules are swapped in, and everything
+// (proto.SetEnv), its egress rules are swapped in, and everything
 // else a request sets (metadata, TTL, on_timeout, idle timeout,
 // auto_resume, preview access) is the daemon's record, written as for any
 // create.
@@ -37,8 +38,15 @@ import (
 // while creates are in flight, cold or served from a pool, so the pool
 // never competes with a request for the CPU.
 
-// warmPools is the service's set of pools.
+// warmPools is the service's set of pools: a collaborator of the
+// service that reaches it only through host (warmHost).
 type warmPools struct {
+	host warmHost
+	log  *slog.Logger
+	// stop closes when the service closes; wg counts the filler.
+	stop <-chan struct{}
+	wg   *sync.WaitGroup
+
 	mu    sync.Mutex
 	pools []*warmPool
 	// claimed are members taken by a create still in flight, by id.
@@ -50,6 +58,22 @@ type warmPools struct {
 	// the last create to finish wakes the filler.
 	busy atomic.Int64
 }
+
+// warmHost is what the warm pools need of the service: boot a member
+// (what Create would, with no record), fit one to a create's record, and
+// the current version of a template. *Service is the one the daemon uses.
+type warmHost interface {
+	// bootMember boots a sandbox for a pool of config c; the pool sets
+	// the member's pool.
+	bootMember(c config.WarmPool) (*member, error)
+	// fitMember gives m rec's limits, env and egress policy.
+	fitMember(ctx context.Context, m *member, rec *store.SandboxRecord) error
+	// templateVersion is the current version of template name, "" if
+	// it is gone.
+	templateVersion(name string) string
+}
+
+var _ warmHost = (*Service)(nil)
 
 // warmPool is one [[pool]] entry and its ready members.
 type warmPool struct {
@@ -65,11 +89,11 @@ type warmPool struct {
 
 // member is one pre-booted sandbox.
 type member struct {
-	id   string
+	// booted is the member's init, layer and run dir (id, drv, h), its
+	// veth too with egress: dropMember releases them.
+	*booted
 	pool *warmPool
 	tpl  *storage.Template
-	drv  driver.Driver
-	h    *driver.Handle
 	res  api.Resources
 	// lowers are its overlay's lower layers.
 	lowers []string
@@ -77,14 +101,13 @@ type member struct {
 	made   time.Time
 }
 
-// startWarm starts the filler; the service's Start calls it after the
-// leftovers of an earlier daemon are gone.
-func (s *Service) startWarm() {
-	w := &s.warm
+// start starts the filler of pools cfgs; the service's Start calls it
+// after the leftovers of an earlier daemon are gone.
+func (w *warmPools) start(cfgs []config.WarmPool) {
 	w.mu.Lock()
 	w.kick = make(chan struct{}, 1)
 	w.claimed = map[string]*member{}
-	for _, c := range s.cfg.WarmPools() {
+	for _, c := range cfgs {
 		w.pools = append(w.pools, &warmPool{cfg: c})
 	}
 	n := len(w.pools)
@@ -92,13 +115,12 @@ func (s *Service) startWarm() {
 	if n == 0 {
 		return
 	}
-	s.wg.Add(1)
-	go s.fillWarm()
+	w.wg.Add(1)
+	go w.fill()
 }
 
-// closeWarm destroys every ready member; Close calls it.
-func (s *Service) closeWarm() {
-	w := &s.warm
+// close destroys every ready member; the service's Close calls it.
+func (w *warmPools) close() {
 	w.mu.Lock()
 	w.closed = true
 	var all []*member
@@ -112,7 +134,7 @@ func (s *Service) closeWarm() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.dropMember(m, "daemon shutting down")
+			w.dropMember(m, "daemon shutting down")
 		}()
 	}
 	wg.Wait()
@@ -133,13 +155,12 @@ func wantNet(n *api.Network) string {
 	return api.EgressNone
 }
 
-// claimWarm looks for a ready member that can serve rec (a create request
+// claim looks for a ready member that can serve rec (a create request
 // resolved into its record, not yet stored) and, if one matches, gives
 // rec the member's id and address. The returned func must run when the
 // create returns: it puts an unused member back, and ends the create's
 // count of those in flight (the last one wakes the filler).
-func (s *Service) claimWarm(rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) (done func()) {
-	w := &s.warm
+func (w *warmPools) claim(rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) (done func()) {
 	// A refill's boot would take the CPU from this create's own work
 	// (its record, its answer): it waits for the count to drop to zero.
 	w.busy.Add(1)
@@ -148,7 +169,7 @@ func (s *Service) claimWarm(rec *store.SandboxRecord, tpl *storage.Template, drv
 			w.wake()
 		}
 	}
-	m := s.matchWarm(rec, tpl, drv)
+	m := w.match(rec, tpl, drv)
 	if m == nil {
 		return finished
 	}
@@ -171,17 +192,16 @@ func (s *Service) claimWarm(rec *store.SandboxRecord, tpl *storage.Template, drv
 			return
 		}
 		w.mu.Unlock()
-		s.dropMember(m, "daemon shutting down")
+		w.dropMember(m, "daemon shutting down")
 	}
 }
 
-// matchWarm takes the first ready, live member of a pool that matches.
-func (s *Service) matchWarm(rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) *member {
+// match takes the first ready, live member of a pool that matches.
+func (w *warmPools) match(rec *store.SandboxRecord, tpl *storage.Template, drv driver.Driver) *member {
 	if rec.Snapshot != "" || !sameLowers(rec.Lowers, tpl.LowerDirs()) {
 		return nil
 	}
 	resize := driver.Has[driver.Resizer](drv)
-	w := &s.warm
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || w.claimed == nil {
@@ -200,7 +220,7 @@ func (s *Service) matchWarm(rec *store.SandboxRecord, tpl *storage.Template, drv
 			m := p.ready[0]
 			p.ready = p.ready[1:]
 			if m.tpl.Version != tpl.Version || m.drv != drv || exited(m) {
-				go s.dropMember(m, "stale or gone")
+				go w.dropMember(m, "stale or gone")
 				continue
 			}
 			w.claimed[m.id] = m
@@ -221,12 +241,11 @@ func exited(m *member) bool {
 	}
 }
 
-// bootWarm takes the member claimWarm gave rec's id and fits it to rec's
+// take takes the member claim gave rec's id and fits it to rec's
 // limits, env and egress rules. It returns nil when rec.ID is not a
 // claimed member, or when the member cannot be fitted (it is destroyed,
 // and the create boots cold with the same id).
-func (s *Service) bootWarm(ctx context.Context, rec *store.SandboxRecord) *member {
-	w := &s.warm
+func (w *warmPools) take(ctx context.Context, rec *store.SandboxRecord) *member {
 	w.mu.Lock()
 	m := w.claimed[rec.ID]
 	delete(w.claimed, rec.ID)
@@ -234,9 +253,9 @@ func (s *Service) bootWarm(ctx context.Context, rec *store.SandboxRecord) *membe
 	if m == nil {
 		return nil
 	}
-	if err := s.fitMember(ctx, m, rec); err != nil {
-		s.log.Warn("warm pool sandbox could not take the request's settings; booting cold", "sandbox", m.id, "err", err)
-		s.dropMember(m, "unfit")
+	if err := w.host.fitMember(ctx, m, rec); err != nil {
+		w.log.Warn("warm pool sandbox could not take the request's settings; booting cold", "sandbox", m.id, "err", err)
+		w.dropMember(m, "unfit")
 		return nil
 	}
 	return m
@@ -249,9 +268,13 @@ func (s *Service) bootWarm(ctx context.Context, rec *store.SandboxRecord) *membe
 // re-adopts. If the write fails m is destroyed (it ran the request's
 // settings; it never goes back to the pool).
 func (s *Service) recordWarm(ctx context.Context, rec *store.SandboxRecord, m *member) (*entry, error) {
-	rec.State, rec.Handle = api.StateRunning, m.h
+	if err := s.transition(rec, api.StateRunning); err != nil {
+		s.warm.dropMember(m, "refused state")
+		return nil, err
+	}
+	rec.Handle = m.h
 	if err := s.st.CreateSandbox(ctx, rec); err != nil {
-		s.dropMember(m, "store write failed")
+		s.warm.dropMember(m, "store write failed")
 		return nil, err
 	}
 	return s.entryOf(rec, m.drv, m.h), nil
@@ -297,11 +320,11 @@ func (s *Service) fitMember(ctx context.Context, m *member, rec *store.SandboxRe
 }
 
 // dropMember destroys a member that will never be handed out.
-func (s *Service) dropMember(m *member, why string) {
+func (w *warmPools) dropMember(m *member, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.release(ctx, m.id, m.drv, m.h); err != nil {
-		s.log.Warn("removing a warm pool sandbox", "sandbox", m.id, "why", why, "err", err)
+	if err := m.Release(ctx); err != nil {
+		w.log.Warn("removing a warm pool sandbox", "sandbox", m.id, "why", why, "err", err)
 	}
 }
 
@@ -312,26 +335,26 @@ func (s *Service) dropMember(m *member, why string) {
 // in the bench on 2 CPUs).
 const refillSettle = 10 * time.Millisecond
 
-// fillWarm refills the pools, one sandbox at a time, until Close.
-func (s *Service) fillWarm() {
-	defer s.wg.Done()
-	w := &s.warm
+// fill refills the pools, one sandbox at a time, until the service
+// closes.
+func (w *warmPools) fill() {
+	defer w.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-w.stop:
 			return
 		case <-w.kick:
 			// The create that woke us has returned, but its answer and
 			// audit entry are still being written: let them go first.
 			select {
-			case <-s.stop:
+			case <-w.stop:
 				return
 			case <-time.After(refillSettle):
 			}
 		case <-t.C:
-			s.sweepWarm()
+			w.sweep()
 		}
 		for {
 			if w.busy.Load() > 0 {
@@ -341,9 +364,9 @@ func (s *Service) fillWarm() {
 			if p == nil {
 				break
 			}
-			s.fillOne(p)
+			w.fillOne(p)
 			select {
-			case <-s.stop:
+			case <-w.stop:
 				return
 			default:
 			}
@@ -373,9 +396,8 @@ func (w *warmPools) nextToFill() *warmPool {
 }
 
 // fillOne boots one member of p.
-func (s *Service) fillOne(p *warmPool) {
-	m, err := s.bootMember(p)
-	w := &s.warm
+func (w *warmPools) fillOne(p *warmPool) {
+	m, err := w.host.bootMember(p.cfg)
 	w.mu.Lock()
 	if err != nil {
 		p.failed++
@@ -391,13 +413,14 @@ func (s *Service) fillOne(p *warmPool) {
 		wait := p.backoff
 		w.mu.Unlock()
 		if !same {
-			s.log.Warn("warm pool: boot failed", "template", p.cfg.Template, "isolation", p.cfg.Isolation, "retry_in", wait, "err", err)
+			w.log.Warn("warm pool: boot failed", "template", p.cfg.Template, "isolation", p.cfg.Isolation, "retry_in", wait, "err", err)
 		}
 		return
 	}
+	m.pool = p
 	if w.closed {
 		w.mu.Unlock()
-		s.dropMember(m, "daemon shutting down")
+		w.dropMember(m, "daemon shutting down")
 		return
 	}
 	p.made++
@@ -406,9 +429,9 @@ func (s *Service) fillOne(p *warmPool) {
 	w.mu.Unlock()
 }
 
-// bootMember boots a sandbox for p: what Create would, with no record.
-func (s *Service) bootMember(p *warmPool) (*member, error) {
-	c := p.cfg
+// bootMember boots a sandbox for a pool of config c: what Create would,
+// with no record (warmHost).
+func (s *Service) bootMember(c config.WarmPool) (*member, error) {
 	drv, ok := s.drivers[c.Isolation]
 	if !ok {
 		return nil, fmt.Errorf("isolation %q is not available on this host", c.Isolation)
@@ -436,15 +459,16 @@ func (s *Service) bootMember(p *warmPool) (*member, error) {
 		Resources:       api.Resources{CPU: c.CPU, MemoryMB: c.MemoryMB, DiskMB: c.DiskMB, Pids: c.Pids},
 		Lowers:          tpl.LowerDirs(),
 	}
-	h, err := s.boot(ctx, rec, tpl, drv, false)
+	b, err := s.boot(ctx, rec, tpl, drv, false)
 	if err != nil {
 		return nil, err
 	}
-	m := &member{id: rec.ID, pool: p, tpl: tpl, drv: drv, h: h, res: rec.Resources, lowers: rec.Lowers, made: time.Now()}
+	h := b.h
+	m := &member{booted: b, tpl: tpl, res: rec.Resources, lowers: rec.Lowers, made: time.Now()}
 	if c.Egress == api.EgressInternet {
 		pol, _ := network.ParsePolicy(api.EgressInternet, nil, nil)
 		if m.sub, err = s.net.Attach(m.id, h.Pid, pol, network.Subnet{}, network.Limits{}); err != nil {
-			s.dropMember(m, "network failed")
+			s.warm.dropMember(m, "network failed")
 			return nil, fmt.Errorf("connecting the network: %w", err)
 		}
 	}
@@ -455,8 +479,10 @@ func (s *Service) bootMember(p *warmPool) (*member, error) {
 // version), so that the template can be removed: pool sandboxes have no
 // record, so nothing else would say they use it. The pools then refill
 // from whatever version exists, or report the template missing.
-func (s *Service) DropWarm(name string) {
-	w := &s.warm
+func (s *Service) DropWarm(name string) { s.warm.dropTemplate(name) }
+
+// dropTemplate destroys the ready members of template name (DropWarm).
+func (w *warmPools) dropTemplate(name string) {
 	w.mu.Lock()
 	var drop []*member
 	for _, p := range w.pools {
@@ -472,14 +498,13 @@ func (s *Service) DropWarm(name string) {
 	}
 	w.mu.Unlock()
 	for _, m := range drop {
-		s.dropMember(m, "template removed")
+		w.dropMember(m, "template removed")
 	}
 }
 
-// warmLowers lists the layers the ready pool sandboxes are built on, for
+// lowers lists the layers the ready pool sandboxes are built on, for
 // the garbage collection of build layers.
-func (s *Service) warmLowers() []string {
-	w := &s.warm
+func (w *warmPools) lowers() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []string
@@ -491,10 +516,9 @@ func (s *Service) warmLowers() []string {
 	return out
 }
 
-// sweepWarm drops ready members whose template version is no longer the
+// sweep drops ready members whose template version is no longer the
 // current one (a new version was imported, or the template removed).
-func (s *Service) sweepWarm() {
-	w := &s.warm
+func (w *warmPools) sweep() {
 	current := map[string]string{} // template name -> current version, "" if gone
 	w.mu.Lock()
 	var drop []*member
@@ -503,9 +527,7 @@ func (s *Service) sweepWarm() {
 		for _, m := range p.ready {
 			v, ok := current[m.tpl.Name]
 			if !ok {
-				if cur, err := s.pool.Template(m.tpl.Name); err == nil {
-					v = cur.Version
-				}
+				v = w.host.templateVersion(m.tpl.Name)
 				current[m.tpl.Name] = v
 			}
 			if v != m.tpl.Version || exited(m) {
@@ -518,13 +540,24 @@ func (s *Service) sweepWarm() {
 	}
 	w.mu.Unlock()
 	for _, m := range drop {
-		s.dropMember(m, "stale or gone")
+		w.dropMember(m, "stale or gone")
 	}
 }
 
 // Pools reports the warm pools.
-func (s *Service) Pools() []api.PoolStatus {
-	w := &s.warm
+func (s *Service) Pools() []api.PoolStatus { return s.warm.status() }
+
+// templateVersion is the current version of template name, "" if it is
+// gone (warmHost).
+func (s *Service) templateVersion(name string) string {
+	if t, err := s.pool.Template(name); err == nil {
+		return t.Version
+	}
+	return ""
+}
+
+// status reports the pools (Pools).
+func (w *warmPools) status() []api.PoolStatus {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]api.PoolStatus, 0, len(w.pools))

@@ -296,3 +296,19 @@ func (s *Server) sandboxSecurity(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, posture.CheckTier(sb.Isolation, sb.ID, sb.Pid, s.posture))
 }
+
+// adminHandlers are the routes this file serves (registered by routes,
+// server.go, from api.Routes).
+func (s *Server) adminHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"POST /v1/keys":                   s.createKey,
+		"GET /v1/keys":                    s.listKeys,
+		"DELETE /v1/keys/{id}":            s.revokeKey,
+		"POST /v1/tenants":                s.createTenant,
+		"GET /v1/tenants":                 s.listTenants,
+		"GET /v1/tenants/{name}":          s.getTenant,
+		"PATCH /v1/tenants/{name}":        s.updateTenant,
+		"DELETE /v1/tenants/{name}":       s.deleteTenant,
+		"GET /v1/sandboxes/{id}/security": s.sandboxSecurity,
+	}
+}

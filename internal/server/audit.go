@@ -151,3 +151,11 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// auditHandlers are the routes this file serves (registered by routes,
+// server.go, from api.Routes).
+func (s *Server) auditHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"GET /v1/audit": s.listAudit,
+	}
+}

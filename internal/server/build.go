@@ -155,3 +155,11 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	out := s.tpl.Describe(t)
 	send(api.BuildEvent{Type: api.BuildEventDone, Template: &out})
 }
+
+// buildHandlers are the routes this file serves (registered by routes,
+// server.go, from api.Routes).
+func (s *Server) buildHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"POST /v1/templates/build": s.buildTemplate,
+	}
+}

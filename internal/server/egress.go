@@ -33,3 +33,12 @@ func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, l)
 }
+
+// egressHandlers are the routes this file serves (registered by routes,
+// server.go, from api.Routes).
+func (s *Server) egressHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"POST /v1/sandboxes/{id}/egress":    s.setEgress,
+		"GET /v1/sandboxes/{id}/egress/log": s.egressLog,
+	}
+}

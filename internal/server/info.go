@@ -19,3 +19,11 @@ func (s *Server) infoHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// infoHandlers are the routes this file serves (registered by routes,
+// server.go, from api.Routes).
+func (s *Server) infoHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"GET /v1/info": s.infoHandler,
+	}
+}

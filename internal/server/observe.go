@@ -127,3 +127,12 @@ type UsageSource interface {
 }
 
 var _ UsageSource = (*usage.Sampler)(nil)
+
+// observeHandlers are the routes this file serves (registered by routes,
+// server.go, from api.Routes).
+func (s *Server) observeHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"GET /v1/sandboxes/{id}/metrics": s.sandboxMetrics,
+		"GET /v1/events":                 s.eventStream,
+	}
+}

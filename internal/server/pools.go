@@ -12,3 +12,11 @@ import (
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.ListPoolsResponse{Pools: s.svc.Pools()})
 }
+
+// poolHandlers are the routes this file serves (registered by routes,
+// server.go, from api.Routes).
+func (s *Server) poolHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"GET /v1/pools": s.listPools,
+	}
+}

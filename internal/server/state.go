@@ -125,3 +125,18 @@ func (s *Server) resetSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, sb)
 }
+
+// stateHandlers are the routes this file serves (registered by routes,
+// server.go, from api.Routes).
+func (s *Server) stateHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"POST /v1/sandboxes/{id}/pause":     s.pauseSandbox,
+		"POST /v1/sandboxes/{id}/resume":    s.resumeSandbox,
+		"POST /v1/sandboxes/{id}/snapshots": s.createSnapshot,
+		"POST /v1/sandboxes/{id}/fork":      s.forkSandbox,
+		"POST /v1/sandboxes/{id}/reset":     s.resetSandbox,
+		"GET /v1/snapshots":                 s.listSnapshots,
+		"GET /v1/snapshots/{ref}":           s.getSnapshot,
+		"DELETE /v1/snapshots/{ref}":        s.deleteSnapshot,
+	}
+}

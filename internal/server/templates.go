@@ -53,3 +53,12 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// templateHandlers are the routes this file serves (registered by routes,
+// server.go, from api.Routes).
+func (s *Server) templateHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"POST /v1/templates/import":   s.uploadTemplate,
+		"DELETE /v1/templates/{name}": s.deleteTemplate,
+	}
+}
