@@ -57,19 +57,3 @@ const (
 	PreviewTokenQuery  = "agentbox_token"
 	PreviewTokenCookie = "agentbox_token"
 )
-
-// GuestDialPath is the guest protocol's route that turns its connection
-// into a raw TCP tunnel to 127.0.0.1:{port} inside the sandbox (the
-// request carries "Connection: Upgrade" and "Upgrade: tcp"; the guest
-// answers 101 and then relays bytes). The daemon's preview proxy uses it;
-// it is not an API route.
-const GuestDialPath = "/ports/{port}/dial"
-
-// GuestCheckpointPath is the guest protocol's route (POST) that makes the
-// agent of a gvisor sandbox close its channel before a checkpoint: runsc
-// cannot save a host socket. The agent answers 204, then closes; runsc
-// runs `agentbox-guest hook` after the restore, which opens it again.
-const GuestCheckpointPath = "/checkpoint"
-
-// GuestDialProtocol is the Upgrade token of GuestDialPath.
-const GuestDialProtocol = "tcp"

@@ -1,8 +1,10 @@
 // Command agentbox-guest is the guest agent: PID 1 of every sandbox. It is
 // a static binary (CGO_ENABLED=0) that the daemon starts as
-// `agentbox-guest init` in fresh namespaces; it builds the sandbox's root,
-// hardens itself and serves the guest protocol (api/guest.go) on the socket
-// it inherited.
+// `agentbox-guest init` in fresh namespaces (container tier); it builds the
+// sandbox's root, hardens itself and serves the guest protocol
+// (internal/guest/proto) on the socket it inherited. The gvisor tier's
+// `serve` and `hook` are internal/guest/gvisorserve, the host's
+// `launcher` internal/guest/launcher: this main only picks the mode.
 package main
 
 import (
@@ -14,10 +16,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/guest/boot"
+	"github.com/agentbox/agentbox/internal/guest/gvisorserve"
 	"github.com/agentbox/agentbox/internal/guest/harden"
+	"github.com/agentbox/agentbox/internal/guest/launcher"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -26,38 +30,40 @@ import (
 func init() { runtime.LockOSThread() }
 
 func main() {
-	if len(os.Args) < 2 || (os.Args[1] != "init" && os.Args[1] != "serve") {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch mode := os.Args[1]; {
+	case mode == "init": // PID 1 of a container-tier sandbox
+		err = run()
+	case mode == "serve": // the agent of a gvisor sandbox
+		err = gvisorserve.Serve()
+	case mode == "hook" && len(os.Args) == 2:
+		// Run by runsc inside a gvisor sandbox around a checkpoint.
 		runtime.UnlockOSThread()
+		err = gvisorserve.Hook()
+	case mode == "launcher" && len(os.Args) == 2:
+		// The daemon's pre-forked launcher, on the host.
+		runtime.UnlockOSThread()
+		err = launcher.ServeInherited()
+	default:
+		usage()
 	}
-	if len(os.Args) == 2 && os.Args[1] == "hook" {
-		// Run by runsc inside a gvisor sandbox around a checkpoint
-		// (checkpoint.go).
-		if err := runHook(); err != nil {
-			fmt.Fprintf(os.Stderr, "agentbox-guest hook: %v\n", err)
-			os.Exit(1)
+	if err != nil {
+		if os.Args[1] == "init" || os.Args[1] == "serve" {
+			fmt.Fprintf(os.Stderr, "agentbox-guest: %v\n", err)
+		} else {
+			fmt.Fprintf(os.Stderr, "agentbox-guest %s: %v\n", os.Args[1], err)
 		}
-		return
-	}
-	if len(os.Args) == 2 && os.Args[1] == "launcher" {
-		// The daemon's pre-forked launcher, on the host (launcher.go).
-		if err := runLauncher(); err != nil {
-			fmt.Fprintf(os.Stderr, "agentbox-guest launcher: %v\n", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if len(os.Args) < 2 || (os.Args[1] != "init" && os.Args[1] != "serve") {
-		fmt.Fprintln(os.Stderr, "agentbox-guest is started by the agentbox daemon as `agentbox-guest init` (or `serve`); it is not meant to be run by hand")
-		os.Exit(2)
-	}
-	runMode := run
-	if os.Args[1] == "serve" {
-		runMode = runServe
-	}
-	if err := runMode(); err != nil {
-		fmt.Fprintf(os.Stderr, "agentbox-guest: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+func usage() {
+	runtime.UnlockOSThread()
+	fmt.Fprintln(os.Stderr, "agentbox-guest is started by the agentbox daemon as `agentbox-guest init` (or `serve`); it is not meant to be run by hand")
+	os.Exit(2)
 }
 
 // run is `agentbox-guest init`: PID 1 of a container-tier sandbox.
@@ -74,20 +80,20 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	stage, lxcfs := os.Getenv(api.BootStageEnv), os.Getenv(api.BootLxcfsEnv)
-	os.Unsetenv(api.BootStageEnv)
-	os.Unsetenv(api.BootLxcfsEnv)
+	stage, lxcfs := os.Getenv(proto.BootStageEnv), os.Getenv(proto.BootLxcfsEnv)
+	os.Unsetenv(proto.BootStageEnv)
+	os.Unsetenv(proto.BootLxcfsEnv)
 	if err := boot.Stage(stage, lxcfs); err != nil {
 		return err
 	}
-	if err := boot.Announce(api.BootChannelFD); err != nil {
+	if err := boot.Announce(proto.BootChannelFD); err != nil {
 		return err
 	}
-	r, err := boot.Receive(api.BootChannelFD)
+	r, err := boot.Receive(proto.BootChannelFD)
 	if err != nil {
 		return err
 	}
-	unix.Close(api.BootChannelFD)
+	unix.Close(proto.BootChannelFD)
 	// From here on our output is the sandbox's log.
 	for _, fd := range []int{1, 2} {
 		if err := unix.Dup3(r.Log, fd, 0); err != nil {
@@ -132,7 +138,7 @@ func run() error {
 
 // hardenInit gives every thread no_new_privs and, unless a driver test
 // turned it off, the seccomp filter the daemon assembled for it.
-func hardenInit(spec api.BootSpec) error {
+func hardenInit(spec proto.BootSpec) error {
 	if !spec.Seccomp {
 		return harden.NoNewPrivs()
 	}

@@ -38,9 +38,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,6 +53,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guestclient"
 )
 
 // Config is what Suite needs to know about the driver under test.
@@ -156,32 +155,8 @@ func (s *suite) create(t testing.TB, d driver.Driver) (*driver.Handle, *driver.S
 // Exec runs a shell script through the driver's channel and returns the
 // guest's result.
 func Exec(ctx context.Context, d driver.Driver, h *driver.Handle, script string) (*api.ExecResult, error) {
-	c := &http.Client{Transport: &http.Transport{
-		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialGuest(ctx, h) },
-		DisableKeepAlives: true,
-	}}
-	body, _ := json.Marshal(api.ExecRequest{Shell: script})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://guest/exec", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("exec: status %d: %s", resp.StatusCode, b)
-	}
-	var res api.ExecResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return nil, fmt.Errorf("exec: %v: %s", err, b)
-	}
-	return &res, nil
+	c := guestclient.Dial(func(ctx context.Context) (net.Conn, error) { return d.DialGuest(ctx, h) })
+	return c.Exec(ctx, &api.ExecRequest{Shell: script})
 }
 
 func mustExec(t testing.TB, d driver.Driver, h *driver.Handle, script string) string {

@@ -30,7 +30,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
 	"github.com/agentbox/agentbox/drivers/internal/lifecycle"
@@ -38,6 +37,7 @@ import (
 	"github.com/agentbox/agentbox/internal/cgroups"
 	"github.com/agentbox/agentbox/internal/guest/harden"
 	"github.com/agentbox/agentbox/internal/guest/launcher"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // Name is the tier's name in the API.
@@ -67,7 +67,7 @@ type Driver struct {
 	// spend ~0.6 ms of CPU on it).
 	seccompFilter []byte
 	// stage is the empty directory every init mounts its staged /proc,
-	// /dev and /sys over, in its own mount namespace (api.BootStageEnv).
+	// /dev and /sys over, in its own mount namespace (proto.BootStageEnv).
 	stage string
 	// initPrefix begins the names of this driver's waiting inits' cgroups
 	// ("init-<random>-"), so that Cleanup tells them from leftovers.
@@ -293,10 +293,10 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 		return nil, nil, err
 	}
 	defer logFile.Close()
-	files := []*os.File{lnFile, logFile} // api.BootFiles
+	files := []*os.File{lnFile, logFile} // proto.BootFiles
 	// The workload's and the agent's cgroup dirs, for per-exec child
 	// cgroups and the guest's thread moves.
-	var bootCgs []api.BootCgroup
+	var bootCgs []proto.BootCgroup
 	for _, c := range ctrls {
 		if _, ok := workPaths[c]; !ok {
 			continue
@@ -309,10 +309,10 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 			defer f.Close()
 			files = append(files, f)
 		}
-		bootCgs = append(bootCgs, api.BootCgroup{Controller: c,
+		bootCgs = append(bootCgs, proto.BootCgroup{Controller: c,
 			NoChild: c == "memory" || c == "cpu" || c == "cpuacct"})
 	}
-	boot := &api.BootSpec{
+	boot := &proto.BootSpec{
 		SandboxID: spec.ID,
 		Hostname:  spec.Hostname,
 		LowerDirs: spec.Layers,
@@ -367,7 +367,7 @@ func (d *Driver) waitReady(ctx context.Context, h *driver.Handle, exited <-chan 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- guestconn.Ping(ctx, h.Socket) }()
+	go func() { errc <- guestconn.Ready(ctx, h.Socket) }()
 	select {
 	case err := <-errc:
 		if err == nil {
@@ -473,7 +473,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	}
 	// A paused sandbox's agent is frozen too and cannot answer.
 	if !d.frozen(h.ID) {
-		if err := guestconn.Ping(ctx, h.Socket); err != nil {
+		if _, err := guestconn.Ping(ctx, h.Socket); err != nil {
 			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
 		}
 	}

@@ -16,9 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
 	"github.com/agentbox/agentbox/internal/cgroups"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // Pre-spawned inits. Everything a sandbox's init does before it reads its
@@ -26,8 +26,8 @@ import (
 // mount, uts, ipc and net namespaces with the uid map, the exec of the
 // guest binary and its runtime's start, the drop of its main thread's
 // capability bounding set, and the mounts of Stage. The driver keeps a few such
-// processes waiting on their boot channel (api.BootChannelFD), each counted
-// only once it has said it is ready there (api.BootReady), so that a
+// processes waiting on their boot channel (proto.BootChannelFD), each counted
+// only once it has said it is ready there (proto.BootReady), so that a
 // create only places one in its cgroups and sends it the spec; a create
 // that finds none starts one on the spot, the same way. A waiting init
 // belongs to no sandbox: it has no files of one, a cgroup of its own (v1)
@@ -44,7 +44,7 @@ type initProc struct {
 	exited   chan struct{}
 	// boot is our end of its boot channel; -1 once given or closed.
 	boot int
-	// ready: its api.BootReady byte was read (awaitReady).
+	// ready: its proto.BootReady byte was read (awaitReady).
 	ready bool
 	// out is its stdout and stderr until it gets its sandbox's log (a
 	// memfd): why it exited, if it did before that.
@@ -243,13 +243,13 @@ func (d *Driver) startInit() (_ *initProc, err error) {
 
 	cmd := exec.Command(d.guest, "init")
 	cmd.Args[0] = "agentbox-guest" // not the host path
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", api.BootStageEnv + "=" + d.stage}
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", proto.BootStageEnv + "=" + d.stage}
 	if d.opts.LxcfsDir != "" {
-		cmd.Env = append(cmd.Env, api.BootLxcfsEnv+"="+d.opts.LxcfsDir)
+		cmd.Env = append(cmd.Env, proto.BootLxcfsEnv+"="+d.opts.LxcfsDir)
 	}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.ExtraFiles = []*os.File{theirs} // fd 3: api.BootChannelFD
+	cmd.ExtraFiles = []*os.File{theirs} // fd 3: proto.BootChannelFD
 	base, count := d.opts.UIDBase, d.opts.UIDCount
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid: true,
@@ -295,7 +295,7 @@ func (d *Driver) startInit() (_ *initProc, err error) {
 // replaced by a fresh one. It returns the init that took the sandbox; on
 // error p (or its replacement) is discarded. replaced is called with a
 // replacement before it is placed.
-func (d *Driver) giveInit(p *initProc, placed bool, boot *api.BootSpec, files []*os.File, addProc func(int) error, replaced func(*initProc)) (*initProc, error) {
+func (d *Driver) giveInit(p *initProc, placed bool, boot *proto.BootSpec, files []*os.File, addProc func(int) error, replaced func(*initProc)) (*initProc, error) {
 	for attempt := 0; ; attempt++ {
 		var err error
 		if !placed {
@@ -326,14 +326,14 @@ func (d *Driver) giveInit(p *initProc, placed bool, boot *api.BootSpec, files []
 	}
 }
 
-// readyTimeout bounds the wait for an init's api.BootReady: a guest
+// readyTimeout bounds the wait for an init's proto.BootReady: a guest
 // runtime start and a few mounts, generous for a loaded host.
 const readyTimeout = time.Minute
 
 // errInitExited: an init closed its boot channel before it was ready.
 var errInitExited = errors.New("the sandbox init exited before it was ready")
 
-// awaitReady reads p's api.BootReady byte, waiting up to timeout.
+// awaitReady reads p's proto.BootReady byte, waiting up to timeout.
 func (p *initProc) awaitReady(timeout time.Duration) error {
 	if p.ready {
 		return nil
@@ -363,8 +363,8 @@ func (p *initProc) awaitReady(timeout time.Duration) error {
 		if m == 0 {
 			return errInitExited
 		}
-		if b[0] != api.BootReady {
-			return fmt.Errorf("the sandbox init sent %q on its boot channel, want %q", b[0], api.BootReady)
+		if b[0] != proto.BootReady {
+			return fmt.Errorf("the sandbox init sent %q on its boot channel, want %q", b[0], proto.BootReady)
 		}
 		p.ready = true
 		return nil
@@ -372,9 +372,9 @@ func (p *initProc) awaitReady(timeout time.Duration) error {
 }
 
 // give hands p its sandbox: spec, then the listener, the log and the
-// cgroup directories (api.BootChannelFD's message), and closes the
+// cgroup directories (proto.BootChannelFD's message), and closes the
 // channel.
-func (p *initProc) give(spec *api.BootSpec, files []*os.File) error {
+func (p *initProc) give(spec *proto.BootSpec, files []*os.File) error {
 	body, err := json.Marshal(spec)
 	if err != nil {
 		return err

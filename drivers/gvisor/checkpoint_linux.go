@@ -7,10 +7,10 @@ package gvisor
 //   - runsc cannot save a sandbox holding a host unix socket ("Cannot save
 //     endpoint with bound host socket"), and the guest channel is one
 //     (--host-uds=create). So Checkpoint first asks the agent to close it
-//     (POST api.GuestCheckpointPath on the channel), and checkpoints with
+//     (POST proto.Checkpoint.Path on the channel), and checkpoints with
 //     --save-restore-exec-argv "<agent> hook": runsc runs the hook inside
 //     the sandbox after a restore and after the saved sandbox resumes, and
-//     the hook makes the agent listen again (cmd/agentbox-guest/checkpoint.go).
+//     the hook makes the agent listen again (internal/guest/gvisorserve/checkpoint.go).
 //   - The hook can be configured once per gVisor kernel: a second
 //     checkpoint with the flag fails "save/restore binary is already set"
 //     (the setting is saved with the kernel, so a restored sandbox has it
@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,8 +40,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/internal/guestclient"
 )
 
 var _ driver.Checkpointer = (*Driver)(nil) // memory snapshots, pause to disk, fork with memory
@@ -169,23 +168,10 @@ func configureHook(ctx context.Context, h *driver.Handle, dir string) error {
 
 // closeChannel asks the agent to close its channel (it answers first).
 func closeChannel(ctx context.Context, h *driver.Handle) error {
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var dl net.Dialer
-			return dl.DialContext(ctx, "unix", h.Socket)
-		},
-		DisableKeepAlives: true,
-	}}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://guest"+api.GuestCheckpointPath, nil)
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("the agent answered %s (an agent older than checkpoint support?)", resp.Status)
+	if err := guestclient.Unix(h.Socket).Checkpoint(ctx); err != nil {
+		return fmt.Errorf("%w (an agent older than checkpoint support?)", err)
 	}
 	// The agent closes right after answering; wait until it has, so that
 	// runsc does not find the socket still bound.

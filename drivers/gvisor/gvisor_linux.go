@@ -285,9 +285,9 @@ func waitReady(ctx context.Context, h *driver.Handle, exited <-chan struct{}) er
 	defer cancel()
 	delay := 2 * time.Millisecond
 	for {
-		err := guestconn.Ping(ctx, h.Socket)
-		if err == nil {
-			return nil
+		err := guestconn.Ready(ctx, h.Socket)
+		if err == nil || errors.Is(err, errdefs.ErrFailedPrecondition) {
+			return err
 		}
 		select {
 		case <-exited:
@@ -384,7 +384,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	}
 	// A paused sandbox's agent cannot answer.
 	if status != "paused" {
-		if err := guestconn.Ping(ctx, h.Socket); err != nil {
+		if _, err := guestconn.Ping(ctx, h.Socket); err != nil {
 			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
 		}
 	}

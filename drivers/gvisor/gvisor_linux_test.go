@@ -5,9 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/driver/drivertest"
 	"github.com/agentbox/agentbox/internal/guest/harden"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // TestDriverRoundTrip creates a runsc sandbox on the busybox rootfs that
@@ -66,14 +63,11 @@ func TestDriverRoundTrip(t *testing.T) {
 	}
 	t.Logf("create %v, pid %d", time.Since(start), h.Pid)
 	defer d.Destroy(ctx, h)
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialGuest(ctx, h) }}}
-	body, _ := json.Marshal(map[string]any{"shell": "uname -a; id; echo hi > /root/f; ls -ln /; cat /proc/self/status | grep -i cap; grep cgroup /proc/mounts; ls -la /.agentbox; cat /.agentbox/cgroup/workload/pids.max; cat /proc/self/cgroup; ls /.agentbox/cgroup/workload; cat /.agentbox/cgroup/workload/*/pids.current /.agentbox/cgroup/workload/pids.current; cat /.agentbox/cgroup/workload/*/cgroup.procs"})
-	resp, err := c.Post("http://guest/exec", "application/json", bytes.NewReader(body))
+	res, err := drivertest.Exec(ctx, d, h, "uname -a; id; echo hi > /root/f; ls -ln /; cat /proc/self/status | grep -i cap; grep cgroup /proc/mounts; ls -la /.agentbox; cat /.agentbox/cgroup/workload/pids.max; cat /proc/self/cgroup; ls /.agentbox/cgroup/workload; cat /.agentbox/cgroup/workload/*/pids.current /.agentbox/cgroup/workload/pids.current; cat /.agentbox/cgroup/workload/*/cgroup.procs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	out := []byte(res.Stdout + res.Stderr)
 	t.Logf("exec: %s", out)
 	logb, _ := os.ReadFile(filepath.Join(spec.RunDir, "runsc.log"))
 	t.Logf("runsc.log: %s", logb)
@@ -136,9 +130,9 @@ func TestBundleCarriesSeccompFilter(t *testing.T) {
 	if err := json.Unmarshal(b, &oci); err != nil {
 		t.Fatal(err)
 	}
-	var boot api.BootSpec
+	var boot proto.BootSpec
 	for _, kv := range oci.Process.Env {
-		if v, ok := strings.CutPrefix(kv, specEnv+"="); ok {
+		if v, ok := strings.CutPrefix(kv, proto.ServeSpecEnv+"="); ok {
 			if err := json.Unmarshal([]byte(v), &boot); err != nil {
 				t.Fatal(err)
 			}

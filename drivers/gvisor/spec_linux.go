@@ -6,8 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // In-sandbox paths of what the driver bind-mounts.
@@ -15,8 +15,6 @@ const (
 	guestPath  = "/.agentbox/agentbox-guest" // the guest agent, read-only
 	sockDir    = "/.agentbox/sock"           // host dir <run>/sock, the channel
 	guestSock  = sockDir + "/guest.sock"
-	specEnv    = "AGENTBOX_BOOT_SPEC"  // read by `agentbox-guest serve`
-	sockEnv    = "AGENTBOX_GUEST_PATH" // ditto
 	defaultEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
@@ -101,7 +99,7 @@ var serveAllow = []string{"syslog"}
 // overlay and the guest agent as the sandbox's first process; filter is
 // the agent's seccomp filter (harden.EncodeFilter).
 func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, uidBase, uidCount int, filter []byte) error {
-	boot := api.BootSpec{
+	boot := proto.BootSpec{
 		SandboxID:     spec.ID,
 		Hostname:      spec.Hostname,
 		Env:           spec.Env,
@@ -122,8 +120,8 @@ func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, u
 		Version: "1.0.2",
 		Process: ociProcess{
 			Args: []string{guestPath, "serve"},
-			Env: []string{defaultEnv, specEnv + "=" + string(bootJSON), sockEnv + "=" + guestSock,
-				fmt.Sprintf("AGENTBOX_PIDS_MAX=%d", spec.Pids)},
+			Env: []string{defaultEnv, proto.ServeSpecEnv + "=" + string(bootJSON), proto.ServeSocketEnv + "=" + guestSock,
+				fmt.Sprintf("%s=%d", proto.ServePidsEnv, spec.Pids)},
 			Cwd: "/",
 			Capabilities: ociCaps{
 				Bounding: guestCaps, Effective: guestCaps, Permitted: guestCaps,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 	"github.com/agentbox/agentbox/internal/guest/users"
 )
 
@@ -379,7 +380,7 @@ func TestPing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var info api.GuestInfo
+	var info proto.Info
 	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
-// handleDial serves api.GuestDialPath: it connects to 127.0.0.1:{port}
+// handleDial serves proto.Dial.Path: it connects to 127.0.0.1:{port}
 // (then [::1]) in the sandbox's network namespace, answers 101 and relays
 // bytes both ways until either side closes. This is how the daemon's
 // preview proxy reaches a server that listens on loopback only.
@@ -22,8 +22,8 @@ func (s *Server) handleDial(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, errdefs.Invalid("port must be 1-65535, got %q", r.PathValue("port")))
 		return
 	}
-	if r.Header.Get("Upgrade") != api.GuestDialProtocol {
-		s.writeError(w, errdefs.Invalid("send Connection: Upgrade and Upgrade: %s", api.GuestDialProtocol))
+	if r.Header.Get("Upgrade") != proto.DialProtocol {
+		s.writeError(w, errdefs.Invalid("send Connection: Upgrade and Upgrade: %s", proto.DialProtocol))
 		return
 	}
 	var up net.Conn
@@ -45,7 +45,7 @@ func (s *Server) handleDial(w http.ResponseWriter, r *http.Request) {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Time{})
-	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.GuestDialProtocol + "\r\n\r\n")
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + proto.DialProtocol + "\r\n\r\n")
 	if err := brw.Flush(); err != nil {
 		return
 	}

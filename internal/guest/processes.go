@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // Background processes: started detached with POST /processes, they live
@@ -144,17 +145,17 @@ func (t *procTable) snapshot() []*bgProc {
 }
 
 func (s *Server) registerProcesses(mux *http.ServeMux) {
-	mux.HandleFunc("POST /processes", s.handleStartProcess)
-	mux.HandleFunc("GET /processes", s.handleListProcesses)
-	mux.HandleFunc("GET /processes/{ref}", s.withProc(func(w http.ResponseWriter, r *http.Request, b *bgProc) {
+	mux.HandleFunc(proto.ProcessStart.Pattern(), s.handleStartProcess)
+	mux.HandleFunc(proto.ProcessList.Pattern(), s.handleListProcesses)
+	mux.HandleFunc(proto.ProcessGet.Pattern(), s.withProc(func(w http.ResponseWriter, r *http.Request, b *bgProc) {
 		writeJSON(w, http.StatusOK, b.info())
 	}))
-	mux.HandleFunc("DELETE /processes/{ref}", s.withProc(s.handleKillProcess))
-	mux.HandleFunc("GET /processes/{ref}/output", s.withProc(s.handleProcessOutput))
-	mux.HandleFunc("GET /processes/{ref}/stream", s.withProc(s.handleProcessStream))
-	mux.HandleFunc("POST /processes/{ref}/wait", s.withProc(s.handleWaitProcess))
-	mux.HandleFunc("POST /processes/{ref}/stdin", s.withProc(s.handleProcessStdin))
-	mux.HandleFunc("POST /processes/{ref}/signal", s.withProc(s.handleSignalProcess))
+	mux.HandleFunc(proto.ProcessKill.Pattern(), s.withProc(s.handleKillProcess))
+	mux.HandleFunc(proto.ProcessOutput.Pattern(), s.withProc(s.handleProcessOutput))
+	mux.HandleFunc(proto.ProcessStream.Pattern(), s.withProc(s.handleProcessStream))
+	mux.HandleFunc(proto.ProcessWait.Pattern(), s.withProc(s.handleWaitProcess))
+	mux.HandleFunc(proto.ProcessStdin.Pattern(), s.withProc(s.handleProcessStdin))
+	mux.HandleFunc(proto.ProcessSignal.Pattern(), s.withProc(s.handleSignalProcess))
 }
 
 func (s *Server) withProc(h func(http.ResponseWriter, *http.Request, *bgProc)) http.HandlerFunc {

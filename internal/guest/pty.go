@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 	"github.com/agentbox/agentbox/internal/guest/users"
 )
 
@@ -140,8 +141,8 @@ func (t *ptyTable) lookup(ref string) (*ptySession, error) {
 }
 
 func (s *Server) registerPTY(mux *http.ServeMux) {
-	mux.HandleFunc("POST /pty", s.handleCreatePTY)
-	mux.HandleFunc("GET /pty", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(proto.PTYCreate.Pattern(), s.handleCreatePTY)
+	mux.HandleFunc(proto.PTYList.Pattern(), func(w http.ResponseWriter, r *http.Request) {
 		s.ptys.mu.Lock()
 		all := slices.Collect(maps.Values(s.ptys.m))
 		s.ptys.mu.Unlock()
@@ -152,8 +153,8 @@ func (s *Server) registerPTY(mux *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusOK, list)
 	})
-	mux.HandleFunc("GET /pty/{pid}/ws", s.withPTY(s.handlePTYSocket))
-	mux.HandleFunc("POST /pty/{pid}/resize", s.withPTY(func(w http.ResponseWriter, r *http.Request, ps *ptySession) {
+	mux.HandleFunc(proto.PTYSocket.Pattern(), s.withPTY(s.handlePTYSocket))
+	mux.HandleFunc(proto.PTYResize.Pattern(), s.withPTY(func(w http.ResponseWriter, r *http.Request, ps *ptySession) {
 		var sz api.PTYSize
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&sz); err != nil {
 			s.writeError(w, errdefs.Invalid("resize request is not valid JSON (%v); send {\"cols\": 80, \"rows\": 24}", err))
@@ -165,7 +166,7 @@ func (s *Server) registerPTY(mux *http.ServeMux) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	mux.HandleFunc("DELETE /pty/{pid}", s.withPTY(func(w http.ResponseWriter, r *http.Request, ps *ptySession) {
+	mux.HandleFunc(proto.PTYKill.Pattern(), s.withPTY(func(w http.ResponseWriter, r *http.Request, ps *ptySession) {
 		go ps.p.kill(s)
 		select {
 		case <-ps.done:

@@ -1,6 +1,6 @@
 // Package guest is the guest agent's process engine and HTTP server: the
 // part of PID 1 inside every sandbox that runs commands for the daemon.
-// It speaks the guest protocol of api/guest.go (HTTP/1.1 over the
+// It speaks the guest protocol of internal/guest/proto (HTTP/1.1 over the
 // sandbox's channel): /ping, buffered and streaming exec, and the /files
 // routes of package files.
 //
@@ -34,6 +34,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/code"
 	"github.com/agentbox/agentbox/internal/guest/files"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // Config is the guest's configuration, from the sandbox's template.
@@ -129,14 +130,14 @@ func NewServer(cfg Config) *Server {
 	}
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ping", s.handlePing)
-	mux.HandleFunc("POST /exec", s.handleExec)
-	mux.HandleFunc("POST /exec/stream", s.handleExecStream)
+	mux.HandleFunc(proto.Ping.Pattern(), s.handlePing)
+	mux.HandleFunc(proto.Exec.Pattern(), s.handleExec)
+	mux.HandleFunc(proto.ExecStream.Pattern(), s.handleExecStream)
 	s.registerProcesses(mux)
 	s.registerPTY(mux)
-	mux.HandleFunc("GET /files/watch", s.handleWatch)
-	mux.HandleFunc("GET "+api.GuestDialPath, s.handleDial)
-	mux.HandleFunc("PUT "+api.GuestEnvPath, s.handleSetEnv) // setenv.go
+	mux.HandleFunc(proto.FileWatch.Pattern(), s.handleWatch)
+	mux.HandleFunc(proto.Dial.Pattern(), s.handleDial)
+	mux.HandleFunc(proto.SetEnv.Pattern(), s.handleSetEnv) // setenv.go
 	files.Register(mux, files.Options{DefaultUser: cfg.User, Logger: s.log})
 	s.code = code.NewManager(code.Options{Spawner: kernelSpawner{s}, Logger: s.log})
 	s.code.Register(mux)
@@ -212,10 +213,11 @@ func (s *Server) untrack(p *proc) {
 }
 
 func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, api.GuestInfo{
-		Version: s.cfg.Version,
-		Pid:     os.Getpid(),
-		Uptime:  time.Since(s.started).Round(time.Millisecond).String(),
+	writeJSON(w, http.StatusOK, proto.Info{
+		Version:  s.cfg.Version,
+		Protocol: proto.Version,
+		Pid:      os.Getpid(),
+		Uptime:   time.Since(s.started).Round(time.Millisecond).String(),
 	})
 }
 

@@ -6,15 +6,15 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
-// handleSetEnv is PUT api.GuestEnvPath: the daemon replaces the default
+// handleSetEnv is PUT proto.SetEnv.Path: the daemon replaces the default
 // environment of later execs (a warm pool sandbox handed out with its
 // request's env). Execs already running keep theirs.
 func (s *Server) handleSetEnv(w http.ResponseWriter, r *http.Request) {
-	var body api.GuestEnv
+	var body proto.GuestEnv
 	if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&body); err != nil {
 		s.writeError(w, errdefs.Invalid("decoding the environment: %v", err))
 		return

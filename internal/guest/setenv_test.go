@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // PUT /env replaces the default environment of later execs; a malformed
@@ -15,8 +16,8 @@ import (
 func TestSetEnvRoute(t *testing.T) {
 	g := newTestGuest(t, Config{Env: []string{"A=boot", "PATH=/usr/bin:/bin"}})
 	put := func(env []string) int {
-		b, _ := json.Marshal(api.GuestEnv{Env: env})
-		req, _ := http.NewRequest("PUT", "http://guest"+api.GuestEnvPath, bytes.NewReader(b))
+		b, _ := json.Marshal(proto.GuestEnv{Env: env})
+		req, _ := http.NewRequest("PUT", "http://guest"+proto.SetEnv.Path, bytes.NewReader(b))
 		resp, err := g.client.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -1,20 +1,17 @@
 package sandbox
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guestclient"
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
@@ -107,24 +104,14 @@ func (b *BuildBox) connect(ctx context.Context, drv driver.Driver, h *driver.Han
 		return err
 	}
 	b.netOn = true
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/files?path=/etc/resolv.conf", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := b.e.guest.RoundTrip(req)
-	if err != nil {
-		return errdefs.Unavailable("build sandbox: guest agent: %v", err)
-	}
+	b.resolv, err = guestclient.New(b.e.guest).ReadFile(ctx, "/etc/resolv.conf", 1<<20)
 	switch {
-	case resp.StatusCode == http.StatusOK:
-		b.resolv, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	case err == nil:
 		b.hadResolv = true
-	case resp.StatusCode == http.StatusNotFound:
+	case errors.Is(err, errdefs.ErrNotFound):
+	case guestclient.Unreachable(err):
+		return buildErr(err)
 	default:
-		err = guestError(resp)
-	}
-	resp.Body.Close()
-	if err != nil {
 		return fmt.Errorf("reading the template's /etc/resolv.conf: %w", err)
 	}
 	return writeResolvConf(ctx, drv, h, sub)
@@ -137,26 +124,23 @@ func (b *BuildBox) restoreResolv(ctx context.Context) error {
 	if !b.netOn {
 		return nil
 	}
-	q := url.Values{"path": {"/etc/resolv.conf"}}
-	method, body := http.MethodDelete, io.Reader(nil)
+	c := guestclient.New(b.e.guest)
+	var err error
 	if b.hadResolv {
-		method, body = http.MethodPut, bytes.NewReader(b.resolv)
-		q.Set("mode", "0644")
-		q.Set("user", "root")
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://guest/files?"+q.Encode(), body)
-	if err != nil {
-		return err
-	}
-	resp, err := b.e.guest.RoundTrip(req)
-	if err != nil {
-		return errdefs.Unavailable("build sandbox: guest agent: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound && !b.hadResolv {
+		err = c.WriteFile(ctx, "/etc/resolv.conf", bytes.NewReader(b.resolv), guestclient.WriteOptions{Mode: "0644", User: "root"})
+	} else if err = c.DeleteFile(ctx, "/etc/resolv.conf"); errors.Is(err, errdefs.ErrNotFound) {
 		return nil
 	}
-	return guestError(resp)
+	return buildErr(err)
+}
+
+// buildErr says which sandbox a guest agent that could not be reached
+// belongs to.
+func buildErr(err error) error {
+	if guestclient.Unreachable(err) {
+		return fmt.Errorf("build sandbox: %w", err)
+	}
+	return err
 }
 
 // ID is the box's sandbox id (its writable layer's name in the pool).
@@ -186,111 +170,12 @@ func (b *BuildBox) Stop() error {
 // Run starts req in the box and streams its output to out (stream is
 // "stdout" or "stderr") until it exits; it returns the exit code.
 func (b *BuildBox) Run(ctx context.Context, req api.StartProcessRequest, out func(stream string, data []byte)) (int, error) {
-	return runProcess(ctx, b.e.guest, req, out)
+	return guestclient.New(b.e.guest).RunProcess(ctx, req, out)
 }
 
 // PutArchive extracts the tar stream r under dir in the box, owned by user.
 func (b *BuildBox) PutArchive(ctx context.Context, dir, user string, r io.Reader) error {
-	q := url.Values{"path": {dir}}
-	if user != "" {
-		q.Set("user", user)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://guest/files/archive?"+q.Encode(), r)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/x-tar")
-	resp, err := b.e.guest.RoundTrip(req)
-	if err != nil {
-		return errdefs.Unavailable("build sandbox: guest agent: %v", err)
-	}
-	defer resp.Body.Close()
-	return guestError(resp)
-}
-
-func guestError(resp *http.Response) error {
-	if resp.StatusCode < 300 {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
-	}
-	var body api.ErrorBody
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err == nil && body.Error.Message != "" {
-		return errdefs.FromCode(body.Error.Code, body.Error.Message)
-	}
-	return errdefs.Unavailable("guest agent answered %s", resp.Status)
-}
-
-// startProcess starts a background process through the guest's
-// processes API.
-func startProcess(ctx context.Context, rt http.RoundTripper, req api.StartProcessRequest) (*api.Process, error) {
-	b, _ := json.Marshal(req)
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://guest/processes", bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	resp, err := rt.RoundTrip(hr)
-	if err != nil {
-		return nil, errdefs.Unavailable("guest agent: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		return nil, guestError(resp)
-	}
-	var p api.Process
-	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
-		return nil, fmt.Errorf("reading the guest's answer: %w", err)
-	}
-	return &p, nil
-}
-
-// runProcess starts req and follows its output stream to the exit.
-func runProcess(ctx context.Context, rt http.RoundTripper, req api.StartProcessRequest, out func(stream string, data []byte)) (int, error) {
-	p, err := startProcess(ctx, rt, req)
-	if err != nil {
-		return -1, err
-	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/processes/"+strconv.Itoa(p.Pid)+"/stream", nil)
-	if err != nil {
-		return -1, err
-	}
-	resp, err := rt.RoundTrip(hr)
-	if err != nil {
-		return -1, errdefs.Unavailable("guest agent: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		return -1, guestError(resp)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		var ev api.ExecEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return -1, fmt.Errorf("reading the process's output stream: %w", err)
-		}
-		switch ev.Type {
-		case api.EventStdout, api.EventStderr:
-			if out != nil {
-				out(ev.Type, ev.Data)
-			}
-		case api.EventExit:
-			code := -1
-			if ev.ExitCode != nil {
-				code = *ev.ExitCode
-			}
-			return code, nil
-		case api.EventError:
-			if ev.Error != nil {
-				return -1, errdefs.FromCode(ev.Error.Code, ev.Error.Message)
-			}
-			return -1, fmt.Errorf("the process's stream failed")
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return -1, fmt.Errorf("reading the process's output stream: %w", err)
-	}
-	return -1, fmt.Errorf("the process's output stream ended before its exit")
+	return buildErr(guestclient.New(b.e.guest).PutArchive(ctx, dir, r, guestclient.WriteOptions{User: user}))
 }
 
 // GCLayers removes the build layers that no template version, sandbox or

@@ -5,18 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/guestclient"
 	"github.com/agentbox/agentbox/internal/network"
 )
 
@@ -93,7 +89,7 @@ func (s *Service) Preview(ctx context.Context, id string) (tenant string, n api.
 }
 
 // DialPort opens a TCP connection to 127.0.0.1:port inside a running
-// sandbox, through its guest agent (api.GuestDialPath). The caller has
+// sandbox, through its guest agent (proto.Dial). The caller has
 // already checked access.
 func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
 	if _, err := s.Guest(ctx, "", id); err != nil { // running, resumed if auto_resume
@@ -112,22 +108,13 @@ func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	} else {
 		c.SetDeadline(time.Now().Add(15 * time.Second))
 	}
-	path := strings.Replace(api.GuestDialPath, "{port}", strconv.Itoa(port), 1)
-	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: guest\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", path, api.GuestDialProtocol)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
+	br, err := guestclient.DialPortOn(c, port)
 	if err != nil {
 		c.Close()
-		return nil, errdefs.Unavailable("sandbox %s: guest agent: %v", id, err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		defer c.Close()
-		defer resp.Body.Close()
-		var body api.ErrorBody
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err == nil && body.Error.Message != "" {
-			return nil, errdefs.FromCode(body.Error.Code, body.Error.Message)
+		if guestclient.Unreachable(err) {
+			err = fmt.Errorf("sandbox %s: %w", id, err)
 		}
-		return nil, errdefs.Unavailable("sandbox %s: guest agent answered %s to a port dial", id, resp.Status)
+		return nil, err
 	}
 	c.SetDeadline(time.Time{})
 	return &activeConn{Conn: &bufferedConn{Conn: c, r: br}, a: &e.act}, nil

@@ -159,6 +159,7 @@ func (s *Service) adopt(ctx context.Context, rec *store.SandboxRecord, drv drive
 		return nil, err
 	}
 	e := s.entryOf(rec, drv, rec.Handle)
+	s.checkAdoptedGuest(ctx, e, rec.State == api.StatePaused) // guestversion.go
 	if rec.State == api.StatePaused {
 		e.paused.Store(true)
 		if canPause {

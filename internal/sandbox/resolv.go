@@ -3,13 +3,12 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/internal/guestclient"
 	"github.com/agentbox/agentbox/internal/network"
 )
 
@@ -20,25 +19,8 @@ import (
 func writeResolvConf(ctx context.Context, drv driver.Driver, h *driver.Handle, sub network.Subnet) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	tr := &http.Transport{
-		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return drv.DialGuest(ctx, h) },
-		DisableKeepAlives: true,
-	}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://guest/files?path=/etc/resolv.conf&mode=0644&user=root", strings.NewReader(resolvConf(sub)))
-	if err != nil {
-		return err
-	}
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("guest answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
-	}
-	return nil
+	c := guestclient.Dial(func(ctx context.Context) (net.Conn, error) { return drv.DialGuest(ctx, h) })
+	return c.WriteFile(ctx, "/etc/resolv.conf", strings.NewReader(resolvConf(sub)), guestclient.WriteOptions{Mode: "0644", User: "root"})
 }
 
 // resolvConf is the /etc/resolv.conf of a sandbox whose subnet is sub.

@@ -76,6 +76,9 @@ type entry struct {
 	// hp is the driver's handle; reset swaps it for a new one.
 	hp    atomic.Pointer[driver.Handle]
 	guest *http.Transport
+	// guestCheck: the protocol check of an adopted sandbox's agent
+	// (guestversion.go); nil for every sandbox this daemon booted.
+	guestCheck atomic.Pointer[guestCheck]
 	// paused is set while the sandbox is frozen; autoResume makes guest
 	// requests thaw it instead of failing.
 	paused     atomic.Bool
@@ -670,6 +673,9 @@ func (s *Service) Guest(ctx context.Context, tenant, id string) (http.RoundTripp
 		if _, err := s.Resume(ctx, tenant, id); err != nil {
 			return nil, fmt.Errorf("resuming sandbox %s (auto_resume): %w", id, err)
 		}
+	}
+	if err := s.guestRefused(ctx, e); err != nil {
+		return nil, err
 	}
 	return activeTransport{e}, nil
 }

@@ -2,14 +2,13 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guestclient"
 	"github.com/agentbox/agentbox/internal/storage"
 )
 
@@ -36,7 +35,7 @@ func (s *Service) startTemplate(ctx context.Context, e *entry, tpl *storage.Temp
 	t0 := time.Now()
 	started := false
 	if tpl.Start != "" {
-		if _, err := startProcess(ctx, e.guest, api.StartProcessRequest{Shell: tpl.Start, Tag: StartTag}); err != nil {
+		if _, err := guestclient.New(e.guest).StartProcess(ctx, api.StartProcessRequest{Shell: tpl.Start, Tag: StartTag}); err != nil {
 			return fmt.Errorf("template %s: starting its start command: %w", tpl.Name, err)
 		}
 		started = true
@@ -59,7 +58,7 @@ func (s *Service) startTemplate(ctx context.Context, e *entry, tpl *storage.Temp
 		}
 		last = detail
 		if started {
-			if p, out := processState(ctx, e.guest, StartTag); p != nil && p.State == api.ProcessExited {
+			if p, out := processState(ctx, guestclient.New(e.guest), StartTag); p != nil && p.State == api.ProcessExited {
 				code := -1
 				if p.ExitCode != nil {
 					code = *p.ExitCode
@@ -70,7 +69,7 @@ func (s *Service) startTemplate(ctx context.Context, e *entry, tpl *storage.Temp
 		if time.Now().After(deadline) {
 			msg := fmt.Sprintf("template %s: the sandbox was not ready within %v (%s; last: %s)", tpl.Name, timeout, what, last)
 			if started {
-				_, out := processState(ctx, e.guest, StartTag)
+				_, out := processState(ctx, guestclient.New(e.guest), StartTag)
 				msg += "; the start command's output:\n" + out
 			}
 			return errdefs.Unavailable("%s", msg)
@@ -88,7 +87,7 @@ func (s *Service) readyOnce(ctx context.Context, e *entry, r *api.ReadyCheck) (b
 	defer cancel()
 	if r.Cmd != "" {
 		var out strings.Builder
-		code, err := runProcess(cctx, e.guest, api.StartProcessRequest{Shell: r.Cmd, TimeoutMs: 5000}, func(_ string, b []byte) {
+		code, err := guestclient.New(e.guest).RunProcess(cctx, api.StartProcessRequest{Shell: r.Cmd, TimeoutMs: 5000}, func(_ string, b []byte) {
 			if out.Len() < 4096 {
 				out.Write(b)
 			}
@@ -108,33 +107,18 @@ func (s *Service) readyOnce(ctx context.Context, e *entry, r *api.ReadyCheck) (b
 
 // processState returns the guest's view of background process ref and
 // the tail of its output.
-func processState(ctx context.Context, rt http.RoundTripper, ref string) (*api.Process, string) {
-	get := func(path string, v any) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/processes/"+path, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := rt.RoundTrip(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode >= 300 {
-			return guestError(resp)
-		}
-		return json.NewDecoder(resp.Body).Decode(v)
-	}
-	var p api.Process
-	if err := get(ref, &p); err != nil {
+func processState(ctx context.Context, c *guestclient.Client, ref string) (*api.Process, string) {
+	p, err := c.Process(ctx, ref)
+	if err != nil {
 		return nil, ""
 	}
-	var o api.ProcessOutput
-	if err := get(ref+"/output", &o); err != nil {
-		return &p, ""
+	o, err := c.ProcessOutput(ctx, ref)
+	if err != nil {
+		return p, ""
 	}
 	out := string(o.Stdout) + string(o.Stderr)
 	if len(out) > 2048 {
 		out = "..." + out[len(out)-2048:]
 	}
-	return &p, out
+	return p, out
 }

@@ -1,13 +1,9 @@
 package sandbox
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/guestclient"
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
@@ -27,7 +24,7 @@ import (
 // of booting: the member's id becomes the sandbox's id (nobody has seen it
 // before, and its hostname is sbx-<id> already), the request's limits are
 // set on its cgroups when they differ, its env is given to its agent
-// (PUT api.GuestEnvPath), its egress rules are swapped in, and everything
+// (proto.SetEnv), its egress rules are swapped in, and everything
 // else a request sets (metadata, TTL, on_timeout, idle timeout,
 // auto_resume, preview access) is the daemon's record, written as for any
 // create.
@@ -583,38 +580,13 @@ func (w *warmPools) status() []api.PoolStatus {
 	return out
 }
 
-// setGuestEnv replaces the default env of m's guest agent (PUT
-// api.GuestEnvPath, internal/guest/setenv.go).
+// setGuestEnv replaces the default env of m's guest agent (proto.SetEnv,
+// internal/guest/setenv.go), written on a fresh connection.
 func (s *Service) setGuestEnv(ctx context.Context, m *member, env []string) error {
-	body, err := json.Marshal(api.GuestEnv{Env: env})
-	if err != nil {
-		return err
-	}
 	c, err := m.drv.DialGuest(ctx, m.h)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	} else {
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	}
-	req, err := http.NewRequestWithContext(ctx, "PUT", "http://guest"+api.GuestEnvPath, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Close = true
-	if err := req.Write(c); err != nil {
-		return err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("guest agent answered %s (an agent older than the env route?)", resp.Status)
-	}
-	return nil
+	return guestclient.SetEnvOn(ctx, c, env)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // forward sends an exec or file request to the sandbox's guest agent and
@@ -42,7 +43,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	// past the limit before the first byte, and this copy stops a guest
 	// that sends more anyway at the limit plus the tar framing's slack.
 	var cutAt int64
-	if r.Method == http.MethodGet && (path == "/files" || path == "/files/archive") {
+	if r.Method == http.MethodGet && (path == proto.FileGet.Path || path == proto.ArchiveGet.Path) {
 		limit, err := s.svc.DownloadLimit(r.Context(), tenant(r), id)
 		if err != nil {
 			writeError(w, err)

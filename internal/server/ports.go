@@ -21,7 +21,7 @@ import (
 //	/v1/sandboxes/<id>/ports/<port>/...       (on the API)
 //
 // It dials 127.0.0.1:<port> inside the sandbox through the guest agent
-// (api.GuestDialPath), so loopback-only servers are reachable and nothing
+// (proto.Dial.Path), so loopback-only servers are reachable and nothing
 // of the sandbox's own network is involved. Access is public or needs the
 // sandbox's preview token (header, query or cookie); an API key of the
 // sandbox's tenant works too. HTTP/1.1, streamed responses, SSE and

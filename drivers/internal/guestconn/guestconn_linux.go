@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -17,26 +16,27 @@ import (
 
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/guestclient"
 )
 
-// Ping sends one GET /ping to the guest listening on sock and reports
-// whether it answered 200. It opens a connection of its own.
-func Ping(ctx context.Context, sock string) error {
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var dl net.Dialer
-			return dl.DialContext(ctx, "unix", sock)
-		},
-		DisableKeepAlives: true,
-	}}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/ping", nil)
-	resp, err := c.Do(req)
+// Ping asks the guest listening on sock who it is (proto.Ping), on a
+// connection of its own. It accepts any protocol version: Adopt uses it to
+// tell a live agent, and the service decides what it serves.
+func Ping(ctx context.Context, sock string) (proto.Info, error) {
+	return guestclient.Unix(sock).Ping(ctx)
+}
+
+// Ready is Ping for an agent the driver just started or restored: one
+// whose protocol version this daemon does not serve (proto.Supported) is
+// an errdefs.Precondition error, which waiting longer cannot cure.
+func Ready(ctx context.Context, sock string) error {
+	info, err := Ping(ctx, sock)
 	if err != nil {
 		return err
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("ping: status %d", resp.StatusCode)
+	if err := proto.Supported(info); err != nil {
+		return errdefs.Precondition("the guest agent answered, but %v", err)
 	}
 	return nil
 }

@@ -18,12 +18,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // Prepared is what boot leaves for the guest server.
 type Prepared struct {
-	Spec api.BootSpec
+	Spec proto.BootSpec
 	// CgroupFDs are O_DIRECTORY fds of the sandbox's own cgroups (one per
 	// v1 controller, or the v2 directory), inherited from the daemon.
 	CgroupFDs []CgroupFD
@@ -38,9 +38,9 @@ type CgroupFD struct {
 }
 
 // Received is what the daemon sends on the boot channel when it gives
-// this process its sandbox (api.BootChannelFD).
+// this process its sandbox (proto.BootChannelFD).
 type Received struct {
-	Spec api.BootSpec
+	Spec proto.BootSpec
 	// Listener is the guest's listening socket, Log the sandbox's log
 	// file (to become stdout and stderr).
 	Listener, Log int
@@ -50,11 +50,11 @@ type Received struct {
 }
 
 // Announce tells the daemon on the boot channel fd that this init is
-// ready to wait for a sandbox (api.BootReady): its bounding set is empty
+// ready to wait for a sandbox (proto.BootReady): its bounding set is empty
 // and Stage is done.
 func Announce(fd int) error {
 	for {
-		_, err := unix.Write(fd, []byte{api.BootReady})
+		_, err := unix.Write(fd, []byte{proto.BootReady})
 		if err == unix.EINTR {
 			continue
 		}
@@ -77,7 +77,7 @@ func Receive(fd int) (*Received, error) {
 	buf := make([]byte, 64<<10)
 	// Room for the most files a spec names: listener, log and two per
 	// v1 hierarchy.
-	oob := make([]byte, unix.CmsgSpace(4*(api.BootFiles+2*8)))
+	oob := make([]byte, unix.CmsgSpace(4*(proto.BootFiles+2*8)))
 	n, oobn, _, _, err := recvmsgRetry(fd, buf, oob)
 	if err != nil {
 		return nil, fmt.Errorf("reading the boot channel: %w", err)
@@ -109,10 +109,10 @@ func Receive(fd int) (*Received, error) {
 	if err := json.Unmarshal(body, &r.Spec); err != nil {
 		return nil, fmt.Errorf("reading boot spec: %w", err)
 	}
-	if want := api.BootFiles + 2*len(r.Spec.Cgroups); len(files) != want {
+	if want := proto.BootFiles + 2*len(r.Spec.Cgroups); len(files) != want {
 		return nil, fmt.Errorf("boot channel: got %d files, the spec needs %d", len(files), want)
 	}
-	r.Listener, r.Log, r.cgroups = files[0], files[1], files[api.BootFiles:]
+	r.Listener, r.Log, r.cgroups = files[0], files[1], files[proto.BootFiles:]
 	return r, nil
 }
 
@@ -233,7 +233,7 @@ func unshareCgroupAllThreads() error {
 	return nil
 }
 
-func mountOverlay(spec api.BootSpec) error {
+func mountOverlay(spec proto.BootSpec) error {
 	if len(spec.LowerDirs) == 0 || spec.UpperDir == "" || spec.WorkDir == "" {
 		return errors.New("boot spec needs lower_dirs, upper_dir and work_dir")
 	}
@@ -306,7 +306,7 @@ var (
 // moves them into the root.
 func Stage(dir, lxcfs string) error {
 	if dir == "" {
-		return fmt.Errorf("%s not set: the daemon passes the stage directory", api.BootStageEnv)
+		return fmt.Errorf("%s not set: the daemon passes the stage directory", proto.BootStageEnv)
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
@@ -417,7 +417,7 @@ func stageSpecial(root, lxcfs string) error {
 
 // enterStage moves Stage's /proc, /dev and /sys (each with the mounts on
 // it) into the sandbox's root and mounts its /dev/shm, sized for it.
-func enterStage(stage string, spec api.BootSpec) error {
+func enterStage(stage string, spec proto.BootSpec) error {
 	root := spec.Rootfs
 	for _, d := range append(staged, "/tmp") {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil && !errors.Is(err, os.ErrExist) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // maxRunBody caps a run or create request (the cell's code is in it).
@@ -16,31 +17,31 @@ const maxRunBody = 16 << 20
 
 // Register adds the /code routes of the guest protocol to mux.
 func (m *Manager) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /code/contexts", m.handleCreate)
-	mux.HandleFunc("GET /code/contexts", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(proto.CodeContextCreate.Pattern(), m.handleCreate)
+	mux.HandleFunc(proto.CodeContextList.Pattern(), func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, api.CodeContextList{Contexts: m.List()})
 	})
-	mux.HandleFunc("GET /code/contexts/{ctx}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(proto.CodeContextGet.Pattern(), func(w http.ResponseWriter, r *http.Request) {
 		c, err := m.Get(r.PathValue("ctx"))
 		answer(w, http.StatusOK, c, err)
 	})
-	mux.HandleFunc("DELETE /code/contexts/{ctx}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(proto.CodeContextDelete.Pattern(), func(w http.ResponseWriter, r *http.Request) {
 		if err := m.Delete(r.PathValue("ctx")); err != nil {
 			writeError(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("POST /code/contexts/{ctx}/interrupt", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(proto.CodeContextInterrupt.Pattern(), func(w http.ResponseWriter, r *http.Request) {
 		c, err := m.Interrupt(r.Context(), r.PathValue("ctx"))
 		answer(w, http.StatusOK, c, err)
 	})
-	mux.HandleFunc("POST /code/contexts/{ctx}/restart", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(proto.CodeContextRestart.Pattern(), func(w http.ResponseWriter, r *http.Request) {
 		c, err := m.Restart(r.Context(), r.PathValue("ctx"))
 		answer(w, http.StatusOK, c, err)
 	})
-	mux.HandleFunc("POST /code/run", m.handleRun)
-	mux.HandleFunc("POST /code/run/stream", m.handleRunStream)
+	mux.HandleFunc(proto.CodeRun.Pattern(), m.handleRun)
+	mux.HandleFunc(proto.CodeRunStream.Pattern(), m.handleRunStream)
 }
 
 func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {

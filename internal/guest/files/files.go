@@ -20,6 +20,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 // Defaults for Options.
@@ -75,15 +77,15 @@ func Register(mux *http.ServeMux, opts Options) {
 		s.log.Error("files: opening root", "root", opts.Root, "err", s.rootErr)
 	}
 
-	mux.HandleFunc("GET /files", s.handle(s.getFile))
-	mux.HandleFunc("PUT /files", s.handle(s.putFile))
-	mux.HandleFunc("DELETE /files", s.handle(s.deleteFile))
-	mux.HandleFunc("GET /files/stat", s.handle(s.stat))
-	mux.HandleFunc("GET /files/list", s.handle(s.list))
-	mux.HandleFunc("POST /files/mkdir", s.handle(s.mkdir))
-	mux.HandleFunc("POST /files/rename", s.handle(s.rename))
-	mux.HandleFunc("GET /files/archive", s.handle(s.getArchive))
-	mux.HandleFunc("PUT /files/archive", s.handle(s.putArchive))
+	mux.HandleFunc(proto.FileGet.Pattern(), s.handle(s.getFile))
+	mux.HandleFunc(proto.FilePut.Pattern(), s.handle(s.putFile))
+	mux.HandleFunc(proto.FileDelete.Pattern(), s.handle(s.deleteFile))
+	mux.HandleFunc(proto.FileStat.Pattern(), s.handle(s.stat))
+	mux.HandleFunc(proto.FileList.Pattern(), s.handle(s.list))
+	mux.HandleFunc(proto.FileMkdir.Pattern(), s.handle(s.mkdir))
+	mux.HandleFunc(proto.FileRename.Pattern(), s.handle(s.rename))
+	mux.HandleFunc(proto.ArchiveGet.Pattern(), s.handle(s.getArchive))
+	mux.HandleFunc(proto.ArchivePut.Pattern(), s.handle(s.putArchive))
 }
 
 // handle adapts a handler that returns an error; the error is written as

@@ -74,7 +74,7 @@ func InstallEncoded(filter []byte, allow ...string) error {
 	return InstallFilter(prog)
 }
 
-// EncodeFilter is prog as bytes for api.BootSpec.SeccompFilter (struct
+// EncodeFilter is prog as bytes for proto.BootSpec.SeccompFilter (struct
 // sock_filter in host byte order); DecodeFilter reads it back.
 func EncodeFilter(prog []syscall.SockFilter) []byte {
 	b := make([]byte, 0, 8*len(prog))

@@ -467,3 +467,20 @@ func encode(cmd *exec.Cmd) (*request, []int, error) {
 	}
 	return req, fds, nil
 }
+
+// ServeInherited is `agentbox-guest launcher`: it serves the socket the
+// daemon passed as fd 3 until the daemon closes it. It runs on the host,
+// never in a sandbox.
+func ServeInherited() error {
+	f := os.NewFile(3, "launcher")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("launcher socket on fd 3: %w", err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("fd 3 is not a unix socket")
+	}
+	return Serve(uc)
+}

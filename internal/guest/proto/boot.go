@@ -1,35 +1,8 @@
-package api
+package proto
 
-// The guest protocol: HTTP/1.1 spoken by the daemon to the guest agent over
-// the sandbox's channel (a unix socket for the container tier). The daemon's
-// /v1/sandboxes/{id}/<path> routes for exec and files forward to the same
-// <path> on the guest, so both speak the same bodies:
-//
-//	GET    /ping                          -> GuestInfo
-//	POST   /exec          ExecRequest     -> ExecResult (buffered)
-//	POST   /exec/stream   NDJSON: ExecRequest, then StdinFrame lines
-//	                                      -> NDJSON ExecEvent lines
-//	GET    /files?path=P                  -> raw bytes of a regular file
-//	PUT    /files?path=P[&mode=0644][&user=U]  raw body -> FileInfo
-//	                                         (parents are created)
-//	DELETE /files?path=P[&recursive=true]
-//	GET    /files/stat?path=P             -> FileInfo
-//	GET    /files/list?path=P[&depth=1]   -> ListFilesResponse
-//	POST   /files/mkdir   MkdirRequest    -> FileInfo (mkdir -p)
-//	POST   /files/rename  RenameRequest
-//	GET    /files/archive?path=P          -> tar stream of P (file or dir)
-//	PUT    /files/archive?path=P[&user=U] tar body, extracted under P
-//
-// Errors are ErrorBody with the status errdefs gives for the code.
-// Every path is resolved by the guest inside the sandbox's own mount
-// namespace; magic links (/proc/*/fd, /proc/*/root, ...) are refused.
-
-// GuestInfo is the guest's answer to /ping.
-type GuestInfo struct {
-	Version string `json:"version"`
-	Pid     int    `json:"pid"`
-	Uptime  string `json:"uptime"`
-}
+// The boot protocol: how a driver hands the agent it starts its sandbox.
+// Private to the daemon and the agent of the same build (the agent is
+// started from the daemon's own guest binary), so it is not versioned.
 
 // The boot channel. The container driver starts `agentbox-guest init` with
 // fd 3 one end of a unix stream socket pair, possibly long before it knows
@@ -52,22 +25,40 @@ const (
 	BootReady     = byte('R')
 )
 
-// BootStageEnv names the environment variable that gives `agentbox-guest
-// init` an empty host directory, the same for every init, on which it
-// mounts, in its own mount namespace and before it has a sandbox, a tmpfs
-// holding the sandbox's /proc, /dev and /sys, to be moved into the root
-// once it has one.
-const BootStageEnv = "AGENTBOX_STAGE_DIR"
+// The environment of `agentbox-guest init` (container tier), set by the
+// driver and cleared by the agent before it serves.
+const (
+	// BootStageEnv gives the init an empty host directory, the same for
+	// every init, on which it mounts, in its own mount namespace and
+	// before it has a sandbox, a tmpfs holding the sandbox's /proc, /dev
+	// and /sys, to be moved into the root once it has one.
+	BootStageEnv = "AGENTBOX_STAGE_DIR"
+	// BootLxcfsEnv gives the init the mounted LXCFS whose proc files it
+	// binds over its sandbox's /proc (docs/sandbox-view.md); unset for
+	// none.
+	BootLxcfsEnv = "AGENTBOX_LXCFS_DIR"
+)
 
-// BootLxcfsEnv names the environment variable that gives a container-tier
-// init the mounted LXCFS whose proc files it binds over its sandbox's
-// /proc (docs/sandbox-view.md); unset for none.
-const BootLxcfsEnv = "AGENTBOX_LXCFS_DIR"
+// The environment of `agentbox-guest serve` (gvisor tier: runsc builds the
+// root), set by the driver in the OCI spec and cleared by the agent before
+// it serves. runsc gives the same environment to the checkpoint hook
+// (`agentbox-guest hook`) after a restore, which is how a restored
+// sandbox learns its identity.
+const (
+	// ServeSpecEnv holds the BootSpec as JSON.
+	ServeSpecEnv = "AGENTBOX_BOOT_SPEC"
+	// ServeSocketEnv is the unix socket path the agent listens on (in a
+	// host directory bind-mounted into the sandbox).
+	ServeSocketEnv = "AGENTBOX_GUEST_PATH"
+	// ServePidsEnv is the sandbox's pids limit.
+	ServePidsEnv = "AGENTBOX_PIDS_MAX"
+)
 
-// BootSpec is what the container driver hands the guest agent on the boot
-// channel when it gives an `agentbox-guest init` its sandbox: how to build
-// the sandbox's root before serving. Paths are host paths, seen before
-// pivot_root.
+// BootSpec is what a driver hands the guest agent when it gives it its
+// sandbox: on the boot channel for `init` (how to build the sandbox's
+// root before serving; paths are host paths, seen before pivot_root), in
+// ServeSpecEnv for `serve` (where only the identity, env, user, workdir and
+// seccomp filter are used).
 type BootSpec struct {
 	SandboxID string `json:"sandbox_id"`
 	Hostname  string `json:"hostname"`

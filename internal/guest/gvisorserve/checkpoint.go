@@ -1,4 +1,4 @@
-package main
+package gvisorserve
 
 // Checkpoint support of `serve` (the gvisor tier).
 //
@@ -6,7 +6,7 @@ package main
 // channel, which the agent listens on through --host-uds=create, makes
 // `runsc checkpoint` fail with "Cannot save endpoint with bound host
 // socket". So before a checkpoint the driver sends POST /checkpoint on the
-// channel (api.GuestCheckpointPath): the agent answers, then closes the
+// channel (proto.Checkpoint.Path): the agent answers, then closes the
 // channel's listener and every connection on it (open exec streams end;
 // the processes go on). To open it again, the driver checkpoints with
 // --save-restore-exec-argv "/.agentbox/agentbox-guest hook": runsc keeps
@@ -45,8 +45,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
 const (
@@ -62,8 +62,8 @@ const (
 type ctlRequest struct {
 	Mode string `json:"mode"`
 	// Boot and Pids: the restored sandbox's identity (restore only).
-	Boot *api.BootSpec `json:"boot,omitempty"`
-	Pids int64         `json:"pids,omitempty"`
+	Boot *proto.BootSpec `json:"boot,omitempty"`
+	Pids int64           `json:"pids,omitempty"`
 }
 
 // channel is the guest channel: a listener on a host socket path that a
@@ -90,7 +90,7 @@ func (c *channel) listenLocked() error {
 	tl := &trackedListener{Listener: ln, c: c}
 	c.ln = tl
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+api.GuestCheckpointPath, c.handleCheckpoint)
+	mux.HandleFunc(proto.Checkpoint.Pattern(), c.handleCheckpoint)
 	mux.Handle("/", c.srv.Handler())
 	var protos http.Protocols
 	protos.SetHTTP1(true)
@@ -279,20 +279,20 @@ func (c *channel) assume(req *ctlRequest) {
 // RLIMIT_NPROC count.
 const nprocReserve = 64
 
-// runHook is `agentbox-guest hook`, run by runsc inside the sandbox around
+// Hook is `agentbox-guest hook`, run by runsc inside the sandbox around
 // a checkpoint; it relays the mode (and, on restore, the restore spec's
 // identity, from its environment) to the agent.
-func runHook() error {
+func Hook() error {
 	req := ctlRequest{Mode: os.Getenv(hookModeEnv)}
 	if req.Mode == "" {
 		return fmt.Errorf("%s not set: `agentbox-guest hook` is run by runsc around a checkpoint", hookModeEnv)
 	}
 	if req.Mode == "restore" {
-		var spec api.BootSpec
-		if err := json.Unmarshal([]byte(os.Getenv(serveSpecEnv)), &spec); err == nil {
+		var spec proto.BootSpec
+		if err := json.Unmarshal([]byte(os.Getenv(proto.ServeSpecEnv)), &spec); err == nil {
 			req.Boot = &spec
 		}
-		req.Pids, _ = strconv.ParseInt(os.Getenv(servePidsEnv), 10, 64)
+		req.Pids, _ = strconv.ParseInt(os.Getenv(proto.ServePidsEnv), 10, 64)
 	}
 	conn, err := net.DialTimeout("unix", ctlAddr, 10*time.Second)
 	if err != nil {
@@ -316,7 +316,7 @@ func runHook() error {
 
 // fromHook checks that the peer of conn is runsc's hook: it runs with every
 // capability in its bounding set, while every process of the sandbox
-// starts with an empty one (serve_harden.go) and can never raise it, so a
+// starts with an empty one (harden.go) and can never raise it, so a
 // peer whose bounding set holds CAP_SYS_ADMIN is the hook.
 func fromHook(conn net.Conn) error {
 	uc, ok := conn.(*net.UnixConn)

@@ -1,4 +1,4 @@
-package main
+package gvisorserve
 
 import (
 	"fmt"
@@ -10,9 +10,6 @@ import (
 
 	"github.com/agentbox/agentbox/internal/guest"
 )
-
-// servePidsEnv is the sandbox's pids limit (set by the driver).
-const servePidsEnv = "AGENTBOX_PIDS_MAX"
 
 // sandboxCgroups mounts two v1 hierarchies of the runtime kernel's own
 // cgroupfs (gVisor implements one) under dir, each with a "workload"
@@ -30,7 +27,7 @@ const servePidsEnv = "AGENTBOX_PIDS_MAX"
 //
 // The agent needs CAP_SYS_ADMIN (gVisor's, not the host's) for the mounts;
 // no exec has it: every process starts from a thread whose bounding set
-// is empty (runServe, guest's reaper).
+// is empty (Serve, guest's reaper).
 func sandboxCgroups(dir string, pidsMax int64) ([]guest.CgroupDir, error) {
 	var out []guest.CgroupDir
 	for _, ctrl := range []string{"pids", "cpuacct"} {

@@ -1,11 +1,14 @@
-package main
-
-// `agentbox-guest serve`: the guest agent of tiers whose runtime builds the
-// sandbox's root itself (gvisor: runsc mounts the root, /proc, /dev and
-// applies its own hardening). It skips boot.Prepare and harden, reads the
-// boot spec from the environment and listens on a unix socket path the
-// driver chose (a host directory bind-mounted into the sandbox), then
-// serves the same guest.Server as `init`.
+// Package gvisorserve is `agentbox-guest serve` and `agentbox-guest hook`:
+// the guest agent of tiers whose runtime builds the sandbox's root itself
+// (gvisor: runsc mounts the root, /proc, /dev and applies its own
+// hardening). It skips boot.Prepare, reads the boot spec from the
+// environment (proto.ServeSpecEnv) and listens on a unix socket path the
+// driver chose (a host directory bind-mounted into the sandbox), mounts
+// the sandbox's cgroups in the runtime's own cgroupfs (cgroup.go),
+// hardens itself (harden.go), then serves the same guest.Server as `init`
+// on a channel that a checkpoint closes and a restore opens again
+// (checkpoint.go).
+package gvisorserve
 
 import (
 	"encoding/json"
@@ -18,19 +21,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/guest/harden"
+	"github.com/agentbox/agentbox/internal/guest/proto"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
-// Environment of `serve` (set by the driver, cleared before serving).
-const (
-	serveSpecEnv   = "AGENTBOX_BOOT_SPEC"  // the api.BootSpec as JSON
-	serveSocketEnv = "AGENTBOX_GUEST_PATH" // where to listen
-)
-
-func runServe() error {
+// Serve is `agentbox-guest serve`: it serves the guest protocol until the
+// channel fails. Call it on the main thread, locked to it (the thread
+// whose capability sets /proc/PID/status shows); it unlocks it.
+func Serve() error {
 	// The bounding set, as in `init`: the main thread's here, every other
 	// thread's before it forks a sandbox process (guest's reaper), which
 	// is all that reaches a child. Per thread, because inside gVisor the
@@ -43,22 +43,22 @@ func runServe() error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	var spec api.BootSpec
-	if err := json.Unmarshal([]byte(os.Getenv(serveSpecEnv)), &spec); err != nil {
-		return fmt.Errorf("%s: %v (the driver passes the boot spec)", serveSpecEnv, err)
+	var spec proto.BootSpec
+	if err := json.Unmarshal([]byte(os.Getenv(proto.ServeSpecEnv)), &spec); err != nil {
+		return fmt.Errorf("%s: %v (the driver passes the boot spec)", proto.ServeSpecEnv, err)
 	}
-	sock := os.Getenv(serveSocketEnv)
+	sock := os.Getenv(proto.ServeSocketEnv)
 	if sock == "" {
-		return fmt.Errorf("%s not set: the driver passes the socket path", serveSocketEnv)
+		return fmt.Errorf("%s not set: the driver passes the socket path", proto.ServeSocketEnv)
 	}
-	os.Unsetenv(serveSpecEnv)
-	os.Unsetenv(serveSocketEnv)
+	os.Unsetenv(proto.ServeSpecEnv)
+	os.Unsetenv(proto.ServeSocketEnv)
 	// Only the sandbox's root may reach the agent's socket.
 	if err := os.Chmod(filepath.Dir(sock), 0o700); err != nil {
 		log.Warn("restricting the socket directory", "err", err)
 	}
-	pidsMax, _ := strconv.ParseInt(os.Getenv(servePidsEnv), 10, 64)
-	os.Unsetenv(servePidsEnv)
+	pidsMax, _ := strconv.ParseInt(os.Getenv(proto.ServePidsEnv), 10, 64)
+	os.Unsetenv(proto.ServePidsEnv)
 	cgs, err := sandboxCgroups("/.agentbox/cgroup", pidsMax)
 	if err != nil {
 		// Without them a timeout kills only the exec's process group, and

@@ -1,4 +1,4 @@
-package main
+package gvisorserve
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ const channelUID = 65535
 //     mounted, so the agent (which keeps CAP_DAC_OVERRIDE) can listen
 //     there again after a checkpoint;
 //   - an empty capability bounding set, inheritable and ambient set on
-//     the main thread (runServe) and on every thread before it forks a
+//     the main thread (Serve) and on every thread before it forks a
 //     sandbox process (guest's reaper, harden.DropBoundingSetOnThread):
 //     execs start without capabilities, even as root (no CAP_MKNOD,
 //     CAP_SYS_CHROOT, CAP_SETUID, CAP_SYS_ADMIN, ...);
@@ -34,7 +34,7 @@ const channelUID = 65535
 //     with EPERM inside gVisor's kernel as they do on the host's; only
 //     syslog(2) is allowed, which gVisor answers with its own made-up
 //     log. filter is that program as the driver assembled it
-//     (api.BootSpec.SeccompFilter); empty, the agent assembles it.
+//     (proto.BootSpec.SeccompFilter); empty, the agent assembles it.
 //
 // Call it after every mount the agent makes.
 func hardenServe(sockDir string, filter []byte) error {
