@@ -35,8 +35,17 @@ targets="
 ./internal/guest/files FuzzGuestFiles 500x
 ./internal/build FuzzParseBuildSpec 2000x
 ./internal/storage FuzzApplyLayer 30x
+./internal/e2b FuzzReadStreamRequest 10000x
 "
 failed=0
+# Every fuzz target of the repository is in the table: a new one without a
+# line would never run.
+while read -r pkg fn; do
+	grep -q "^$pkg $fn " <<<"$targets" || { echo "fuzz: $pkg $fn is not in scripts/fuzz.sh's table; add a line for it" >&2; failed=1; }
+done < <(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v node_modules | while read -r f; do
+	grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed "s|^func |$(dirname "$f") |"
+done)
+[ $failed = 0 ] || exit 1
 while read -r pkg fn ci; do
 	[ -n "$pkg" ] || continue
 	budget=$FUZZTIME
