@@ -26,6 +26,13 @@
 //     read or change the map, never across I/O.
 //   - warmPools.mu guards the warm pools' ready lists, claimed members,
 //     counters and closed flag (warmpool.go); warmPools.busy is an atomic.
+//   - checkpoints (memsnap.go) has no lock: its state is its directory
+//     tree, and what it asks of the service (checkpointHost: is a sandbox
+//     paused to disk, a snapshot's record) takes Service.mu or the store
+//     only, never entry.op, so it may be called with entry.op held (a
+//     snapshot with memory is). It does not change entries or records:
+//     pause to disk, resume from disk and re-adoption do that, as entry
+//     operations under entry.op.
 //
 // # Lock order
 //

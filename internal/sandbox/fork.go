@@ -139,7 +139,7 @@ func (s *Service) fork(ctx context.Context, tenant, id string, count int, memory
 			defer func() { <-sem }()
 			bootDrv := drv
 			if memory {
-				bootDrv = restoring{drv, s.snapshotMemoryDir(snap.ID)}
+				bootDrv = restoring{drv, s.ckpt.snapshotDir(snap.ID)}
 			}
 			entries[i], boots[i], errs[i] = s.start(ctx, r, tpl, bootDrv, false)
 			if entries[i] != nil {

@@ -513,7 +513,7 @@ func TestLifecyclePauseToDisk(t *testing.T) {
 	if err != nil || got.State != api.StateRunning {
 		t.Fatalf("resume from disk = %+v, %v", got, err)
 	}
-	dir := s.diskCheckpointDir(sb.ID)
+	dir := s.ckpt.diskDir(sb.ID)
 	if from := h.drv.restoredFrom(sb.ID); from != dir {
 		t.Errorf("resumed from %q, want its checkpoint %s", from, dir)
 	}
@@ -555,7 +555,7 @@ func TestLifecycleForkWithMemory(t *testing.T) {
 		if k.State != api.StateRunning || k.Isolation != "fakemem" {
 			t.Errorf("child %+v: want running on fakemem", k)
 		}
-		if from := h.drv.restoredFrom(k.ID); from != s.snapshotMemoryDir(k.Snapshot) {
+		if from := h.drv.restoredFrom(k.ID); from != s.ckpt.snapshotDir(k.Snapshot) {
 			t.Errorf("child %s restored from %q, want the fork's checkpoint", k.ID, from)
 		}
 	}
@@ -568,7 +568,7 @@ func TestLifecycleForkWithMemory(t *testing.T) {
 		t.Fatalf("snapshot with memory = %+v, %v", snap, err)
 	}
 	sb := create(t, s, &api.CreateSandboxRequest{Snapshot: "mem"})
-	if sb.Isolation != "fakemem" || h.drv.restoredFrom(sb.ID) != s.snapshotMemoryDir(snap.ID) {
+	if sb.Isolation != "fakemem" || h.drv.restoredFrom(sb.ID) != s.ckpt.snapshotDir(snap.ID) {
 		t.Errorf("created from a snapshot with memory: %s, restored from %q", sb.Isolation, h.drv.restoredFrom(sb.ID))
 	}
 	for _, id := range append([]string{parent.ID, sb.ID}, kids[0].ID, kids[1].ID) {

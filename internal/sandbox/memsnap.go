@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -36,12 +37,46 @@ import (
 
 const completeMarker = "complete"
 
-func (s *Service) diskCheckpointDir(id string) string {
-	return filepath.Join(s.cfg.DataDir, "checkpoints", id)
+// checkpoints is where the service keeps memory snapshots on disk
+// (<data_dir>/checkpoints): a collaborator of the service that owns the
+// directory layout, what makes a checkpoint whole, taking a snapshot's
+// memory, and the sweep of leftovers. It reaches the service only
+// through host (checkpointHost) and holds no lock of its own. The
+// lifecycle operations that change a live sandbox around a checkpoint
+// (pause to disk, resume from disk, re-adoption) stay the service's:
+// they are entry operations under entry.op, like Pause and Resume.
+type checkpoints struct {
+	root string // <data_dir>/checkpoints
+	host checkpointHost
+	log  *slog.Logger
 }
 
-func (s *Service) snapshotMemoryDir(snapID string) string {
-	return filepath.Join(s.cfg.DataDir, "checkpoints", "snapshots", snapID)
+// checkpointHost is what the checkpoints need of the service: whether a
+// sandbox is paused to disk, and a snapshot's record. *Service is the one
+// the daemon uses. Neither may take entry.op (the checkpoints are called
+// with it held).
+type checkpointHost interface {
+	// pausedToDisk reports whether sandbox id is live and paused to disk.
+	pausedToDisk(id string) bool
+	// snapshotRecord is snapshot id's record, whoever owns it.
+	snapshotRecord(ctx context.Context, id string) (*store.SnapshotRecord, error)
+}
+
+var _ checkpointHost = (*Service)(nil)
+
+// diskDir is where sandbox id's checkpoint lies while it is paused to disk.
+func (c *checkpoints) diskDir(id string) string {
+	return filepath.Join(c.root, id)
+}
+
+// snapshotDir is where snapshot snapID's memory lies, if it has any.
+func (c *checkpoints) snapshotDir(snapID string) string {
+	return filepath.Join(c.root, "snapshots", snapID)
+}
+
+// hasMemory reports whether snapshot snapID has a whole memory checkpoint.
+func (c *checkpoints) hasMemory(snapID string) bool {
+	return isComplete(c.snapshotDir(snapID))
 }
 
 func isComplete(dir string) bool {
@@ -128,7 +163,7 @@ func (s *Service) pauseToDiskLocked(ctx context.Context, e *entry, cp driver.Che
 		}
 		e.paused.Store(false)
 	}
-	dir := s.diskCheckpointDir(e.id)
+	dir := s.ckpt.diskDir(e.id)
 	if err := newCheckpointDir(dir); err != nil {
 		return fmt.Errorf("checkpoint directory: %w", err)
 	}
@@ -184,7 +219,7 @@ func (s *Service) resumeFromDisk(ctx context.Context, e *entry) (*api.Sandbox, e
 	if err != nil {
 		return nil, fmt.Errorf("template of sandbox %s: %w", e.id, err)
 	}
-	dir := s.diskCheckpointDir(e.id)
+	dir := s.ckpt.diskDir(e.id)
 	t0 := time.Now()
 	b, err := s.boot(ctx, rec, tpl, restoring{e.drv, dir}, true)
 	if err != nil {
@@ -222,7 +257,7 @@ func (s *Service) resumeFromDisk(ctx context.Context, e *entry) (*api.Sandbox, e
 // (a crash between the checkpoint and the record's update). Any other is
 // left to the usual recovery.
 func (s *Service) adoptOnDisk(ctx context.Context, rec *store.SandboxRecord, drv driver.Driver) bool {
-	if drv == nil || !isComplete(s.diskCheckpointDir(rec.ID)) {
+	if drv == nil || !isComplete(s.ckpt.diskDir(rec.ID)) {
 		return false
 	}
 	switch rec.State {
@@ -259,10 +294,7 @@ func (s *Service) adoptOnDisk(ctx context.Context, rec *store.SandboxRecord, drv
 // withDisk marks sb paused to disk when it is.
 func (s *Service) withDisk(sb *api.Sandbox) *api.Sandbox {
 	if sb.State == api.StatePaused {
-		s.mu.Lock()
-		e := s.live[sb.ID]
-		s.mu.Unlock()
-		sb.PausedToDisk = e != nil && e.onDisk.Load()
+		sb.PausedToDisk = s.pausedToDisk(sb.ID)
 	}
 	return sb
 }
@@ -303,39 +335,33 @@ func (s *Service) SnapshotWithMemory(ctx context.Context, tenant, id, name strin
 	return &out, nil
 }
 
-// captureMemory checkpoints e (left running) into the snapshot's memory
-// directory, capturing its layer with capture while it is frozen for the
-// checkpoint; e.op is held.
-func (s *Service) captureMemory(ctx context.Context, e *entry, snapID string, capture func() error) error {
-	cp, err := checkpointer(e.drv, "snapshot with memory")
-	if err != nil {
-		return err
-	}
-	if e.paused.Load() {
-		return errdefs.Precondition("sandbox %s is paused: resume it before a snapshot with memory", e.id)
-	}
-	dir := s.snapshotMemoryDir(snapID)
+// capture checkpoints sandbox id's init h (left running) into snapshot
+// snapID's memory directory, calling frozen while it is frozen for the
+// checkpoint and then done (checkpoint taken or not). On error nothing of
+// the checkpoint is left.
+func (c *checkpoints) capture(ctx context.Context, cp driver.Checkpointer, id string, h *driver.Handle, snapID string, frozen func() error, done func()) error {
+	dir := c.snapshotDir(snapID)
 	if err := newCheckpointDir(dir); err != nil {
 		return fmt.Errorf("checkpoint directory: %w", err)
 	}
 	t0 := time.Now()
-	err = cp.Checkpoint(ctx, e.handle(), dir, driver.CheckpointOptions{LeaveRunning: true, Frozen: capture})
-	e.guest.CloseIdleConnections()
+	err := cp.Checkpoint(ctx, h, dir, driver.CheckpointOptions{LeaveRunning: true, Frozen: frozen})
+	done()
 	if err == nil {
 		err = markComplete(dir)
 	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return fmt.Errorf("checkpointing sandbox %s: %w", e.id, err)
+		return fmt.Errorf("checkpointing sandbox %s: %w", id, err)
 	}
-	s.log.Info("snapshot with memory", "sandbox", e.id, "snapshot", snapID, "checkpoint", time.Since(t0), "bytes", dirSize(dir))
+	c.log.Info("snapshot with memory", "sandbox", id, "snapshot", snapID, "checkpoint", time.Since(t0), "bytes", dirSize(dir))
 	return nil
 }
 
 // memoryOf returns the checkpoint of snapshot snapID when it has one and
 // drv can restore it, else "".
-func (s *Service) memoryOf(snapID string, drv driver.Driver) string {
-	dir := s.snapshotMemoryDir(snapID)
+func (c *checkpoints) memoryOf(snapID string, drv driver.Driver) string {
+	dir := c.snapshotDir(snapID)
 	if !isComplete(dir) {
 		return ""
 	}
@@ -348,7 +374,7 @@ func (s *Service) memoryOf(snapID string, drv driver.Driver) string {
 // snapshotOut is the API view of a snapshot record.
 func (s *Service) snapshotOut(r *store.SnapshotRecord) api.Snapshot {
 	out := snapshotAPI(r)
-	out.Memory = isComplete(s.snapshotMemoryDir(r.ID))
+	out.Memory = s.ckpt.hasMemory(r.ID)
 	return out
 }
 
@@ -365,11 +391,10 @@ func (s *Service) ForkWithMemory(ctx context.Context, tenant, id string, count i
 	return s.fork(ctx, tenant, id, count, true)
 }
 
-// sweepCheckpoints removes checkpoint directories that belong to no
-// sandbox paused to disk and no snapshot, and incomplete ones.
-func (s *Service) sweepCheckpoints(ctx context.Context) {
-	root := filepath.Join(s.cfg.DataDir, "checkpoints")
-	ents, err := os.ReadDir(root)
+// sweep removes checkpoint directories that belong to no sandbox
+// paused to disk and no snapshot, and incomplete ones.
+func (c *checkpoints) sweep(ctx context.Context) {
+	ents, err := os.ReadDir(c.root)
 	if err != nil {
 		return
 	}
@@ -377,30 +402,40 @@ func (s *Service) sweepCheckpoints(ctx context.Context) {
 		if de.Name() == "snapshots" {
 			continue
 		}
-		dir := filepath.Join(root, de.Name())
-		s.mu.Lock()
-		e := s.live[de.Name()]
-		s.mu.Unlock()
-		if e != nil && e.onDisk.Load() && isComplete(dir) {
+		dir := c.diskDir(de.Name())
+		if c.host.pausedToDisk(de.Name()) && isComplete(dir) {
 			continue
 		}
 		_ = os.RemoveAll(dir)
-		s.log.Info("cleaned up leftover", "what", "checkpoint "+de.Name())
+		c.log.Info("cleaned up leftover", "what", "checkpoint "+de.Name())
 	}
-	snaps, err := os.ReadDir(filepath.Join(root, "snapshots"))
+	snaps, err := os.ReadDir(filepath.Join(c.root, "snapshots"))
 	if err != nil {
 		return
 	}
 	for _, de := range snaps {
-		dir := filepath.Join(root, "snapshots", de.Name())
-		if rec, err := s.st.GetSnapshot(ctx, "", de.Name()); err == nil && rec.State == store.SnapshotReady && isComplete(dir) {
+		dir := c.snapshotDir(de.Name())
+		if rec, err := c.host.snapshotRecord(ctx, de.Name()); err == nil && rec.State == store.SnapshotReady && isComplete(dir) {
 			continue
 		} else if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			continue
 		}
 		_ = os.RemoveAll(dir)
-		s.log.Info("cleaned up leftover", "what", "snapshot checkpoint "+de.Name())
+		c.log.Info("cleaned up leftover", "what", "snapshot checkpoint "+de.Name())
 	}
+}
+
+// pausedToDisk implements checkpointHost.
+func (s *Service) pausedToDisk(id string) bool {
+	s.mu.Lock()
+	e := s.live[id]
+	s.mu.Unlock()
+	return e != nil && e.onDisk.Load()
+}
+
+// snapshotRecord implements checkpointHost.
+func (s *Service) snapshotRecord(ctx context.Context, id string) (*store.SnapshotRecord, error) {
+	return s.st.GetSnapshot(ctx, "", id)
 }
 
 func dirSize(dir string) int64 {

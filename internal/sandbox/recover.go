@@ -135,7 +135,7 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 	}
 	s.sweepSnapshots(ctx)
-	s.sweepCheckpoints(ctx)
+	s.ckpt.sweep(ctx)
 	s.wg.Add(1)
 	go s.reaper()
 	s.warm.start(s.cfg.WarmPools()) // warmpool.go

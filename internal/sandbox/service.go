@@ -59,6 +59,8 @@ type Service struct {
 
 	// warm are the warm pools (warmpool.go).
 	warm warmPools
+	// ckpt are the memory checkpoints on disk (memsnap.go).
+	ckpt checkpoints
 
 	// events receives the lifecycle events (events.go); nil: none.
 	events *events.Hub
@@ -124,6 +126,10 @@ func New(o Options) *Service {
 		live:    map[string]*entry{},
 	}
 	s.warm.host, s.warm.log, s.warm.stop, s.warm.wg = s, s.log, s.stop, &s.wg
+	s.ckpt.host, s.ckpt.log = s, s.log
+	if o.Config != nil {
+		s.ckpt.root = filepath.Join(o.Config.DataDir, "checkpoints")
+	}
 	return s
 }
 
@@ -179,7 +185,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		}
 		// A snapshot with memory restores on its own tier unless the
 		// request names another (then it gets the files only).
-		if req.Isolation == "" && snap.Isolation != "" && s.memoryOf(snap.ID, s.drivers[snap.Isolation]) != "" {
+		if req.Isolation == "" && snap.Isolation != "" && s.ckpt.memoryOf(snap.ID, s.drivers[snap.Isolation]) != "" {
 			drv, r.Isolation = s.drivers[snap.Isolation], snap.Isolation
 		}
 	} else if tpl, err = s.pool.TemplateFor(ctx, r.Template); err != nil { // another tenant's: not found
@@ -264,7 +270,7 @@ func (s *Service) createCold(ctx context.Context, rec *store.SandboxRecord, tpl 
 	}
 	bootDrv := drv
 	if snap != nil && snap.Isolation == rec.Isolation {
-		if dir := s.memoryOf(snap.ID, drv); dir != "" {
+		if dir := s.ckpt.memoryOf(snap.ID, drv); dir != "" {
 			bootDrv, restored = restoring{drv, dir}, true // memsnap.go
 		}
 	}
@@ -524,7 +530,7 @@ func (s *Service) recordEnd(ctx context.Context, id, reason string, cleanup erro
 func (s *Service) release(ctx context.Context, id string, drv driver.Driver, h *driver.Handle) error {
 	b := &booted{s: s, id: id, drv: drv, h: h, layer: id, net: true}
 	errs := []error{b.Release(ctx)}
-	if err := os.RemoveAll(s.diskCheckpointDir(id)); err != nil {
+	if err := os.RemoveAll(s.ckpt.diskDir(id)); err != nil {
 		errs = append(errs, fmt.Errorf("removing checkpoint: %w", err))
 	}
 	if err := s.removeStandbyLayers(ctx, id); err != nil { // standby.go

@@ -87,7 +87,7 @@ func (s *Service) snapshotWith(ctx context.Context, e *entry, name string, inter
 		return nil, err
 	}
 	if err := s.st.FinishSnapshot(ctx, rec.ID, rec.SizeBytes); err != nil {
-		_ = os.RemoveAll(s.snapshotMemoryDir(rec.ID))
+		_ = os.RemoveAll(s.ckpt.snapshotDir(rec.ID))
 		_ = s.pool.RemoveSnapshot(ctx, rec.ID)
 		_ = s.st.DeleteSnapshot(ctx, rec.ID)
 		return nil, err
@@ -145,11 +145,18 @@ func (s *Service) captureLocked(ctx context.Context, e *entry, p driver.Pauser, 
 	if memory {
 		// Frozen for the checkpoint, the layer is captured at the
 		// instant the memory is saved.
+		cp, err := checkpointer(e.drv, "snapshot with memory")
+		if err != nil {
+			return nil, err
+		}
+		if e.paused.Load() {
+			return nil, errdefs.Precondition("sandbox %s is paused: resume it before a snapshot with memory", e.id)
+		}
 		var size int64
-		err := s.captureMemory(ctx, e, snapID, func() (err error) {
+		err = s.ckpt.capture(ctx, cp, e.id, e.handle(), snapID, func() (err error) {
 			size, err = s.pool.SnapshotLayer(ctx, e.id, snapID)
 			return err
-		})
+		}, e.guest.CloseIdleConnections)
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +231,7 @@ func (s *Service) removeSnapshot(ctx context.Context, rec *store.SnapshotRecord)
 	if err := s.pool.RemoveSnapshot(ctx, rec.ID); err != nil {
 		s.log.Warn("removing snapshot's layer; recovery will retry", "snapshot", rec.ID, "err", err)
 	}
-	_ = os.RemoveAll(s.snapshotMemoryDir(rec.ID))
+	_ = os.RemoveAll(s.ckpt.snapshotDir(rec.ID))
 	if rec.Parent != "" {
 		s.collect(ctx, rec.Parent)
 	}
