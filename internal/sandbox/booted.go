@@ -12,14 +12,16 @@ import (
 // booted is a sandbox init that runs and that no live entry owns yet:
 // what every way of booting hands back (boot: a create, a cold start, a
 // fork child, a reset, a resume from disk, a warm pool member, a build
-// box; prepareStandby: a standby init). Release undoes all of it, so a
+// box; standbys.prepare: a standby init). Release undoes all of it, so a
 // half-made sandbox has one cleanup path; once the sandbox is recorded
 // and live, its entry's teardown owns it instead.
 type booted struct {
-	s   *Service
-	id  string // the sandbox's id
-	drv driver.Driver
-	h   *driver.Handle
+	// s detaches the network (only with net); pool holds the layer.
+	s    *Service
+	pool layerStore
+	id   string // the sandbox's id
+	drv  driver.Driver
+	h    *driver.Handle
 	// layer is the writable layer it made in the storage pool; "" when
 	// it runs on one it does not own (a cold start, a resume from disk).
 	layer  string
@@ -54,7 +56,7 @@ func (b *booted) Release(ctx context.Context) error {
 		}
 	}
 	if b.layer != "" {
-		if err := b.s.pool.RemoveLayer(ctx, b.layer); err != nil {
+		if err := b.pool.RemoveLayer(ctx, b.layer); err != nil {
 			errs = append(errs, fmt.Errorf("removing layer: %w", err))
 		}
 	}

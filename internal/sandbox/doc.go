@@ -14,10 +14,11 @@
 //
 //   - Service.coldMu serializes cold starts of stopped sandboxes
 //     (coldStart): two resumes of one stopped sandbox boot it once.
-//   - entry.op guards an entry's lifecycle fields (destroying, gen, next)
-//     and serializes its lifecycle operations: destroy, pause, resume,
-//     snapshot, reset, pause to disk, keepStopped. Its handle (hp), paused,
-//     onDisk, preparing and spawning are atomics: written only with op
+//   - entry.op guards an entry's lifecycle fields (destroying, gen, and
+//     its standby slot's next) and serializes its lifecycle operations:
+//     destroy, pause, resume, snapshot, reset, pause to disk, keepStopped.
+//     Its handle (hp), paused, onDisk, and its standby slot's preparing
+//     and spawning are atomics: written only with op
 //     held (or before the entry is in the live map), read without it (a guest dial, Live, withDisk), so a reader
 //     may see the value of just before or just after an operation. act
 //     (the idle clock) is atomics with no lock at all.
@@ -26,6 +27,13 @@
 //     read or change the map, never across I/O.
 //   - warmPools.mu guards the warm pools' ready lists, claimed members,
 //     counters and closed flag (warmpool.go); warmPools.busy is an atomic.
+//   - standbys (standby.go) has no lock of its own: a sandbox's standby
+//     state is its entry's standbySlot, under that entry's op. Its host
+//     (standbyHost: run dir, driver spec) takes no lock. It is called
+//     with entry.op held (drop, take, promote, prepare's start) or takes
+//     it itself, alone, in prepare's background boot; it never takes
+//     Service.mu, and it does not change the entry's handle, state or
+//     record: resetFast (reset.go) does that around take and promote.
 //   - checkpoints (memsnap.go) has no lock: its state is its directory
 //     tree, and what it asks of the service (checkpointHost: is a sandbox
 //     paused to disk, a snapshot's record) takes Service.mu or the store

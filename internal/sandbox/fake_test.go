@@ -525,7 +525,7 @@ func (h *host) start() *Service {
 	cfg := h.cfg
 	drivers := map[string]driver.Driver{"fake": h.drv, "fakemem": fakeMemDriver{h.drv}, "fakeready": fakeStandbyDriver{h.drv}}
 	s := New(Options{Config: &cfg, Store: h.st, Drivers: drivers, Logger: log})
-	s.pool = h.pool
+	s.pool, s.standby.pool = h.pool, h.pool // the service's, and its collaborators'
 	if err := s.Start(context.Background()); err != nil {
 		h.t.Fatal(err)
 	}

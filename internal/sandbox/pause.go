@@ -57,7 +57,7 @@ func (s *Service) pauseLocked(ctx context.Context, e *entry, p driver.Pauser) er
 	if e.paused.Load() {
 		return nil
 	}
-	waitSpawn(ctx, e) // standby.go
+	e.sb.waitSpawn(ctx) // standby.go
 	if err := p.Pause(ctx, e.handle()); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", e.id, err)
 	}
@@ -210,7 +210,7 @@ func (s *Service) keepStopped(e *entry, gen uint64) bool {
 		return true
 	}
 	e.destroying = true
-	s.dropStandby(ctx, e)
+	s.standby.drop(ctx, e)
 	h := e.handle()
 	derr := e.drv.Destroy(ctx, h)
 	e.guest.CloseIdleConnections()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/storage"
@@ -63,7 +64,7 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTempl
 		return nil, fmt.Errorf("resetting sandbox %s: %w", id, err)
 	}
 
-	waitStandby(ctx, e) // standby.go
+	e.sb.waitStandby(ctx) // standby.go
 	e.op.Lock()
 	defer e.op.Unlock()
 	if e.destroying {
@@ -103,7 +104,7 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTempl
 		}
 		return toAPI(out), nil
 	}
-	s.dropStandby(ctx, e)
+	s.standby.drop(ctx, e)
 	t0 := time.Now()
 	if err := e.drv.Destroy(ctx, e.handle()); err != nil {
 		s.log.Warn("reset: stopping the old init", "sandbox", id, "err", err)
@@ -135,7 +136,7 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTempl
 	}
 	s.watch(e, gen)
 	s.log.Debug("reset", "sandbox", id, "stop", t1.Sub(t0), "remove_layer", t2.Sub(t1), "boot", time.Since(t2))
-	s.prepareStandby(e, rec, tpl, gen)
+	s.standby.prepare(e, rec, tpl, gen)
 	if oldSnap != "" && oldSnap != out.Snapshot {
 		s.collect(ctx, oldSnap)
 	}
@@ -147,4 +148,67 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTempl
 func (s *Service) failLocked(e *entry, cause error) error {
 	_ = s.teardownLocked(e, cause.Error())
 	return cause
+}
+
+// resetFast switches e to its standby when it was booted on what rec and
+// tpl name; e.op is held and rec already names the reset's target. It
+// returns nil, nil when there is no such standby (the caller takes the
+// full path), and an error when the sandbox is left unusable.
+func (s *Service) resetFast(ctx context.Context, e *entry, rec *store.SandboxRecord, tpl *storage.Template, gen uint64) (*store.SandboxRecord, error) {
+	nx := s.standby.take(e, specKey(s.driverSpec(rec, tpl, "", "", ""))) // standby.go
+	if nx == nil {
+		return nil, nil
+	}
+	t0 := time.Now()
+	if e.paused.Load() {
+		// Thaws the standby too: both live in the sandbox's cgroups.
+		if p, ok := driver.As[driver.Pauser](e.drv); ok {
+			_ = p.Resume(ctx, e.handle())
+		}
+	}
+	old := e.handle()
+	gone, err := s.standby.promote(ctx, e, old, nx)
+	if err != nil {
+		return nil, nil
+	}
+	e.hp.Store(nx.h)
+	e.paused.Store(false)
+	e.act.touch()
+	e.guest.CloseIdleConnections()
+	ok := false
+	defer func() {
+		if !ok { // the sandbox fails; the old layer still goes
+			s.standby.removeAfter(gone, nx.layer)
+		}
+	}()
+	// The old layer takes the standby's name, to go once the old init
+	// (and its overlay) is gone; the standby's becomes the sandbox's.
+	if err := s.pool.ExchangeLayers(e.id, nx.layer); err != nil {
+		return nil, fmt.Errorf("resetting sandbox %s: %w", e.id, err)
+	}
+	if hasEgress(rec.Spec.Network) {
+		// The veth moves to the new init once the old namespace is gone.
+		<-gone
+		if err := s.attachNet(ctx, rec, nx.h); err != nil {
+			return nil, fmt.Errorf("resetting sandbox %s: connecting the network: %w", e.id, err)
+		}
+	}
+	var out *store.SandboxRecord
+	err = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
+		if err := s.transition(r, api.StateRunning); err != nil {
+			return err
+		}
+		r.Handle = nx.h
+		out = r
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	s.watch(e, gen)
+	s.log.Debug("reset (standby)", "sandbox", e.id, "took", time.Since(t0))
+	s.standby.retire(e.id, old, nx, gone)
+	s.standby.prepare(e, out, tpl, gen)
+	return out, nil
 }

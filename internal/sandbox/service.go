@@ -61,6 +61,8 @@ type Service struct {
 	warm warmPools
 	// ckpt are the memory checkpoints on disk (memsnap.go).
 	ckpt checkpoints
+	// standby boots and holds the sandboxes' standby inits (standby.go).
+	standby standbys
 
 	// events receives the lifecycle events (events.go); nil: none.
 	events *events.Hub
@@ -98,14 +100,8 @@ type entry struct {
 	// gen counts the inits this entry has had (reset starts a new one), so
 	// that the watcher of a replaced init ignores its exit.
 	gen uint64
-	// next is the standby init a reset switches to (standby.go); nil
-	// while there is none. preparing is closed when the last standby
-	// started has booted (or failed to).
-	next      *standby
-	preparing atomic.Pointer[chan struct{}]
-	// spawning is closed when the last standby's spawn has returned:
-	// whoever destroys the sandbox's cgroups waits for it first.
-	spawning atomic.Pointer[chan struct{}]
+	// sb is the sandbox's standby init, if any (standby.go).
+	sb standbySlot
 }
 
 func (e *entry) handle() *driver.Handle { return e.hp.Load() }
@@ -127,6 +123,7 @@ func New(o Options) *Service {
 	}
 	s.warm.host, s.warm.log, s.warm.stop, s.warm.wg = s, s.log, s.stop, &s.wg
 	s.ckpt.host, s.ckpt.log = s, s.log
+	s.standby.host, s.standby.pool, s.standby.log, s.standby.wg = s, s.pool, s.log, &s.wg
 	if o.Config != nil {
 		s.ckpt.root = filepath.Join(o.Config.DataDir, "checkpoints")
 	}
@@ -375,7 +372,7 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 		_ = drv.Destroy(context.WithoutCancel(ctx), h)
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
 	}
-	b := &booted{s: s, id: rec.ID, drv: drv, h: h, runDir: dir, net: !keepLayer}
+	b := &booted{s: s, pool: s.pool, id: rec.ID, drv: drv, h: h, runDir: dir, net: !keepLayer}
 	if w, ok := drv.(driver.Wrapper); ok { // a restore
 		b.drv = w.Unwrap()
 	}
@@ -487,7 +484,7 @@ func (s *Service) teardownLocked(e *entry, reason string) error {
 	e.destroying = true
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s.dropStandby(ctx, e)
+	s.standby.drop(ctx, e)
 	_ = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
 		return s.transition(r, api.StateDestroying)
 	})
@@ -528,12 +525,12 @@ func (s *Service) recordEnd(ctx context.Context, id, reason string, cleanup erro
 // booted sandbox's Release frees (booted.go), and what the sandbox made
 // since (a checkpoint on disk, standby layers).
 func (s *Service) release(ctx context.Context, id string, drv driver.Driver, h *driver.Handle) error {
-	b := &booted{s: s, id: id, drv: drv, h: h, layer: id, net: true}
+	b := &booted{s: s, pool: s.pool, id: id, drv: drv, h: h, layer: id, net: true}
 	errs := []error{b.Release(ctx)}
 	if err := os.RemoveAll(s.ckpt.diskDir(id)); err != nil {
 		errs = append(errs, fmt.Errorf("removing checkpoint: %w", err))
 	}
-	if err := s.removeStandbyLayers(ctx, id); err != nil { // standby.go
+	if err := s.standby.removeLayers(ctx, id); err != nil { // standby.go
 		errs = append(errs, fmt.Errorf("removing standby layers: %w", err))
 	}
 	if err := os.RemoveAll(s.runDir(id)); err != nil {

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
@@ -28,6 +29,45 @@ import (
 // path (stop, new layer, start). A standby lives in memory only: a daemon
 // restart kills it (driver Adopt) and removes its layer as a leftover.
 
+// standbys boots sandboxes' standby inits, holds them and hands them to
+// a reset: a collaborator of the service that reaches it only through
+// host (standbyHost) and the storage pool. A sandbox's standby state
+// (standbySlot) lives in its entry, guarded by the entry's op; of the
+// entry, the standbys use only id, drv, op, destroying and gen (read), and
+// its slot. What a reset does to the entry and its record around the
+// switch (handle, paused, record, watcher) stays the service's (resetFast).
+type standbys struct {
+	host standbyHost
+	pool layerStore
+	log  *slog.Logger
+	// wg counts the background boots and cleanups; the service's Close
+	// waits for it.
+	wg *sync.WaitGroup
+}
+
+// standbyHost is what the standbys need of the service: where a
+// sandbox's run dir is and the spec its init boots on. *Service is the
+// one the daemon uses. Neither takes a lock.
+type standbyHost interface {
+	runDir(id string) string
+	driverSpec(rec *store.SandboxRecord, tpl *storage.Template, upper, work, dir string) *driver.Spec
+}
+
+var _ standbyHost = (*Service)(nil)
+
+// standbySlot is a sandbox's standby state, in its entry.
+type standbySlot struct {
+	// next is the standby init a reset switches to; nil while there is
+	// none. Guarded by the entry's op.
+	next *standby
+	// preparing is closed when the last standby started has booted (or
+	// failed to).
+	preparing atomic.Pointer[chan struct{}]
+	// spawning is closed when the last standby's spawn has returned:
+	// whoever destroys the sandbox's cgroups waits for it first.
+	spawning atomic.Pointer[chan struct{}]
+}
+
 // standby is a sandbox's next init.
 type standby struct {
 	// booted is the standby init (h), its layer (named for it, not the
@@ -41,47 +81,47 @@ func specKey(sp *driver.Spec) string {
 	return strings.Join(sp.Layers, ":") + "\n" + strings.Join(sp.Env, "\x00") + "\n" + sp.User + "\n" + sp.Workdir
 }
 
-// dropStandby discards e's standby, if any, and waits for one still being
+// drop discards e's standby, if any, and waits for one still being
 // spawned (so that the sandbox's cgroups can go); e.op is held.
-func (s *Service) dropStandby(ctx context.Context, e *entry) {
-	waitSpawn(ctx, e)
-	nx := e.next
+func (st *standbys) drop(ctx context.Context, e *entry) {
+	e.sb.waitSpawn(ctx)
+	nx := e.sb.next
 	if nx == nil {
 		return
 	}
-	e.next = nil
-	s.discard(ctx, nx)
+	e.sb.next = nil
+	st.discard(ctx, nx)
 }
 
-func (s *Service) discard(ctx context.Context, nx *standby) {
+func (st *standbys) discard(ctx context.Context, nx *standby) {
 	if err := nx.Release(ctx); err != nil {
-		s.log.Warn("discarding a standby init", "sandbox", nx.id, "err", err)
+		st.log.Warn("discarding a standby init", "sandbox", nx.id, "err", err)
 	}
 }
 
-// prepareStandby boots, in the background, the init that e's next reset
-// to the place rec now names switches to; gen is e's generation now. A
-// reset meanwhile waits for it (waitStandby).
-func (s *Service) prepareStandby(e *entry, rec *store.SandboxRecord, tpl *storage.Template, gen uint64) {
+// prepare boots, in the background, the init that e's next reset to the
+// place rec now names switches to; gen is e's generation now. A reset
+// meanwhile waits for it (waitStandby).
+func (st *standbys) prepare(e *entry, rec *store.SandboxRecord, tpl *storage.Template, gen uint64) {
 	sb, ok := driver.As[driver.Standby](e.drv)
 	if !ok {
 		return
 	}
 	recCopy := *rec
 	done := make(chan struct{})
-	e.preparing.Store(&done)
-	s.wg.Add(1)
+	e.sb.preparing.Store(&done)
+	st.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
+		defer st.wg.Done()
 		defer close(done)
-		stale := func() bool { return e.destroying || e.gen != gen || e.next != nil }
+		stale := func() bool { return e.destroying || e.gen != gen || e.sb.next != nil }
 		// Registered under e.op: a destroy after this waits for the spawn
 		// (waitSpawn), one before it makes this stale.
 		spawned := make(chan struct{})
 		e.op.Lock()
 		skip := stale()
 		if !skip {
-			e.spawning.Store(&spawned)
+			e.sb.spawning.Store(&spawned)
 		}
 		e.op.Unlock()
 		if skip {
@@ -92,25 +132,25 @@ func (s *Service) prepareStandby(e *entry, rec *store.SandboxRecord, tpl *storag
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		nx := &standby{booted: &booted{
-			s:       s,
+			pool:    st.pool,
 			id:      e.id,
 			drv:     e.drv,
 			layer:   fmt.Sprintf("%s.next-%d", e.id, gen),
-			runDir:  filepath.Join(s.runDir(e.id), fmt.Sprintf("gen-%d", gen)),
+			runDir:  filepath.Join(st.host.runDir(e.id), fmt.Sprintf("gen-%d", gen)),
 			standby: true,
 		}}
-		upper, work, err := s.pool.CreateLayer(ctx, nx.layer, recCopy.Resources.DiskMB)
+		upper, work, err := st.pool.CreateLayer(ctx, nx.layer, recCopy.Resources.DiskMB)
 		if err != nil {
-			s.log.Warn("standby init: layer", "sandbox", e.id, "err", err)
+			st.log.Warn("standby init: layer", "sandbox", e.id, "err", err)
 			return
 		}
 		// Mkdir, not MkdirAll: a sandbox destroyed meanwhile has no run
 		// dir, and must not get one back.
 		if err := os.Mkdir(nx.runDir, 0o711); err != nil {
-			_ = s.pool.RemoveLayer(ctx, nx.layer)
+			_ = st.pool.RemoveLayer(ctx, nx.layer)
 			return
 		}
-		spec := s.driverSpec(&recCopy, tpl, upper, work, nx.runDir)
+		spec := st.host.driverSpec(&recCopy, tpl, upper, work, nx.runDir)
 		nx.key = specKey(spec)
 		nx.h, err = sb.Prepare(ctx, spec)
 		spawnDone()
@@ -119,7 +159,7 @@ func (s *Service) prepareStandby(e *entry, rec *store.SandboxRecord, tpl *storag
 			gone := e.destroying || e.gen != gen
 			e.op.Unlock()
 			if !gone { // else: destroyed or reset meanwhile, as expected
-				s.log.Warn("standby init did not start", "sandbox", e.id, "err", err)
+				st.log.Warn("standby init did not start", "sandbox", e.id, "err", err)
 			}
 			nx.h = nil // nothing to discard: layer and run dir go
 			_ = nx.Release(ctx)
@@ -128,113 +168,83 @@ func (s *Service) prepareStandby(e *entry, rec *store.SandboxRecord, tpl *storag
 		e.op.Lock()
 		defer e.op.Unlock()
 		if stale() {
-			s.discard(ctx, nx)
+			st.discard(ctx, nx)
 			return
 		}
-		e.next = nx
+		e.sb.next = nx
 	}()
 }
 
-// resetFast switches e to its standby when it was booted on what rec and
-// tpl name; e.op is held and rec already names the reset's target. It
-// returns nil, nil when there is no such standby (the caller takes the
-// full path), and an error when the sandbox is left unusable.
-func (s *Service) resetFast(ctx context.Context, e *entry, rec *store.SandboxRecord, tpl *storage.Template, gen uint64) (*store.SandboxRecord, error) {
-	nx := e.next
-	sb, ok := driver.As[driver.Standby](e.drv)
-	if nx == nil || !ok || nx.key != specKey(s.driverSpec(rec, tpl, "", "", "")) {
-		return nil, nil
-	}
-	e.next = nil
-	t0 := time.Now()
-	if e.paused.Load() {
-		// Thaws the standby too: both live in the sandbox's cgroups.
-		if p, ok := driver.As[driver.Pauser](e.drv); ok {
-			_ = p.Resume(ctx, e.handle())
-		}
-	}
-	old := e.handle()
-	gone, err := sb.Promote(ctx, old, nx.h)
-	if err != nil {
-		s.log.Warn("reset: standby unusable; full reset instead", "sandbox", e.id, "err", err)
-		s.discard(ctx, nx)
-		return nil, nil
-	}
-	e.hp.Store(nx.h)
-	e.paused.Store(false)
-	e.act.touch()
-	e.guest.CloseIdleConnections()
-	ok = false
-	defer func() {
-		if !ok { // the sandbox fails; the old layer still goes
-			go func() { <-gone; _ = s.pool.RemoveLayer(context.Background(), nx.layer) }()
-		}
-	}()
-	// The old layer takes the standby's name, to go once the old init
-	// (and its overlay) is gone; the standby's becomes the sandbox's.
-	if err := s.pool.ExchangeLayers(e.id, nx.layer); err != nil {
-		return nil, fmt.Errorf("resetting sandbox %s: %w", e.id, err)
-	}
-	if hasEgress(rec.Spec.Network) {
-		// The veth moves to the new init once the old namespace is gone.
-		<-gone
-		if err := s.attachNet(ctx, rec, nx.h); err != nil {
-			return nil, fmt.Errorf("resetting sandbox %s: connecting the network: %w", e.id, err)
-		}
-	}
-	var out *store.SandboxRecord
-	err = s.st.UpdateSandbox(ctx, e.id, func(r *store.SandboxRecord) error {
-		if err := s.transition(r, api.StateRunning); err != nil {
-			return err
-		}
-		r.Handle = nx.h
-		out = r
+// take removes e's standby from it and returns it when it was booted on
+// what key names; e.op is held. It returns nil when there is no such
+// standby (the reset takes the full path).
+func (st *standbys) take(e *entry, key string) *standby {
+	nx := e.sb.next
+	if nx == nil || !driver.Has[driver.Standby](e.drv) || nx.key != key {
 		return nil
-	})
+	}
+	e.sb.next = nil
+	return nx
+}
+
+// promote makes nx, taken from e, e's init in place of old; gone closes
+// when old has exited. A standby that cannot be promoted is discarded.
+func (st *standbys) promote(ctx context.Context, e *entry, old *driver.Handle, nx *standby) (gone <-chan struct{}, err error) {
+	sb, _ := driver.As[driver.Standby](e.drv)
+	gone, err = sb.Promote(ctx, old, nx.h)
 	if err != nil {
+		st.log.Warn("reset: standby unusable; full reset instead", "sandbox", e.id, "err", err)
+		st.discard(ctx, nx)
 		return nil, err
 	}
-	ok = true
-	s.watch(e, gen)
-	s.log.Debug("reset (standby)", "sandbox", e.id, "took", time.Since(t0))
+	return gone, nil
+}
+
+// removeAfter removes layer once gone closes.
+func (st *standbys) removeAfter(gone <-chan struct{}, layer string) {
+	go func() { <-gone; _ = st.pool.RemoveLayer(context.Background(), layer) }()
+}
+
+// retire removes, once the old init of sandbox id is gone, what it ran on:
+// its layer (under the promoted standby's name since the exchange) and
+// its run dir when that was a standby's.
+func (st *standbys) retire(id string, old *driver.Handle, nx *standby, gone <-chan struct{}) {
 	oldDir := filepath.Dir(old.Socket)
-	s.wg.Add(1)
+	st.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
+		defer st.wg.Done()
 		<-gone
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := s.pool.RemoveLayer(cctx, nx.layer); err != nil {
-			s.log.Warn("reset: removing the old layer", "sandbox", e.id, "err", err)
+		if err := st.pool.RemoveLayer(cctx, nx.layer); err != nil {
+			st.log.Warn("reset: removing the old layer", "sandbox", id, "err", err)
 		}
-		if old.Socket != "" && oldDir != s.runDir(e.id) {
+		if old.Socket != "" && oldDir != st.host.runDir(id) {
 			_ = os.RemoveAll(oldDir)
 		}
 	}()
-	s.prepareStandby(e, out, tpl, gen)
-	return out, nil
 }
 
-// removeStandbyLayers removes every standby layer of sandbox id (its
-// standby's, and an old init's still waiting to go).
-func (s *Service) removeStandbyLayers(ctx context.Context, id string) error {
-	ids, err := s.pool.ListLayers()
+// removeLayers removes every standby layer of sandbox id (its standby's,
+// and an old init's still waiting to go).
+func (st *standbys) removeLayers(ctx context.Context, id string) error {
+	ids, err := st.pool.ListLayers()
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, l := range ids {
 		if strings.HasPrefix(l, id+".next-") {
-			errs = append(errs, s.pool.RemoveLayer(ctx, l))
+			errs = append(errs, st.pool.RemoveLayer(ctx, l))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// waitStandby waits (at most a second) for a standby of e still booting:
+// waitStandby waits (at most a second) for a standby still booting:
 // switching to it when it is up costs less than a full reset.
-func waitStandby(ctx context.Context, e *entry) {
-	p := e.preparing.Load()
+func (sl *standbySlot) waitStandby(ctx context.Context) {
+	p := sl.preparing.Load()
 	if p == nil {
 		return
 	}
@@ -247,11 +257,11 @@ func waitStandby(ctx context.Context, e *entry) {
 	}
 }
 
-// waitSpawn waits for a standby of e still being spawned: its process
-// joins the sandbox's cgroups, which a destroy removes and a pause
-// freezes (a standby frozen mid-boot would time out).
-func waitSpawn(ctx context.Context, e *entry) {
-	if p := e.spawning.Load(); p != nil {
+// waitSpawn waits for a standby still being spawned: its process joins
+// the sandbox's cgroups, which a destroy removes and a pause freezes (a
+// standby frozen mid-boot would time out).
+func (sl *standbySlot) waitSpawn(ctx context.Context) {
+	if p := sl.spawning.Load(); p != nil {
 		select {
 		case <-*p:
 		case <-ctx.Done():
