@@ -2,27 +2,20 @@
 // a static binary (CGO_ENABLED=0) that the daemon starts as
 // `agentbox-guest init` in fresh namespaces (container tier); it builds the
 // sandbox's root, hardens itself and serves the guest protocol
-// (internal/guest/proto) on the socket it inherited. The gvisor tier's
-// `serve` and `hook` are internal/guest/gvisorserve, the host's
-// `launcher` internal/guest/launcher: this main only picks the mode.
+// (internal/guest/proto) on the socket it inherited. The container tier's
+// `init` is internal/guest/containerinit, the gvisor tier's `serve` and
+// `hook` internal/guest/gvisorserve, the host's `launcher`
+// internal/guest/launcher: this main only picks the mode.
 package main
 
 import (
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"runtime"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/agentbox/agentbox/internal/guest"
-	"github.com/agentbox/agentbox/internal/guest/boot"
+	"github.com/agentbox/agentbox/internal/guest/containerinit"
 	"github.com/agentbox/agentbox/internal/guest/gvisorserve"
-	"github.com/agentbox/agentbox/internal/guest/harden"
 	"github.com/agentbox/agentbox/internal/guest/launcher"
-	"github.com/agentbox/agentbox/internal/guest/proto"
-	"github.com/agentbox/agentbox/internal/version"
 )
 
 // main runs on the main thread (see init), the one whose capability sets
@@ -36,7 +29,7 @@ func main() {
 	var err error
 	switch mode := os.Args[1]; {
 	case mode == "init": // PID 1 of a container-tier sandbox
-		err = run()
+		err = containerinit.Run()
 	case mode == "serve": // the agent of a gvisor sandbox
 		err = gvisorserve.Serve()
 	case mode == "hook" && len(os.Args) == 2:
@@ -64,83 +57,4 @@ func usage() {
 	runtime.UnlockOSThread()
 	fmt.Fprintln(os.Stderr, "agentbox-guest is started by the agentbox daemon as `agentbox-guest init` (or `serve`); it is not meant to be run by hand")
 	os.Exit(2)
-}
-
-// run is `agentbox-guest init`: PID 1 of a container-tier sandbox.
-func run() error {
-	// Everything before Receive is the same for every sandbox, so the
-	// daemon may start this process before it has a sandbox for it (a
-	// pre-spawned init) and it waits there, its /proc, /dev and /sys
-	// ready. The bounding set: the main thread's here, every other
-	// thread's before it forks a sandbox process (guest's reaper), which
-	// is all that reaches a child; the effective set stays, so the mounts
-	// still work.
-	err := harden.DropBoundingSetOnThread()
-	runtime.UnlockOSThread()
-	if err != nil {
-		return err
-	}
-	stage, lxcfs := os.Getenv(proto.BootStageEnv), os.Getenv(proto.BootLxcfsEnv)
-	os.Unsetenv(proto.BootStageEnv)
-	os.Unsetenv(proto.BootLxcfsEnv)
-	if err := boot.Stage(stage, lxcfs); err != nil {
-		return err
-	}
-	if err := boot.Announce(proto.BootChannelFD); err != nil {
-		return err
-	}
-	r, err := boot.Receive(proto.BootChannelFD)
-	if err != nil {
-		return err
-	}
-	unix.Close(proto.BootChannelFD)
-	// From here on our output is the sandbox's log.
-	for _, fd := range []int{1, 2} {
-		if err := unix.Dup3(r.Log, fd, 0); err != nil {
-			return fmt.Errorf("the sandbox's log: %w", err)
-		}
-	}
-	unix.Close(r.Log)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	lnFile := os.NewFile(uintptr(r.Listener), "guest.sock")
-	ln, err := net.FileListener(lnFile)
-	if err != nil {
-		return fmt.Errorf("guest socket: %w", err)
-	}
-	lnFile.Close()
-
-	prep, err := boot.Prepare(r, stage)
-	if err != nil {
-		return err
-	}
-	spec := prep.Spec
-	// Nothing of ours is readable or traceable from the sandbox's processes.
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl dumpable: %w", err)
-	}
-	if err := hardenInit(spec); err != nil {
-		return err
-	}
-	var cgs []guest.CgroupDir
-	for _, c := range prep.CgroupFDs {
-		cgs = append(cgs, guest.CgroupDir{FD: c.FD, HomeFD: c.HomeFD, V2: c.Controller == "", Freezer: c.Controller == "freezer", NoChild: c.NoChild})
-	}
-	srv := guest.NewServer(guest.Config{
-		Env:     spec.Env,
-		User:    spec.User,
-		Workdir: spec.Workdir,
-		Cgroups: cgs,
-		Logger:  log.With("sandbox", spec.SandboxID),
-		Version: version.Version,
-	})
-	return srv.Serve(ln)
-}
-
-// hardenInit gives every thread no_new_privs and, unless a driver test
-// turned it off, the seccomp filter the daemon assembled for it.
-func hardenInit(spec proto.BootSpec) error {
-	if !spec.Seccomp {
-		return harden.NoNewPrivs()
-	}
-	return harden.InstallEncoded(spec.SeccompFilter)
 }
