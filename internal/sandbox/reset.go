@@ -155,7 +155,7 @@ func (s *Service) failLocked(e *entry, cause error) error {
 // returns nil, nil when there is no such standby (the caller takes the
 // full path), and an error when the sandbox is left unusable.
 func (s *Service) resetFast(ctx context.Context, e *entry, rec *store.SandboxRecord, tpl *storage.Template, gen uint64) (*store.SandboxRecord, error) {
-	nx := s.standby.take(e, specKey(s.driverSpec(rec, tpl, "", "", ""))) // standby.go
+	nx := s.standby.take(e, func() string { return specKey(s.driverSpec(rec, tpl, "", "", "")) }) // standby.go
 	if nx == nil {
 		return nil, nil
 	}

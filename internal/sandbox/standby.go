@@ -176,11 +176,12 @@ func (st *standbys) prepare(e *entry, rec *store.SandboxRecord, tpl *storage.Tem
 }
 
 // take removes e's standby from it and returns it when it was booted on
-// what key names; e.op is held. It returns nil when there is no such
-// standby (the reset takes the full path).
-func (st *standbys) take(e *entry, key string) *standby {
+// what key names (a specKey, computed only when there is a standby); e.op
+// is held. It returns nil when there is no such standby (the reset takes
+// the full path).
+func (st *standbys) take(e *entry, key func() string) *standby {
 	nx := e.sb.next
-	if nx == nil || !driver.Has[driver.Standby](e.drv) || nx.key != key {
+	if nx == nil || !driver.Has[driver.Standby](e.drv) || nx.key != key() {
 		return nil
 	}
 	e.sb.next = nil

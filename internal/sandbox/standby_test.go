@@ -66,7 +66,7 @@ func TestStandbys(t *testing.T) {
 		}
 		<-*p
 	}
-	key := specKey(h.driverSpec(rec, nil, "", "", ""))
+	key := func() string { return specKey(h.driverSpec(rec, nil, "", "", "")) }
 
 	st.prepare(e, rec, nil, 0)
 	prepared()
@@ -74,7 +74,7 @@ func TestStandbys(t *testing.T) {
 		t.Fatalf("after prepare: next %v, %d standbys, layers %v", e.sb.next, fd.standbyCount(), pool.layers(t))
 	}
 	// A reset to another place does not take it.
-	if nx := st.take(e, key+"other"); nx != nil || e.sb.next == nil {
+	if nx := st.take(e, func() string { return key() + "other" }); nx != nil || e.sb.next == nil {
 		t.Fatal("a standby booted for another place was taken")
 	}
 	nx := st.take(e, key)
@@ -146,7 +146,7 @@ func TestStandbysNone(t *testing.T) {
 	e := &entry{id: "box", drv: newFakeDriver()}
 	st.prepare(e, &store.SandboxRecord{ID: "box"}, nil, 0)
 	wg.Wait()
-	if e.sb.preparing.Load() != nil || st.take(e, "") != nil {
+	if e.sb.preparing.Load() != nil || st.take(e, func() string { return "" }) != nil {
 		t.Error("a standby was prepared on a driver without driver.Standby")
 	}
 }
