@@ -49,10 +49,12 @@ func TestSignedURLs(t *testing.T) {
 		{"no signature", "GET", "/files?path=/tmp/a", "sb1", ""},
 	}
 	for _, c := range cases {
-		r := httptest.NewRequest(c.method, c.url, nil)
-		if got := s.signer(r, c.id, now); got != c.want {
-			t.Errorf("%s: signer = %q, want %q", c.name, got, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest(c.method, c.url, nil)
+			if got := s.signer(r, c.id, now); got != c.want {
+				t.Errorf("signer = %q, want %q", got, c.want)
+			}
+		})
 	}
 	// Another path than the signed one fails.
 	r := httptest.NewRequest("GET", signedURL("/tmp/a", "read", "", "key-a", 0), nil)
