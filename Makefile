@@ -36,7 +36,8 @@ test-unit:
 # `make bench` measures a running daemon against the performance budget
 # (docs/PERFORMANCE.md): it installs the binaries, installs runc for the
 # baseline if apt can, starts the daemon if it is not running, builds the
-# busybox and base templates if missing, then runs `agentbox bench`.
+# busybox and base templates if missing, installs the e2b lines' npm
+# packages (integration/e2b) where npm is there, then runs `agentbox bench`.
 # BENCH_FLAGS passes flags, e.g. make bench BENCH_FLAGS='--quick'.
 BENCH_FLAGS ?= --json $(BIN)/bench.json
 bench: install
@@ -44,6 +45,7 @@ bench: install
 	scripts/daemon.sh start
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh busybox
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh base
+	@if command -v npm >/dev/null 2>&1 && [ ! -d integration/e2b/node_modules ]; then (cd integration/e2b && npm ci --no-audit --no-fund >/dev/null) || echo "bench: npm ci in integration/e2b failed; the e2b lines are skipped"; fi
 	$(BIN)/agentbox bench $(BENCH_FLAGS)
 
 # `make battery` runs only the hostile battery and the posture check

@@ -2,9 +2,18 @@ package integration
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -64,23 +73,119 @@ func installE2BSDK() (string, error) {
 // docs/e2b.md tells users to set.
 func runE2BTests(t *testing.T, file string, extraEnv ...string) {
 	t.Helper()
-	dir := e2bSDKDir(t)
 	addr := loopbackToSocket(t)
+	runNodeTests(t, []string{file}, append([]string{
+		"E2B_API_URL=http://" + addr + "/e2b",
+		"E2B_SANDBOX_URL=http://" + addr + "/e2b",
+		"E2B_API_KEY=" + env.key,
+	}, extraEnv...))
+}
+
+// runNodeTests runs Node's test runner in integration/e2b with args (the
+// test file last) and, of the E2B variables, only those of vars.
+func runNodeTests(t *testing.T, args, vars []string) {
+	t.Helper()
+	dir := e2bSDKDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "--test-reporter=spec", file)
+	cmd := exec.CommandContext(ctx, "node", append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(),
-		"E2B_API_URL=http://"+addr+"/e2b",
-		"E2B_SANDBOX_URL=http://"+addr+"/e2b",
-		"E2B_API_KEY="+env.key,
-		"E2B_TEST_RUN="+strconv.FormatInt(time.Now().UnixNano(), 36),
-	), extraEnv...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "E2B_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, "E2B_TEST_RUN="+strconv.FormatInt(time.Now().UnixNano(), 36)), vars...)
+	file := args[len(args)-1]
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test %s:\n%s", file, out)
 	if err != nil {
 		t.Fatalf("%s failed: %v", file, err)
 	}
+}
+
+// TestE2BDomain runs integration/e2b/hosts.test.mjs: the SDKs configured
+// with E2B_DOMAIN alone reach the control plane at api.<domain> and each
+// sandbox at <port>-<id>.<domain> over TLS (envd, the code interpreter,
+// getHost(port) previews, signed upload and download URLs). The daemon's
+// preview domain is the domain; a TLS front with a test CA stands for the
+// daemon's TLS, and loopback.mjs for a wildcard DNS record.
+func TestE2BDomain(t *testing.T) {
+	needBase(t)
+	needPython(t)
+	addr, caFile := tlsToSocket(t)
+	_, port, _ := net.SplitHostPort(addr)
+	domain := env.cfg.PreviewDomain()
+	runNodeTests(t, []string{"--import", "./loopback.mjs", "hosts.test.mjs"}, []string{
+		"E2B_DOMAIN=" + domain + ":" + port,
+		"E2B_API_KEY=" + env.key,
+		"E2B_TEST_RESOLVE=" + domain,
+		"NODE_EXTRA_CA_CERTS=" + caFile,
+	})
+}
+
+// tlsToSocket serves TLS on a loopback port and passes what it decrypts
+// to the daemon's socket, as the daemon's own TLS listener would serve
+// it. Its certificates are made per server name, signed by a test CA,
+// whose PEM file it returns with the address.
+func tlsToSocket(t *testing.T) (addr, caFile string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agentbox e2b test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTpl, caTpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	certs := map[string]*tls.Certificate{}
+	var serial int64 = 1
+	conf := &tls.Config{NextProtos: []string{"http/1.1"}, GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c := certs[hello.ServerName]; c != nil {
+			return c, nil
+		}
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		serial++
+		tpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: hello.ServerName},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), DNSNames: []string{hello.ServerName},
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			return nil, err
+		}
+		c := &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+		certs[hello.ServerName] = c
+		return c, nil
+	}}
+	ln := serveTCP(t, "tcp4", "127.0.0.1:0", func(raw net.Conn) {
+		go func() {
+			c := tls.Server(raw, conf)
+			defer c.Close()
+			u, err := net.Dial("unix", env.cfg.Socket)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			go func() { _, _ = io.Copy(u, c); u.(*net.UnixConn).CloseWrite() }()
+			_, _ = io.Copy(c, u)
+		}()
+	})
+	return ln.Addr().String(), caFile
 }
 
 // TestE2BSDK runs the unmodified e2b SDK (integration/e2b/sdk.test.mjs):

@@ -55,6 +55,9 @@ type Options struct {
 	// RuncRootfs is the root filesystem of the runc baseline's bundle
 	// (default /var/lib/agentbox/build/busybox).
 	RuncRootfs string
+	// E2B says where the e2b lines find their scripts and the daemon
+	// (e2b.go).
+	E2B E2BOptions
 	// Progress, when set, receives one line per finished measurement.
 	Progress io.Writer
 	// Log receives details of failures.
@@ -155,6 +158,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.files(ctx)
 		r.density(ctx)
 		r.throughput(ctx)
+		r.e2b(ctx)
 	}
 	if err := ctx.Err(); err != nil {
 		return r.report, err

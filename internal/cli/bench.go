@@ -4,11 +4,13 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/bench"
 )
 
@@ -18,6 +20,7 @@ func newBenchCommand(g *globals) *cobra.Command {
 		only     string
 		jsonPath string
 		strict   bool
+		e2bURL   string
 	)
 	c := &cobra.Command{
 		Use:   "bench [--quick] [--n N] [--only REGEX] [--density N] [--json FILE]",
@@ -45,6 +48,7 @@ It needs root on the daemon's host for the memory and baseline lines.`,
 			if opts.FreshClient, err = bench.FreshConnClient(g.host); err != nil {
 				return err
 			}
+			opts.E2B = e2bBenchOptions(g.host, e2bURL)
 			opts.Progress = c.ErrOrStderr()
 			opts.Log = slog.New(slog.NewTextHandler(c.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
 			rep, err := bench.Run(c.Context(), opts)
@@ -84,5 +88,38 @@ It needs root on the daemon's host for the memory and baseline lines.`,
 	f.StringVar(&opts.RuncRootfs, "runc-rootfs", "/var/lib/agentbox/build/busybox", "busybox root filesystem for the runc baseline")
 	f.StringVar(&jsonPath, "json", "", "also write the report as JSON to FILE")
 	f.BoolVar(&strict, "strict", false, "exit 1 when a budget line FAILs")
+	f.StringVar(&e2bURL, "e2b-url", "", "the daemon's HTTP address for the e2b lines, whose SDK speaks TCP only (default: --host when it is http(s)://, else http://127.0.0.1:7423)")
 	return c
+}
+
+// e2bBenchOptions finds what the e2b lines need (internal/bench/e2b.go):
+// the scripts of integration/e2b under the working directory (make bench
+// runs in the repository's root), the daemon's HTTP address and the key
+// (AGENTBOX_API_KEY, else the admin key).
+func e2bBenchOptions(host, url string) bench.E2BOptions {
+	var o bench.E2BOptions
+	if dir, err := filepath.Abs(filepath.Join("integration", "e2b")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "bench.mjs")); err == nil {
+			o.Dir = dir
+			o.PythonSDK = filepath.Join(filepath.Dir(filepath.Dir(dir)), "sdk", "python")
+		}
+	}
+	if host == "" {
+		host = os.Getenv("AGENTBOX_HOST")
+	}
+	switch {
+	case url != "":
+		o.URL = strings.TrimSuffix(url, "/")
+	case strings.HasPrefix(host, "http://") || strings.HasPrefix(host, "https://"):
+		o.URL = strings.TrimSuffix(host, "/")
+	default:
+		o.URL = "http://127.0.0.1:7423"
+	}
+	o.Key = os.Getenv("AGENTBOX_API_KEY")
+	if o.Key == "" {
+		if b, err := os.ReadFile(client.DefaultAdminKeyPath); err == nil {
+			o.Key = strings.TrimSpace(string(b))
+		}
+	}
+	return o
 }

@@ -208,8 +208,28 @@ func (h *Handler) sandboxOf(r *http.Request, sb *api.Sandbox, templateID string)
 		templateID = sb.Template
 	}
 	key := Key(r)
-	return sandbox{SandboxID: sb.ID, TemplateID: templateID, ClientID: clientID, EnvdVersion: EnvdVersion,
+	h.signed.remember(sb.ID, key)
+	out := sandbox{SandboxID: sb.ID, TemplateID: templateID, ClientID: clientID, EnvdVersion: EnvdVersion,
 		EnvdAccessToken: key, TrafficAccessToken: &key}
+	if d := domainOf(r, sb); d != "" {
+		out.Domain = &d
+	}
+	return out
+}
+
+// domainOf is the domain of sb's hosts, <port>-<id>.<domain>, that the
+// SDKs use for getHost(port) and, without E2B_SANDBOX_URL, for every
+// sandbox request: the host the caller reached the API at, less "api.",
+// when that was E2B's api.<domain> (internal/server/e2b.go), else the
+// daemon's preview domain.
+func domainOf(r *http.Request, sb *api.Sandbox) string {
+	if d, ok := r.Context().Value(hostDomainKey{}).(string); ok {
+		return d
+	}
+	if sb.Network != nil {
+		return sb.Network.PreviewDomain
+	}
+	return ""
 }
 
 func detailOf(sb *api.Sandbox) sandboxDetail {
@@ -339,6 +359,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, c *client.Client,
 		writeAPIError(w, err)
 		return
 	}
+	h.signed.forget(id)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -13,9 +13,12 @@
 package e2b
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentbox/agentbox/client"
 )
@@ -35,6 +38,14 @@ const (
 	interpreterPort = "49999"
 )
 
+// SandboxPort reports whether port is one E2B's SDKs address in a sandbox
+// by host name (<port>-<id>.<domain>) and this package serves: envd's or
+// the code interpreter's. Other ports are the sandbox's own.
+func SandboxPort(port int) bool {
+	p := strconv.Itoa(port)
+	return p == envdPort || p == interpreterPort
+}
+
 // Handler serves E2B's protocol. Everything it answers comes from the
 // agentbox API; its only state is the PTY attachments of the pty.create
 // calls in progress (pty.go).
@@ -43,6 +54,9 @@ type Handler struct {
 	// aliases maps E2B template names to agentbox templates.
 	aliases map[string]string
 	ptys    ptys
+	// signed remembers the tokens handed out, to check signed URLs
+	// (signed.go).
+	signed signers
 }
 
 // Options configure a Handler.
@@ -88,6 +102,30 @@ func Key(r *http.Request) string {
 		}
 	}
 	return ""
+}
+
+// Credential returns the key r acts as: Key(r) or, for a signed /files
+// URL of a sandbox (sbx.uploadUrl, sbx.downloadUrl), the key whose token
+// signed it; "" if none.
+func (h *Handler) Credential(r *http.Request) string {
+	if k := Key(r); k != "" {
+		return k
+	}
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" && strings.TrimPrefix(r.URL.Path, Prefix) == "/files" &&
+		(r.Method == http.MethodGet || r.Method == http.MethodPost) {
+		return h.signed.signer(r, id, time.Now())
+	}
+	return ""
+}
+
+type hostDomainKey struct{}
+
+// WithHostDomain marks a request that reached the control plane at
+// api.<domain> (E2B_DOMAIN=<domain> alone): create and connect then
+// answer domain as the sandbox hosts' domain, so that the SDK reaches the
+// sandboxes the way it reached the API.
+func WithHostDomain(ctx context.Context, domain string) context.Context {
+	return context.WithValue(ctx, hostDomainKey{}, domain)
 }
 
 // Unauthenticated answers a request whose key was refused, in the shape

@@ -27,6 +27,10 @@ import (
 // sandbox's tenant works too. HTTP/1.1, streamed responses, SSE and
 // WebSocket upgrades pass through httputil.ReverseProxy.
 
+// e2bTrafficToken is the header in which E2B's users send a sandbox's
+// trafficAccessToken, an API key here, to reach its ports.
+const e2bTrafficToken = "E2b-Traffic-Access-Token"
+
 // previewTarget is what a preview request asks for.
 type previewTarget struct {
 	id       string
@@ -141,6 +145,14 @@ func (s *Server) previewAccess(r *http.Request, tenantOf string, n api.Network) 
 	if c, err := r.Cookie(api.PreviewTokenCookie); err == nil && ok(c.Value) {
 		return false, false, nil
 	}
+	if tok := r.Header.Get(e2bTrafficToken); tok != "" {
+		// E2B's SDKs hand out the key as the trafficAccessToken, which
+		// E2B's users send in this header to reach a sandbox's port
+		// (sbx.getHost): it is an API key (docs/e2b.md).
+		ar := r.Clone(r.Context())
+		ar.Header.Set("Authorization", "Bearer "+tok)
+		r = ar
+	}
 	if r.Header.Get("Authorization") != "" {
 		p, err := s.auth.Authenticate(r.Context(), r)
 		if err != nil {
@@ -160,6 +172,7 @@ func (s *Server) previewAccess(r *http.Request, tenantOf string, n api.Network) 
 // API key, the Authorization header.
 func stripPreviewCredentials(out *http.Request, dropAuthorization bool) {
 	out.Header.Del(api.PreviewTokenHeader)
+	out.Header.Del(e2bTrafficToken)
 	if dropAuthorization {
 		out.Header.Del("Authorization")
 	}

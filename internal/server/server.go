@@ -179,6 +179,10 @@ func (s *Server) routes() {
 // ServeHTTP authenticates every request, then routes it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if er, ok := s.e2bHost(r); ok { // E2B's host names (e2b.go)
+		s.serveE2B(w, er)
+		return
+	}
 	if t, ok := s.previewOf(r); ok { // preview URLs have their own access rules
 		s.servePreview(w, r, t)
 		return
