@@ -93,14 +93,13 @@ func (t *tools) noKernel(ctx context.Context, id, lang string, err error) *mcp.C
 	if sb, gerr := t.c.GetSandbox(ctx, id); gerr == nil {
 		tmpl = "template " + sb.Template
 	}
-	if lang == "python" {
-		return failed("sandbox %s (%s) has no python kernel: run_code needs a Jupyter kernel (%v). "+
-			"Create a sandbox with sandbox_create and template \"python\" (ipykernel, numpy, pandas, matplotlib) and run the code there, "+
-			"or run a one-off program here with exec, e.g. python3 -c '...'", id, tmpl, err)
+	oneOff := map[string]string{"python": "python3 -c '...'", "javascript": "node -e '...'", "bash": "bash -c '...'"}[lang]
+	if oneOff == "" {
+		oneOff = "the language's interpreter"
 	}
 	return failed("sandbox %s (%s) has no %s kernel: run_code needs a Jupyter kernel (%v). "+
-		"The built-in template with a kernel is \"python\" (language python); "+
-		"run a one-off %s program with exec instead (e.g. node -e '...' or bash -c '...')", id, tmpl, lang, err, lang)
+		"The built-in template with one is \"python\" (a python kernel with numpy, pandas and matplotlib): create a sandbox with sandbox_create and that template. "+
+		"For a one-off program without kept state, use exec here instead (%s)", id, tmpl, lang, err, oneOff)
 }
 
 // codeResult turns an execution into MCP content, in the order a notebook
