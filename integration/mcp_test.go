@@ -209,8 +209,9 @@ func TestMCPTools(t *testing.T) {
 
 // testMCPRunCode drives run_code on the python template's kernel: state
 // kept between calls, the stdout and stderr streams, a named context with
-// its own state, a matplotlib plot as PNG image content, and an exception
-// as a tool error with its traceback that leaves the state intact.
+// its own state, a matplotlib plot as PNG image content, an exception as
+// a tool error with its traceback, and a timeout, both leaving the state
+// intact.
 func testMCPRunCode(t *testing.T, cs *mcp.ClientSession) {
 	t.Helper()
 	needPython(t)
@@ -264,6 +265,15 @@ func testMCPRunCode(t *testing.T, cs *mcp.ClientSession) {
 	if out := mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "code": "x"}); out != "41" {
 		t.Errorf("x after an exception = %q, want 41", out)
 	}
+
+	// At its timeout a cell is interrupted, and the state stays.
+	out, isErr = callTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "timeout": "1s", "code": "import time\ntime.sleep(60)"})
+	if !isErr || !strings.Contains(out, "timed out after 1s") || !strings.Contains(out, "state is kept") || !strings.Contains(out, "KeyboardInterrupt") {
+		t.Errorf("run_code past its timeout = %q (error %v), want a tool error saying it timed out and kept the state", out, isErr)
+	}
+	if out := mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "code": "x"}); out != "41" {
+		t.Errorf("x after a timeout = %q, want 41", out)
+	}
 }
 
 // TestMCPTenants runs sessions of two tenants at once: each sees only its
@@ -293,6 +303,7 @@ func TestMCPTenants(t *testing.T) {
 		for tool, args := range map[string]map[string]any{
 			"exec":            {"sandbox_id": c.other, "command": "id"},
 			"file_read":       {"sandbox_id": c.other, "path": "/etc/hostname"},
+			"run_code":        {"sandbox_id": c.other, "code": "1"},
 			"sandbox_destroy": {"sandbox_id": c.other},
 		} {
 			out, isErr := callTool(t, c.cs, tool, args)
