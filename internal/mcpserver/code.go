@@ -102,8 +102,8 @@ func (t *tools) noKernel(ctx context.Context, id, lang string, err error) *mcp.C
 		"For a one-off program without kept state, use exec here instead (%s)", id, tmpl, lang, err, oneOff)
 }
 
-// codeResult turns an execution into MCP content, in the order a notebook
-// shows it: stdout, stderr, then each result (text/plain as text, PNG
+// codeResult turns an execution into MCP content: all of stdout, all of
+// stderr, then each result in order (text/plain as text, PNG
 // and JPEG as images, otherwise the first textual format), then the
 // error. An exception, a timeout or a dead kernel makes it a tool error.
 func codeResult(ex *api.Execution, timeout time.Duration) *mcp.CallToolResult {
