@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"image/png"
 	"net/http"
 	"os"
 	"os/exec"
@@ -143,14 +145,15 @@ func TestMCPTools(t *testing.T) {
 		t.Errorf("file_read of a missing file = %q (error %v), want a tool error", out, isErr)
 	}
 
-	out = mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "language": "python", "code": "import sys\nprint(sum(range(101)))\nprint('e', file=sys.stderr)"})
-	if !strings.Contains(out, "5050") {
-		t.Errorf("run_code python = %q", out)
+	// run_code needs a Jupyter kernel: base has none, and the tool error
+	// names the template that has one.
+	for _, lang := range []string{"python", "javascript"} {
+		out, isErr = callTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "language": lang, "code": "1"})
+		if !isErr || !strings.Contains(out, "no "+lang+" kernel") || !strings.Contains(out, `"python"`) || !strings.Contains(out, "template base") {
+			t.Errorf("run_code %s in base = %q (error %v), want a tool error naming the missing kernel and the python template", lang, out, isErr)
+		}
 	}
-	out = mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "language": "javascript", "code": "console.log(6*7)"})
-	if !strings.Contains(out, "42") {
-		t.Errorf("run_code javascript = %q", out)
-	}
+	testMCPRunCode(t, cs)
 
 	// A capability the sandbox lacks is a tool error, not a broken session.
 	out, isErr = callTool(t, cs, "desktop_screenshot", map[string]any{"sandbox_id": id})
@@ -159,8 +162,8 @@ func TestMCPTools(t *testing.T) {
 	}
 	bb := mcpCreate(t, cs, map[string]any{"template": "busybox"})
 	out, isErr = callTool(t, cs, "run_code", map[string]any{"sandbox_id": bb, "language": "python", "code": "print(1)"})
-	if !isErr || !strings.Contains(out, "no python interpreter") {
-		t.Errorf("run_code python in busybox = %q (error %v), want a tool error naming the missing interpreter", out, isErr)
+	if !isErr || !strings.Contains(out, "no python kernel") {
+		t.Errorf("run_code python in busybox = %q (error %v), want a tool error naming the missing kernel", out, isErr)
 	}
 	out, isErr = callTool(t, cs, "exec", map[string]any{"sandbox_id": "sb-nope", "command": "true"})
 	if !isErr || !strings.Contains(out, "not found") {
@@ -204,6 +207,75 @@ func TestMCPTools(t *testing.T) {
 	}
 }
 
+// testMCPRunCode drives run_code on the python template's kernel: state
+// kept between calls, the stdout and stderr streams, a named context with
+// its own state, a matplotlib plot as PNG image content, an exception as
+// a tool error with its traceback, and a timeout, both leaving the state
+// intact.
+func testMCPRunCode(t *testing.T, cs *mcp.ClientSession) {
+	t.Helper()
+	needPython(t)
+	id := mcpCreate(t, cs, map[string]any{"template": "python", "memory": "1G"})
+	mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "code": "x = 41"})
+	if out := mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "code": "x + 1"}); out != "42" {
+		t.Errorf("run_code x + 1 after x = 41 = %q, want 42", out)
+	}
+	out := mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "language": "python", "timeout": "30s",
+		"code": "import sys\nprint(sum(range(x + 60)))\nprint('e', file=sys.stderr)"})
+	if !strings.Contains(out, "5050") || !strings.Contains(out, "--- stderr ---\ne") {
+		t.Errorf("run_code with stdout and stderr = %q", out)
+	}
+
+	// A named context is its own kernel, made on first use.
+	if out, isErr := callTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "context": "other", "code": "x"}); !isErr || !strings.Contains(out, "NameError") {
+		t.Errorf("x in a new context = %q (error %v), want a NameError", out, isErr)
+	}
+	mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "context": "other", "code": "y = 'other'"})
+	if out := mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "context": "other", "code": "y"}); out != "'other'" {
+		t.Errorf("y in context other = %q, want 'other'", out)
+	}
+
+	// A plot is image content holding a PNG.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"sandbox_id": id,
+		"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pngs int
+	for _, c := range res.Content {
+		if img, ok := c.(*mcp.ImageContent); ok {
+			cfg, err := png.DecodeConfig(bytes.NewReader(img.Data))
+			if img.MIMEType != "image/png" || err != nil || cfg.Width < 100 || cfg.Height < 100 {
+				t.Errorf("image content %s of %d bytes: %+v, %v; want a PNG of a figure", img.MIMEType, len(img.Data), cfg, err)
+			}
+			pngs++
+		}
+	}
+	if res.IsError || pngs != 1 {
+		t.Errorf("a plot gave %d images (error %v), want one PNG: %+v", pngs, res.IsError, res.Content)
+	}
+
+	// An exception is a tool error with the traceback; the state stays.
+	out, isErr := callTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "code": "def f():\n    return 1 / 0\nf()"})
+	if !isErr || !strings.Contains(out, "ZeroDivisionError: division by zero") || !strings.Contains(out, "1 / 0") {
+		t.Errorf("run_code raising = %q (error %v), want a tool error with the traceback", out, isErr)
+	}
+	if out := mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "code": "x"}); out != "41" {
+		t.Errorf("x after an exception = %q, want 41", out)
+	}
+
+	// At its timeout a cell is interrupted, and the state stays.
+	out, isErr = callTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "timeout": "1s", "code": "import time\ntime.sleep(60)"})
+	if !isErr || !strings.Contains(out, "timed out after 1s") || !strings.Contains(out, "state is kept") || !strings.Contains(out, "KeyboardInterrupt") {
+		t.Errorf("run_code past its timeout = %q (error %v), want a tool error saying it timed out and kept the state", out, isErr)
+	}
+	if out := mustTool(t, cs, "run_code", map[string]any{"sandbox_id": id, "code": "x"}); out != "41" {
+		t.Errorf("x after a timeout = %q, want 41", out)
+	}
+}
+
 // TestMCPTenants runs sessions of two tenants at once: each sees only its
 // own sandboxes, and cannot reach the other's through any tool or a
 // hosted server's endpoint.
@@ -231,6 +303,7 @@ func TestMCPTenants(t *testing.T) {
 		for tool, args := range map[string]map[string]any{
 			"exec":            {"sandbox_id": c.other, "command": "id"},
 			"file_read":       {"sandbox_id": c.other, "path": "/etc/hostname"},
+			"run_code":        {"sandbox_id": c.other, "code": "1"},
 			"sandbox_destroy": {"sandbox_id": c.other},
 		} {
 			out, isErr := callTool(t, c.cs, tool, args)

@@ -82,6 +82,11 @@ type tsResult struct {
 	Destroy   string   `json:"destroy"`
 	List      string   `json:"list"`
 	IsError   bool     `json:"isError"`
+
+	CodeState   string   `json:"codeState"`
+	CodeImages  []string `json:"codeImages"`
+	CodeError   string   `json:"codeError"`
+	CodeIsError bool     `json:"codeIsError"`
 }
 
 func runTSClient(t *testing.T, dir string, args ...string) tsResult {
@@ -106,8 +111,10 @@ func runTSClient(t *testing.T, dir string, args ...string) tsResult {
 
 // TestMCPTypeScriptClient drives agentbox with the official MCP
 // TypeScript SDK's client: `agentbox mcp` over stdio, the daemon's /mcp
-// over streamable HTTP, and a hosted server's endpoint.
+// over streamable HTTP (each: a sandbox's tools, and run_code on the
+// python template), and a hosted server's endpoint.
 func TestMCPTypeScriptClient(t *testing.T) {
+	needPython(t) // run_code's kernel
 	dir := tsClientDir(t)
 	addr := loopbackToSocket(t)
 	for _, c := range []struct{ name, target string }{
@@ -130,6 +137,15 @@ func TestMCPTypeScriptClient(t *testing.T) {
 			}
 			if !strings.Contains(r.Destroy, "destroyed") {
 				t.Errorf("sandbox_destroy = %q", r.Destroy)
+			}
+			if r.CodeState != "ts-42\n" {
+				t.Errorf("run_code print(x) after x = 6 * 7 = %q, want ts-42", r.CodeState)
+			}
+			if strings.Join(r.CodeImages, ",") != "image/png PNG" {
+				t.Errorf("run_code of a plot gave images %q, want one PNG", r.CodeImages)
+			}
+			if !r.CodeIsError || !strings.Contains(r.CodeError, "ZeroDivisionError") {
+				t.Errorf("run_code 1 / 0 = %q (error %v), want a tool error with the traceback", r.CodeError, r.CodeIsError)
 			}
 		})
 	}

@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -88,12 +87,6 @@ type (
 		Path      string `json:"path" jsonschema:"absolute path of a directory inside the sandbox"`
 		Depth     int    `json:"depth,omitempty" jsonschema:"how many levels to descend; default 1"`
 	}
-	codeArgs struct {
-		SandboxID string `json:"sandbox_id" jsonschema:"the sandbox's id"`
-		Language  string `json:"language,omitempty" jsonschema:"python (default), javascript (node) or bash"`
-		Code      string `json:"code" jsonschema:"the program's source"`
-		Timeout   string `json:"timeout,omitempty" jsonschema:"kill it after this long, e.g. 30s; default 60s"`
-	}
 	previewArgs struct {
 		SandboxID string `json:"sandbox_id" jsonschema:"the sandbox's id"`
 		Port      int    `json:"port" jsonschema:"TCP port a server listens on inside the sandbox (127.0.0.1 is fine)"`
@@ -127,7 +120,7 @@ func (t *tools) register(s *mcp.Server) {
 		Annotations: &mcp.ToolAnnotations{Title: "Write a file"}}, t.write)
 	mcp.AddTool(s, &mcp.Tool{Name: "file_list", Description: "List a directory inside a sandbox: type, size, mode and path of each entry.",
 		Annotations: &mcp.ToolAnnotations{Title: "List files", ReadOnlyHint: true}}, t.fileList)
-	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: "Run a program (python, javascript or bash) in a sandbox with the template's interpreter and return its output and exit code.",
+	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: runCodeDescription,
 		Annotations: &mcp.ToolAnnotations{Title: "Run code"}}, t.runCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "preview_url", Description: "Return the URL at which a server listening on a port inside the sandbox can be reached from outside.",
 		Annotations: &mcp.ToolAnnotations{Title: "Preview URL", ReadOnlyHint: true}}, t.preview)
@@ -360,51 +353,6 @@ func (t *tools) fileList(ctx context.Context, _ *mcp.CallToolRequest, in fileLis
 		b.WriteString("(empty directory)\n")
 	}
 	return text("%s", b.String()), nil, nil
-}
-
-// interpreters maps run_code's languages to the command that reads a
-// program on stdin.
-var interpreters = map[string][]string{
-	"python":     {"python3", "-"},
-	"javascript": {"node", "-"},
-	"bash":       {"bash", "-s"},
-}
-
-// runCode runs the program through exec of the template's interpreter,
-// fed on stdin (the stateful code interpreter is a separate API).
-func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, in codeArgs) (*mcp.CallToolResult, any, error) {
-	if err := needID(in.SandboxID); err != nil {
-		return apiError(err)
-	}
-	lang := strings.ToLower(in.Language)
-	switch lang {
-	case "", "py", "python3":
-		lang = "python"
-	case "js", "node", "nodejs":
-		lang = "javascript"
-	case "sh", "shell":
-		lang = "bash"
-	}
-	argv, ok := interpreters[lang]
-	if !ok {
-		return failed("language must be python, javascript or bash, got %q", in.Language), nil, nil
-	}
-	timeout, err := parseTimeout(in.Timeout, time.Minute)
-	if err != nil {
-		return apiError(err)
-	}
-	res, err := t.c.Exec(ctx, in.SandboxID, api.ExecRequest{Cmd: argv, Stdin: []byte(in.Code),
-		TimeoutMs: timeout.Milliseconds(), MaxOutputBytes: maxExecOutput})
-	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) && strings.Contains(err.Error(), argv[0]) || res == nil && strings.Contains(err.Error(), "executable file not found") {
-			return failed("this sandbox's template has no %s interpreter (%s); create one from a template that has it (python, node or base)", lang, argv[0]), nil, nil
-		}
-		return apiError(err)
-	}
-	if res.ExitCode == 127 {
-		return failed("this sandbox's template has no %s interpreter (%s); create one from a template that has it (python, node or base)", lang, argv[0]), nil, nil
-	}
-	return execResult(res)
 }
 
 func (t *tools) preview(ctx context.Context, _ *mcp.CallToolRequest, in previewArgs) (*mcp.CallToolResult, any, error) {

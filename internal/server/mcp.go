@@ -87,9 +87,12 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 	h, ok := m.byKey[p.KeyID]
 	if !ok {
 		remote := r.RemoteAddr
-		h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server {
-			return mcpserver.New(s.inProcessClient(p), func(c mcpserver.Call) { s.auditMCP(p.KeyID, p.Tenant, remote, c) })
-		}, &mcp.StreamableHTTPOptions{SessionTimeout: mcpSessionTimeout})
+		// One server serves all of the key's sessions: the handler asks
+		// for it on every request (to check the protocol version), and
+		// building one (13 tools, their schemas) costs milliseconds.
+		srv := mcpserver.New(s.inProcessClient(p), func(c mcpserver.Call) { s.auditMCP(p.KeyID, p.Tenant, remote, c) })
+		h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+			&mcp.StreamableHTTPOptions{SessionTimeout: mcpSessionTimeout})
 		m.byKey[p.KeyID] = h
 	}
 	m.mu.Unlock()

@@ -39,6 +39,19 @@ if (mode === "hosted") {
   }
   out.after = text(await client.callTool({ name: "exec", arguments: { sandbox_id: id, command: "echo still" } }));
   out.destroy = text(await client.callTool({ name: "sandbox_destroy", arguments: { sandbox_id: id } }));
+
+  // run_code on the python template's kernel: state across calls, a plot
+  // as image content, an exception as a tool error.
+  const py = text(await client.callTool({ name: "sandbox_create", arguments: { template: "python", ttl: "5m", memory: "1G" } }))
+    .match(/created sandbox (\S+)/)[1];
+  await client.callTool({ name: "run_code", arguments: { sandbox_id: py, code: "x = 6 * 7" } });
+  out.codeState = text(await client.callTool({ name: "run_code", arguments: { sandbox_id: py, language: "python", code: "print(f'ts-{x}')" } }));
+  const plot = await client.callTool({ name: "run_code", arguments: { sandbox_id: py, code: "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()" } });
+  out.codeImages = plot.content.filter((c) => c.type === "image").map((c) => `${c.mimeType} ${Buffer.from(c.data, "base64").subarray(1, 4)}`);
+  const raised = await client.callTool({ name: "run_code", arguments: { sandbox_id: py, code: "1 / 0" } });
+  out.codeError = text(raised);
+  out.codeIsError = raised.isError ?? false;
+  await client.callTool({ name: "sandbox_destroy", arguments: { sandbox_id: py } });
 }
 console.log(JSON.stringify(out));
 await client.close();
