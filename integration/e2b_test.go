@@ -210,6 +210,16 @@ func TestE2BCodeInterpreter(t *testing.T) {
 	runE2BTests(t, "interpreter.test.mjs")
 }
 
+// TestE2BQuickstarts runs E2B's quickstarts (integration/e2b/quickstart:
+// the e2b SDK's first sandbox and @e2b/code-interpreter's first runCode)
+// as user scripts, each its own Node process, with only the E2B variables
+// set.
+func TestE2BQuickstarts(t *testing.T) {
+	needBase(t)
+	needPython(t)
+	runE2BTests(t, "quickstart.test.mjs")
+}
+
 // e2bCall makes one raw E2B request to the test daemon and decodes a JSON
 // answer into out (when not nil); it returns the status and the body.
 func e2bCall(t *testing.T, addr, method, path string, header map[string]string, body string, out any) (int, string) {
