@@ -281,3 +281,36 @@ test('snapshots: create, start a sandbox from one, list, delete; fork', async ()
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
 })
+
+// agentbox's own record of a sandbox (its REST API beside /e2b), to see
+// what an E2B network setting became.
+async function agentboxNetwork(id) {
+  const base = process.env.E2B_API_URL.replace(/\/e2b$/, '')
+  const res = await fetch(`${base}/v1/sandboxes/${id}`, {
+    headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` },
+  })
+  assert.equal(res.status, 200)
+  const { network } = await res.json()
+  return { egress: network.egress, allow: network.allow || [], deny: network.deny || [] }
+}
+
+test('network: allowInternetAccess and denyOut at create, then updateNetwork', async () => {
+  const s = await Sandbox.create(template, {
+    timeoutMs: 300_000,
+    allowInternetAccess: true,
+    network: { denyOut: ['203.0.113.0/24'] },
+  })
+  try {
+    assert.deepEqual(await agentboxNetwork(s.sandboxId), { egress: 'internet', allow: [], deny: ['203.0.113.0/24'] })
+    // denyOut 0.0.0.0/0 closes egress; allowOut is what stays open.
+    await s.updateNetwork({ allowOut: ['198.51.100.7'], denyOut: ['0.0.0.0/0'] })
+    assert.deepEqual(await agentboxNetwork(s.sandboxId), { egress: 'custom', allow: ['198.51.100.7'], deny: [] })
+    // Fields left out are cleared: open again.
+    await s.updateNetwork({})
+    assert.deepEqual(await agentboxNetwork(s.sandboxId), { egress: 'internet', allow: [], deny: [] })
+    // What agentbox lacks says so.
+    await assert.rejects(s.updateNetwork({ rules: { 'api.example.com': [{ transform: { headers: { 'X-A': 'b' } } }] } }), /network rules/)
+  } finally {
+    await s.kill()
+  }
+})

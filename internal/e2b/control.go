@@ -108,6 +108,8 @@ func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request, c *client
 		h.fork(w, r, c, parts[1])
 	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "POST" && parts[2] == "snapshots":
 		h.createSnapshot(w, r, c, parts[1])
+	case len(parts) == 3 && parts[0] == "sandboxes" && r.Method == "PUT" && parts[2] == "network":
+		h.updateNetwork(w, r, c, parts[1])
 	case route == "GET /snapshots":
 		h.listSnapshots(w, r, c)
 	case len(parts) == 2 && parts[0] == "templates" && r.Method == "DELETE":
@@ -163,13 +165,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *client.Clien
 	if in.AutoResume != nil {
 		req.AutoResume = in.AutoResume.Enabled
 	}
-	switch {
-	case in.Network != nil && (len(in.Network.AllowOut) > 0 || len(in.Network.DenyOut) > 0):
-		req.Network = &api.Network{Egress: api.EgressCustom, Allow: in.Network.AllowOut, Deny: in.Network.DenyOut}
-	case in.AllowInternetAccess != nil && *in.AllowInternetAccess:
-		req.Network = &api.Network{Egress: api.EgressInternet}
-	case in.AllowInternetAccess != nil:
-		req.Network = &api.Network{Egress: api.EgressNone}
+	if in.Network != nil || in.AllowInternetAccess != nil {
+		var allow, deny []string
+		if in.Network != nil {
+			allow, deny = in.Network.AllowOut, in.Network.DenyOut
+		}
+		n := egressOf(in.AllowInternetAccess, allow, deny)
+		req.Network = &n
 	}
 	sb, err := c.CreateSandbox(r.Context(), req)
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -376,6 +378,60 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, c *client.C
 		return
 	}
 	if _, err := c.SetTTL(r.Context(), id, time.Duration(*in.Timeout)*time.Second); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// egressOf maps E2B's network settings onto agentbox's egress policy.
+// E2B's sandboxes reach the internet unless told otherwise; denyOut
+// 0.0.0.0/0 (or allow_internet_access false) closes it, and then allowOut
+// names what stays open; otherwise denyOut names what is closed and
+// allowOut changes nothing. One difference: where an allowOut entry
+// overlaps a narrower denyOut entry E2B lets it through, and agentbox's
+// deny wins (docs/e2b.md).
+func egressOf(allowInternet *bool, allow, deny []string) api.Network {
+	closed := allowInternet != nil && !*allowInternet
+	var rest []string
+	for _, d := range deny {
+		if d == "0.0.0.0/0" || d == "::/0" {
+			closed = true
+			continue
+		}
+		rest = append(rest, d)
+	}
+	switch {
+	case closed && len(allow) == 0:
+		return api.Network{Egress: api.EgressNone}
+	case closed:
+		return api.Network{Egress: api.EgressCustom, Allow: allow, Deny: rest}
+	default:
+		return api.Network{Egress: api.EgressInternet, Deny: rest}
+	}
+}
+
+// updateNetwork serves PUT /sandboxes/{id}/network (sbx.updateNetwork):
+// the sandbox's egress rules are replaced, as E2B does, fields left out
+// are cleared.
+func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	var in struct {
+		AllowInternetAccess *bool           `json:"allow_internet_access"`
+		AllowOut            []string        `json:"allowOut"`
+		DenyOut             []string        `json:"denyOut"`
+		Rules               json.RawMessage `json:"rules"`
+		EgressProxy         json.RawMessage `json:"egressProxy"`
+	}
+	if err := decodeBody(r, &in); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if len(in.Rules) > 0 && string(in.Rules) != "null" && string(in.Rules) != "{}" || len(in.EgressProxy) > 0 && string(in.EgressProxy) != "null" {
+		writeError(w, http.StatusNotImplemented, "agentbox's E2B API does not support network rules (request transforms) or an egress proxy yet; allowOut, denyOut and allow_internet_access work (docs/e2b.md)")
+		return
+	}
+	n := egressOf(in.AllowInternetAccess, in.AllowOut, in.DenyOut)
+	if _, err := c.SetEgress(r.Context(), id, n.Egress, n.Allow, n.Deny); err != nil {
 		writeAPIError(w, err)
 		return
 	}

@@ -190,3 +190,25 @@ func TestTemplate(t *testing.T) {
 		}
 	}
 }
+
+func TestEgressOf(t *testing.T) {
+	no, yes := false, true
+	for _, c := range []struct {
+		internet    *bool
+		allow, deny []string
+		want        api.Network
+	}{
+		{nil, nil, nil, api.Network{Egress: api.EgressInternet}},
+		{&yes, nil, []string{"203.0.113.0/24"}, api.Network{Egress: api.EgressInternet, Deny: []string{"203.0.113.0/24"}}},
+		{nil, []string{"198.51.100.7"}, nil, api.Network{Egress: api.EgressInternet}},
+		{nil, []string{"198.51.100.7"}, []string{"0.0.0.0/0"}, api.Network{Egress: api.EgressCustom, Allow: []string{"198.51.100.7"}}},
+		{&no, nil, nil, api.Network{Egress: api.EgressNone}},
+		{&no, []string{"example.org"}, []string{"192.0.2.1"}, api.Network{Egress: api.EgressCustom, Allow: []string{"example.org"}, Deny: []string{"192.0.2.1"}}},
+		{nil, nil, []string{"::/0", "0.0.0.0/0"}, api.Network{Egress: api.EgressNone}},
+	} {
+		got := egressOf(c.internet, c.allow, c.deny)
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("egressOf(%v, %v, %v) = %+v, want %+v", c.internet, c.allow, c.deny, got, c.want)
+		}
+	}
+}
