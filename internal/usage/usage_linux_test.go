@@ -60,12 +60,23 @@ func TestSampler(t *testing.T) {
 			_ = os.Remove(filepath.Dir(p)) // the test's parent
 		}
 	})
-	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	// The loop starts (exec: a new address space, every page of it
+	// faulted in) only once the process is in the cgroup: on cgroup v1
+	// the memory a task charged before it moved stays where it was, and
+	// a busy loop charges nothing new, so its cgroup could read 0 bytes.
+	cmd := exec.Command("sh", "-c", "read go; exec sh -c 'while :; do :; done'")
+	start, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	if err := cg.AddProc(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
 	net := t.TempDir()
