@@ -188,6 +188,15 @@ func (h *Handler) writeEnvdError(w http.ResponseWriter, r *http.Request, k *call
 // rpcError is the Connect error of a failed call; a sandbox that is gone
 // is unavailable, which the SDKs raise as their TimeoutError, as for a
 // sandbox E2B ended.
+// cwdOf resolves a process's optional working directory (E2B's cwd, which
+// may be relative to the user's home); "" when none is given.
+func (h *Handler) cwdOf(r *http.Request, k *call, cwd *string) (string, error) {
+	if cwd == nil || *cwd == "" {
+		return "", nil
+	}
+	return h.resolve(r.Context(), k, *cwd)
+}
+
 func (h *Handler) rpcError(r *http.Request, k *call, err error) *connectError {
 	if h.gone(r, k, err) {
 		return &connectError{Code: "unavailable", Message: "sandbox " + k.id + " is not running"}

@@ -102,14 +102,12 @@ func (h *Handler) processStart(w http.ResponseWriter, r *http.Request, k *call) 
 	if in.Tag != nil {
 		req.Tag = *in.Tag
 	}
-	if in.Process.Cwd != nil && *in.Process.Cwd != "" {
-		cwd, err := h.resolve(r.Context(), k, *in.Process.Cwd)
-		if err != nil {
-			s.end(h.rpcError(r, k, err))
-			return
-		}
-		req.Cwd = cwd
+	cwd, err := h.cwdOf(r, k, in.Process.Cwd)
+	if err != nil {
+		s.end(h.rpcError(r, k, err))
+		return
 	}
+	req.Cwd = cwd
 	p, err := k.c.StartProcess(r.Context(), k.id, req)
 	if err != nil {
 		s.end(h.rpcError(r, k, err))

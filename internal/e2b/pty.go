@@ -64,14 +64,12 @@ func (h *Handler) ptyStart(r *http.Request, s *stream, k *call, in *startRequest
 		Cols: in.Pty.Size.Cols, Rows: in.Pty.Size.Rows,
 		Env: in.Process.Envs, User: k.user,
 	}
-	if in.Process.Cwd != nil && *in.Process.Cwd != "" {
-		cwd, err := h.resolve(r.Context(), k, *in.Process.Cwd)
-		if err != nil {
-			s.end(h.rpcError(r, k, err))
-			return
-		}
-		req.Cwd = cwd
+	cwd, err := h.cwdOf(r, k, in.Process.Cwd)
+	if err != nil {
+		s.end(h.rpcError(r, k, err))
+		return
 	}
+	req.Cwd = cwd
 	sess, err := k.c.CreatePTY(r.Context(), k.id, req)
 	if err != nil {
 		s.end(h.rpcError(r, k, err))
