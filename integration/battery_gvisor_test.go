@@ -6,6 +6,7 @@ package integration
 // gVisor's own cgroupfs, where the agent puts every exec.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -125,14 +126,41 @@ func runscBin() string {
 }
 
 // sentryProcs lists gvisor sandbox id's processes from gVisor's kernel.
+// runsc's procfs dump fails as a whole while any task in the sandbox has
+// no memory manager, which is every task between its exit and its reaping
+// ("no MM found for PID n"): a storm's kill -9 -1 makes dozens of those
+// at once. So a failed dump is read again until one succeeds or a minute
+// passes; a process left a zombie for good still fails the test, with
+// runsc's own words.
 func sentryProcs(t testing.TB, id string) []sentryProc {
 	t.Helper()
+	var err error
+	for deadline := time.Now().Add(time.Minute); ; {
+		var procs []sentryProc
+		if procs, err = sentryDump(id); err == nil {
+			return procs
+		}
+		t.Logf("reading again: %v", err)
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("gVisor's process table for sandbox %s, read for a minute: %v", id, err)
+	return nil
+}
+
+// sentryDump reads gvisor sandbox id's process table once.
+func sentryDump(id string) ([]sentryProc, error) {
 	root := filepath.Join(env.cfg.RunDir, "sandboxes", id, "runsc")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, runscBin(), "--root", root, "--ignore-cgroups", "trace", "procfs", id).Output()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, runscBin(), "--root", root, "--ignore-cgroups", "trace", "procfs", id)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("runsc trace procfs %s: %v", id, err)
+		return nil, fmt.Errorf("runsc trace procfs: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	var procs []sentryProc
 	for _, line := range strings.Split(string(out), "\n") {
@@ -141,14 +169,14 @@ func sentryProcs(t testing.TB, id string) []sentryProc {
 		}
 		var p sentryProc
 		if err := json.Unmarshal([]byte(line), &p); err != nil {
-			t.Fatalf("runsc trace procfs: %v: %.200s", err, line)
+			return nil, fmt.Errorf("runsc trace procfs: %v: %.200s", err, line)
 		}
 		procs = append(procs, p)
 	}
 	if len(procs) == 0 {
-		t.Fatalf("gVisor's kernel lists no process for sandbox %s: %.300s", id, out)
+		return nil, fmt.Errorf("gVisor's kernel lists no process: %.300s", out)
 	}
-	return procs
+	return procs, nil
 }
 
 // sentryCmds lists the command lines of gVisor's processes, the agent
