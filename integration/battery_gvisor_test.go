@@ -129,25 +129,24 @@ func runscBin() string {
 // runsc's procfs dump fails as a whole while any task in the sandbox has
 // no memory manager, which is every task between its exit and its reaping
 // ("no MM found for PID n"): a storm's kill -9 -1 makes dozens of those
-// at once. So a failed dump is read again until one succeeds or a minute
-// passes; a process left a zombie for good still fails the test, with
-// runsc's own words.
+// at once. So a dump that runsc failed is read again until one succeeds
+// or a minute passes; a process left a zombie for good still fails the
+// test, with runsc's own words. Output that does not parse fails at once.
 func sentryProcs(t testing.TB, id string) []sentryProc {
 	t.Helper()
-	var err error
-	for deadline := time.Now().Add(time.Minute); ; {
-		var procs []sentryProc
-		if procs, err = sentryDump(id); err == nil {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		procs, err := sentryDump(id)
+		if err == nil {
 			return procs
 		}
-		t.Logf("reading again: %v", err)
-		if time.Now().After(deadline) {
-			break
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || time.Now().After(deadline) {
+			t.Fatalf("gVisor's process table for sandbox %s: %v", id, err)
 		}
+		t.Logf("reading again: %v", err)
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("gVisor's process table for sandbox %s, read for a minute: %v", id, err)
-	return nil
 }
 
 // sentryDump reads gvisor sandbox id's process table once.
@@ -160,7 +159,7 @@ func sentryDump(id string) ([]sentryProc, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("runsc trace procfs: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
+		return nil, fmt.Errorf("runsc trace procfs: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	var procs []sentryProc
 	for _, line := range strings.Split(string(out), "\n") {

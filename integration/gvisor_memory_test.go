@@ -139,11 +139,7 @@ func TestGvisorPauseToDisk(t *testing.T) {
 	}
 	// The thread runs again: its count moves within a minute (on a loaded
 	// host it may not get to run within any fixed time).
-	n2 := n1
-	for deadline := time.Now().Add(time.Minute); n2 <= n1 && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-		_, n2 = askMem(t, id, "get")
-	}
+	n2 := waitCount(func() int { _, n := askMem(t, id, "get"); return n }, func(n int) bool { return n > n1 }, time.Minute)
 	if n2 <= n1 {
 		t.Errorf("the counter thread stopped: %d then %d a minute later", n1, n2)
 	}
