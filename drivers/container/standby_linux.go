@@ -66,7 +66,9 @@ func (d *Driver) Promote(ctx context.Context, cur, next *driver.Handle) (<-chan 
 	}
 	// The old init's exec cgroups, listed before the kill: the standby
 	// has made none yet (nothing reached it), so every name here is the
-	// old init's to remove once its processes are gone.
+	// old init's to remove once its processes are gone. The standby may
+	// serve an exec before that removal; its children's names carry a tag
+	// of its own (internal/guest cgroupSet.tag), so none is on this list.
 	leftovers := d.execCgroups(cur.ID)
 	if cur.Pid > 0 && guestconn.Alive(cur) {
 		_ = unix.Kill(cur.Pid, unix.SIGKILL)

@@ -2,6 +2,8 @@ package guest
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,8 +49,14 @@ type CgroupDir struct {
 // ended is removed in the background.
 type cgroupSet struct {
 	roots []cgroupRoot
-	next  atomic.Uint64
-	log   *slog.Logger
+	// tag is this agent's own part of its children's names
+	// (exec-<tag>-<n>). A reset in place (drivers/container Promote)
+	// starts the next agent in the same cgroups while the old one's
+	// children are removed by name once it is gone; with a tag of its own
+	// the next agent never makes a child under a name on that list.
+	tag  string
+	next atomic.Uint64
+	log  *slog.Logger
 
 	// mu guards the fields below; idle is broadcast, with mu held, when
 	// the tidy goroutine ends.
@@ -76,7 +84,9 @@ type cgroupRoot struct {
 }
 
 func newCgroupSet(dirs []CgroupDir, log *slog.Logger) *cgroupSet {
-	s := &cgroupSet{log: log}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	s := &cgroupSet{log: log, tag: hex.EncodeToString(b[:])}
 	s.idle.L = &s.mu
 	for _, d := range dirs {
 		r := cgroupRoot{CgroupDir: d, tasks: -1, homeTasks: -1}
@@ -124,11 +134,11 @@ func (c *execCgroup) waitOut() {
 	}
 }
 
-// create makes the next exec-<n> child in every root.
+// create makes the next exec-<tag>-<n> child in every root.
 func (s *cgroupSet) create() (*execCgroup, error) {
 	c := &execCgroup{set: s, fds: make([]int, 0, len(s.roots)), tasks: make([]int, 0, len(s.roots))}
 	for attempt := 0; ; attempt++ {
-		c.name = "exec-" + strconv.FormatUint(s.next.Add(1), 10)
+		c.name = "exec-" + s.tag + "-" + strconv.FormatUint(s.next.Add(1), 10)
 		err := c.mkdirs()
 		if err == nil {
 			return c, nil

@@ -10,7 +10,8 @@ const readyMax = 2
 // an exec ends (release), not while one starts: mkdir and rmdir take the
 // kernel's cgroup mutex, which the starting thread's moves need too.
 // Nothing is made ahead before the first exec, so a standby agent
-// (drivers/container Promote) has no children of its own until it serves.
+// (drivers/container Promote) has no children of its own until it serves,
+// and then under names no earlier agent made (cgroupSet.tag).
 func (s *cgroupSet) take() (*execCgroup, error) {
 	s.mu.Lock()
 	n := len(s.ready)

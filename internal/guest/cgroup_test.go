@@ -176,6 +176,54 @@ func TestCgroupMadeAhead(t *testing.T) {
 	}
 }
 
+// TestCgroupNextAgentNames is the container tier's reset in place: a
+// standby agent starts in the same cgroups as the agent it replaces, and
+// the driver removes the old agent's children by name, from a list it
+// read before the kill, once the old init is gone (drivers/container
+// Promote). The next agent's first exec can come before that removal, so
+// it must never make a child under a name the old agent made: here the
+// old one's first child is already gone (its tidy removed it), which is
+// where a counter from 1 in both agents made the same name, and the
+// driver's late rmdir took the new agent's child from under its exec
+// ("creating cgroup for exec: mkdir exec-1: no such file or directory").
+func TestCgroupNextAgentNames(t *testing.T) {
+	for _, k := range cgroupKinds {
+		t.Run(k.name, func(t *testing.T) {
+			dirs, _ := k.make(t)
+			oldNames := map[string]bool{}
+			old := newTestGuest(t, Config{Cgroups: dirs})
+			oldNames[execCgroupName(t, old)] = true
+			old.srv.cgroups.settle()
+			old.srv.cgroups.mu.Lock()
+			for _, c := range old.srv.cgroups.ready {
+				oldNames[c.name] = true
+			}
+			old.srv.cgroups.mu.Unlock()
+			next := newTestGuest(t, Config{Cgroups: dirs})
+			for range 3 {
+				if name := execCgroupName(t, next); oldNames[name] {
+					t.Fatalf("the next agent's exec ran in %s, a name the old agent made (%v)", name, oldNames)
+				}
+				next.srv.cgroups.settle()
+			}
+		})
+	}
+}
+
+// execCgroupName runs an exec in g and returns the name of the child
+// cgroup it ran in.
+func execCgroupName(t *testing.T, g *testGuest) string {
+	t.Helper()
+	res := g.mustExec(t, api.ExecRequest{Cmd: []string{"cat", "/proc/self/cgroup"}})
+	for l := range strings.Lines(res.Stdout) {
+		if _, after, ok := strings.Cut(strings.TrimSpace(l), "/exec-"); ok {
+			return "exec-" + after
+		}
+	}
+	t.Fatalf("the exec ran in no exec cgroup:\n%s", res.Stdout)
+	return ""
+}
+
 // TestCgroupAgentAboveWorkload is the container tier's layout: the agent
 // lives in its own cgroup with the workload's below it, execs get a child
 // of the workload's in pids and freezer and go into the workload's own in
