@@ -84,8 +84,10 @@ type Standby interface {
 	// Promote makes next the sandbox's init: it kills cur (every process
 	// of its namespaces) and from then on Exited, Pause, Destroy and the
 	// rest act on next. gone is closed once cur's init has exited, its
-	// mounts with it, so that its writable layer can be removed. An error
-	// (next died meanwhile) leaves cur running.
+	// mounts with it, so that its writable layer can be removed. cur's
+	// socket is removed before Promote returns (an init booted on that
+	// path later keeps its own). An error (next died meanwhile) leaves cur
+	// running.
 	Promote(ctx context.Context, cur, next *Handle) (gone <-chan struct{}, err error)
 	// Discard kills a standby that will not be promoted and waits for it.
 	Discard(ctx context.Context, next *Handle) error

@@ -2,6 +2,7 @@ package drivertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -346,6 +347,18 @@ func (s *suite) standby(t *testing.T) {
 	gone, err := sb.Promote(ctx, h, next)
 	if err != nil {
 		t.Fatalf("promote: %v", err)
+	}
+	// The old init's socket is gone when Promote returns: a removal left
+	// for later would take the path from an init booted on it meanwhile
+	// (a full reset boots on the sandbox's first socket path again).
+	if h.Socket != "" && h.Socket != next.Socket {
+		if _, err := os.Lstat(h.Socket); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the old init's socket %s is still there after Promote returned (%v)", h.Socket, err)
+		}
+	}
+	// The promoted init serves before the old one is gone.
+	if got := mustExec(t, d, next, "echo early"); got != "early" {
+		t.Errorf("the promoted init answers %q before the old one is gone", got)
 	}
 	select {
 	case <-gone:

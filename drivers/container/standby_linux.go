@@ -74,6 +74,12 @@ func (d *Driver) Promote(ctx context.Context, cur, next *driver.Handle) (<-chan 
 		_ = unix.Kill(cur.Pid, unix.SIGKILL)
 	}
 	oldExited, ours := d.exits.Swap(cur.ID, nextExited)
+	// The old socket goes now, not once the old init is gone: a full
+	// reset soon after boots an init on the sandbox's first socket path
+	// again, which a late removal would take from it.
+	if cur.Socket != "" && cur.Socket != next.Socket {
+		_ = os.Remove(cur.Socket)
+	}
 	gone := make(chan struct{})
 	go func() {
 		defer close(gone)
@@ -83,9 +89,6 @@ func (d *Driver) Promote(ctx context.Context, cur, next *driver.Handle) (<-chan 
 			waitGone(context.Background(), cur)
 		}
 		removeEmptyDirs(leftovers, 5*time.Second)
-		if cur.Socket != "" && cur.Socket != next.Socket {
-			_ = os.Remove(cur.Socket)
-		}
 	}()
 	return gone, nil
 }
