@@ -119,7 +119,11 @@ func (st *standbys) prepare(e *entry, rec *store.SandboxRecord, tpl *storage.Tem
 		// (waitSpawn), one before it makes this stale.
 		spawned := make(chan struct{})
 		e.op.Lock()
-		skip := stale()
+		// A sandbox paused before this ran gets none: a standby spawned
+		// into its frozen cgroups would hang mid-boot until the spawn's
+		// timeout, and a reset or destroy meanwhile would wait for it
+		// (waitSpawn). Its reset takes the full path, and prepares again.
+		skip := stale() || e.paused.Load() || e.onDisk.Load()
 		if !skip {
 			e.sb.spawning.Store(&spawned)
 		}

@@ -106,6 +106,16 @@ func TestStandbys(t *testing.T) {
 		t.Errorf("a stale prepare left next %v, %d standbys, layers %v", e.sb.next, fd.standbyCount(), pool.layers(t))
 	}
 
+	// None is booted for a sandbox paused before the prepare ran: it
+	// would be frozen mid-boot.
+	e.paused.Store(true)
+	st.prepare(e, rec, nil, 2)
+	prepared()
+	if e.sb.next != nil || fd.standbyCount() != 0 || len(pool.layers(t)) != 1 {
+		t.Errorf("a prepare for a paused sandbox left next %v, %d standbys, layers %v", e.sb.next, fd.standbyCount(), pool.layers(t))
+	}
+	e.paused.Store(false)
+
 	// drop discards the standby and what it was booted on.
 	st.prepare(e, rec, nil, 2)
 	prepared()
