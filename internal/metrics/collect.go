@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 var (
@@ -44,7 +45,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	o := c.m.o
 	if o.Sandboxes != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		list, err := o.Sandboxes.List(ctx, "", sandbox.ListFilter{})
+		list, err := o.Sandboxes.List(ctx, tenancy.AllTenants(), sandbox.ListFilter{})
 		cancel()
 		if err != nil {
 			ch <- prometheus.MustNewConstMetric(descScrapeError, prometheus.GaugeValue, 1, "sandboxes")

@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // maxValues caps the distinct values of a label that users choose
@@ -33,7 +34,7 @@ const maxValues = 64
 
 // Sandboxes is what the metrics read of the sandbox service.
 type Sandboxes interface {
-	List(ctx context.Context, tenant string, f sandbox.ListFilter) ([]api.Sandbox, error)
+	List(ctx context.Context, scope tenancy.Scope, f sandbox.ListFilter) ([]api.Sandbox, error)
 	Pools() []api.PoolStatus
 }
 
@@ -120,7 +121,7 @@ func New(o Options) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&stateCollector{m: m})
 	if o.Sandboxes != nil {
-		if list, err := o.Sandboxes.List(context.Background(), "", sandbox.ListFilter{}); err == nil {
+		if list, err := o.Sandboxes.List(context.Background(), tenancy.AllTenants(), sandbox.ListFilter{}); err == nil {
 			for _, sb := range list {
 				m.labels[sb.ID] = sbLabels{sb.Template, sb.Isolation}
 			}

@@ -16,12 +16,13 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // fakeSandboxes is a hand-written stand-in for the sandbox service.
 type fakeSandboxes struct{ list []api.Sandbox }
 
-func (f *fakeSandboxes) List(context.Context, string, sandbox.ListFilter) ([]api.Sandbox, error) {
+func (f *fakeSandboxes) List(context.Context, tenancy.Scope, sandbox.ListFilter) ([]api.Sandbox, error) {
 	return f.list, nil
 }
 

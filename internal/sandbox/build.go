@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // BuildIsolation is the tier build steps run on.
@@ -182,7 +183,7 @@ func (b *BuildBox) PutArchive(ctx context.Context, dir, user string, r io.Reader
 // snapshot uses.
 func (s *Service) GCLayers(ctx context.Context) ([]string, error) {
 	inUse := map[string]bool{}
-	recs, err := s.st.ListSandboxes(ctx, store.Filter{})
+	recs, err := s.st.ListSandboxes(ctx, store.Filter{Scope: tenancy.AllTenants()})
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +195,7 @@ func (s *Service) GCLayers(ctx context.Context) ([]string, error) {
 			inUse[l] = true
 		}
 	}
-	snaps, err := s.st.ListSnapshots(ctx, "")
+	snaps, err := s.st.ListSnapshots(ctx, tenancy.AllTenants())
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // hasEgress reports whether n gives the sandbox a veth.
@@ -91,7 +92,7 @@ func (s *Service) detachNet(id string) error {
 // SetEgress changes a sandbox's egress policy (egress, allow, deny of req;
 // its preview settings are kept). A running sandbox's new connections see
 // the change at once; a stopped one gets it when it starts.
-func (s *Service) SetEgress(ctx context.Context, tenant, id string, req *api.Network) (*api.Sandbox, error) {
+func (s *Service) SetEgress(ctx context.Context, scope tenancy.Scope, id string, req *api.Network) (*api.Sandbox, error) {
 	if req == nil {
 		return nil, errdefs.Invalid("send the network settings: {\"egress\": ..., \"allow\": [...], \"deny\": [...]}")
 	}
@@ -108,7 +109,7 @@ func (s *Service) SetEgress(ctx context.Context, tenant, id string, req *api.Net
 	if err := s.checkNetAvailable(want); err != nil {
 		return nil, err
 	}
-	rec, err := s.visible(ctx, tenant, id)
+	rec, err := s.visible(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}

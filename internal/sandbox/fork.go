@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // MaxForkCount bounds one fork call.
@@ -28,20 +29,20 @@ const forkParallelism = 4
 // flipped to running in one transaction once every one answers; on an
 // error every child is removed, and after a crash recovery removes
 // children still creating.
-func (s *Service) Fork(ctx context.Context, tenant, id string, count int) ([]api.Sandbox, error) {
-	return s.fork(ctx, tenant, id, count, false)
+func (s *Service) Fork(ctx context.Context, scope tenancy.Scope, id string, count int) ([]api.Sandbox, error) {
+	return s.fork(ctx, scope, id, count, false)
 }
 
 // fork is Fork; with memory each child is restored from a checkpoint of
 // the parent taken with the snapshot (memsnap.go).
-func (s *Service) fork(ctx context.Context, tenant, id string, count int, memory bool) ([]api.Sandbox, error) {
+func (s *Service) fork(ctx context.Context, scope tenancy.Scope, id string, count int, memory bool) ([]api.Sandbox, error) {
 	if count == 0 {
 		count = 1
 	}
 	if count < 1 || count > MaxForkCount {
 		return nil, errdefs.Invalid("count must be between 1 and %d, got %d", MaxForkCount, count)
 	}
-	e, err := s.lookup(ctx, tenant, id)
+	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // Idle timeout. A sandbox created with idle_timeout has its on_timeout
@@ -168,7 +169,7 @@ func (s *Service) reapIdle() {
 		}
 		s.log.Info("idle timeout; destroying", "sandbox", e.id, "idle_timeout", e.idle)
 		s.emit(events.Expired, e.id, e.tenant, "idle timeout")
-		if err := s.Destroy(ctx, "", e.id); err != nil {
+		if err := s.Destroy(ctx, tenancy.AllTenants(), e.id); err != nil {
 			e.act.touch()
 			s.log.Warn("idle reaper: destroy failed", "sandbox", e.id, "err", err)
 		}

@@ -12,12 +12,16 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // The lifecycle rules, on the real service over the fake host
 // (fake_test.go): they run without root, in well under a second each.
 
 const tenant = "acme"
+
+// acme is what tenant's key may see.
+var acme = tenancy.Only(tenant)
 
 func create(t *testing.T, s *Service, req *api.CreateSandboxRequest) *api.Sandbox {
 	t.Helper()
@@ -55,23 +59,33 @@ func TestLifecycleCreateDestroy(t *testing.T) {
 	if !slices.Contains(h.pool.layers(t), sb.ID) {
 		t.Fatalf("no writable layer for %s", sb.ID)
 	}
-	if got, err := s.Get(ctx, tenant, sb.ID); err != nil || got.State != api.StateRunning {
+	if got, err := s.Get(ctx, acme, sb.ID); err != nil || got.State != api.StateRunning {
 		t.Fatalf("Get = %+v, %v; want running", got, err)
 	}
-	if _, err := s.Get(ctx, "other", sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.Get(ctx, tenancy.Only("other"), sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another tenant's Get: %s, want not found", errClass(err))
 	}
-	if err := s.Destroy(ctx, "other", sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.Destroy(ctx, tenancy.Only("other"), sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another tenant's Destroy: %s, want not found", errClass(err))
 	}
-	if err := s.Destroy(ctx, tenant, sb.ID); err != nil {
+	// A caller that built no scope sees nothing: it fails closed.
+	if _, err := s.Get(ctx, tenancy.Scope{}, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Get with the zero scope: %s, want not found", errClass(err))
+	}
+	if list, err := s.List(ctx, tenancy.Scope{}, ListFilter{}); err != nil || len(list) != 0 {
+		t.Errorf("List with the zero scope = %d sandboxes, %v; want none", len(list), err)
+	}
+	if list, err := s.List(ctx, tenancy.AllTenants(), ListFilter{}); err != nil || len(list) != 1 {
+		t.Errorf("List of all tenants = %d sandboxes, %v; want 1", len(list), err)
+	}
+	if err := s.Destroy(ctx, acme, sb.ID); err != nil {
 		t.Fatalf("destroy: %v", err)
 	}
 	if got := h.state(sb.ID); got != api.StateDestroyed {
 		t.Errorf("state after destroy = %s", got)
 	}
 	h.leftNothing(sb.ID)
-	if _, err := s.Get(ctx, tenant, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.Get(ctx, acme, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Get of a destroyed sandbox: %s, want not found", errClass(err))
 	}
 	if n := s.LiveCount(); n != 0 {
@@ -88,7 +102,7 @@ func TestLifecycleCreateFailsLeavesNothing(t *testing.T) {
 	if err == nil {
 		t.Fatal("create succeeded on a driver that fails")
 	}
-	recs, lerr := h.st.ListSandboxes(context.Background(), store.Filter{})
+	recs, lerr := h.st.ListSandboxes(context.Background(), store.Filter{Scope: tenancy.AllTenants()})
 	if lerr != nil || len(recs) != 1 {
 		t.Fatalf("records: %v, %v; want the one failed", recs, lerr)
 	}
@@ -97,7 +111,7 @@ func TestLifecycleCreateFailsLeavesNothing(t *testing.T) {
 	}
 	h.leftNothing(recs[0].ID)
 	// Destroying a failed sandbox records it destroyed and succeeds.
-	if err := s.Destroy(context.Background(), tenant, recs[0].ID); err != nil {
+	if err := s.Destroy(context.Background(), acme, recs[0].ID); err != nil {
 		t.Errorf("destroy of a failed sandbox: %v", err)
 	}
 	if got := h.state(recs[0].ID); got != api.StateDestroyed {
@@ -111,45 +125,45 @@ func TestLifecyclePauseResume(t *testing.T) {
 	s := h.start()
 	ctx := context.Background()
 	sb := create(t, s, nil)
-	got, err := s.Pause(ctx, tenant, sb.ID)
+	got, err := s.Pause(ctx, acme, sb.ID)
 	if err != nil || got.State != api.StatePaused {
 		t.Fatalf("pause = %+v, %v", got, err)
 	}
 	if !h.drv.isPaused(sb.ID) {
 		t.Error("the driver did not freeze the sandbox")
 	}
-	if _, err := s.Pause(ctx, tenant, sb.ID); err != nil {
+	if _, err := s.Pause(ctx, acme, sb.ID); err != nil {
 		t.Errorf("a second pause: %v", err)
 	}
-	if _, err := s.Guest(ctx, tenant, sb.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := s.Guest(ctx, acme, sb.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("guest request to a paused sandbox: %s, want failed precondition", errClass(err))
 	}
-	got, err = s.Resume(ctx, tenant, sb.ID)
+	got, err = s.Resume(ctx, acme, sb.ID)
 	if err != nil || got.State != api.StateRunning {
 		t.Fatalf("resume = %+v, %v", got, err)
 	}
 	if h.drv.isPaused(sb.ID) {
 		t.Error("the driver did not thaw the sandbox")
 	}
-	if _, err := s.Guest(ctx, tenant, sb.ID); err != nil {
+	if _, err := s.Guest(ctx, acme, sb.ID); err != nil {
 		t.Errorf("guest transport of a running sandbox: %v", err)
 	}
 	// auto_resume: a guest request thaws it.
 	ar := create(t, s, &api.CreateSandboxRequest{AutoResume: true})
-	if _, err := s.Pause(ctx, tenant, ar.ID); err != nil {
+	if _, err := s.Pause(ctx, acme, ar.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Guest(ctx, tenant, ar.ID); err != nil {
+	if _, err := s.Guest(ctx, acme, ar.ID); err != nil {
 		t.Fatalf("guest request with auto_resume: %v", err)
 	}
 	if st := h.state(ar.ID); st != api.StateRunning || h.drv.isPaused(ar.ID) {
 		t.Errorf("after an auto-resuming request: %s, frozen %v", st, h.drv.isPaused(ar.ID))
 	}
 	// A paused sandbox is destroyed like any other.
-	if _, err := s.Pause(ctx, tenant, sb.ID); err != nil {
+	if _, err := s.Pause(ctx, acme, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Destroy(ctx, tenant, sb.ID); err != nil {
+	if err := s.Destroy(ctx, acme, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	h.leftNothing(sb.ID)
@@ -164,10 +178,10 @@ func TestLifecycleReset(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.upperOf(sb.ID), "scratch"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Pause(ctx, tenant, sb.ID); err != nil { // a paused sandbox resets too
+	if _, err := s.Pause(ctx, acme, sb.ID); err != nil { // a paused sandbox resets too
 		t.Fatal(err)
 	}
-	got, err := s.Reset(ctx, tenant, sb.ID, "", false)
+	got, err := s.Reset(ctx, acme, sb.ID, "", false)
 	if err != nil {
 		t.Fatalf("reset: %v", err)
 	}
@@ -190,7 +204,7 @@ func TestLifecycleReset(t *testing.T) {
 	}
 	// A reset that fails leaves a failed sandbox and nothing on the host.
 	h.drv.failCreate = errors.New("no more inits")
-	if _, err := s.Reset(ctx, tenant, sb.ID, "", false); err == nil {
+	if _, err := s.Reset(ctx, acme, sb.ID, "", false); err == nil {
 		t.Fatal("reset succeeded on a driver that fails")
 	}
 	if st := h.state(sb.ID); st != api.StateFailed {
@@ -208,7 +222,7 @@ func TestLifecycleFork(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.upperOf(parent.ID), "made-before"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	kids, err := s.Fork(ctx, tenant, parent.ID, 2)
+	kids, err := s.Fork(ctx, acme, parent.ID, 2)
 	if err != nil {
 		t.Fatalf("fork: %v", err)
 	}
@@ -238,7 +252,7 @@ func TestLifecycleFork(t *testing.T) {
 	}
 	// The children outlive their parent; the snapshot they stack on goes
 	// with the last of them.
-	if err := s.Destroy(ctx, tenant, parent.ID); err != nil {
+	if err := s.Destroy(ctx, acme, parent.ID); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range kids {
@@ -251,7 +265,7 @@ func TestLifecycleFork(t *testing.T) {
 		t.Errorf("snapshots while children run: %v, want 1", snaps)
 	}
 	for _, k := range kids {
-		if err := s.Destroy(ctx, tenant, k.ID); err != nil {
+		if err := s.Destroy(ctx, acme, k.ID); err != nil {
 			t.Fatal(err)
 		}
 		h.leftNothing(k.ID)
@@ -294,7 +308,7 @@ func TestLifecycleTTLExpiry(t *testing.T) {
 		t.Error("a sandbox paused on timeout is not frozen")
 	}
 	// Its TTL starts again from the resume.
-	got, err := s.Resume(ctx, tenant, pausing.ID)
+	got, err := s.Resume(ctx, acme, pausing.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,10 +366,10 @@ func TestLifecycleInitDies(t *testing.T) {
 	h.leftNothing(gone.ID)
 	// A persistent one stops with its files; resume starts it cold.
 	h.waitState(kept.ID, api.StateStopped)
-	if _, err := s.Pause(ctx, tenant, kept.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := s.Pause(ctx, acme, kept.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("pause of a stopped sandbox: %s, want failed precondition", errClass(err))
 	}
-	got, err := s.Resume(ctx, tenant, kept.ID)
+	got, err := s.Resume(ctx, acme, kept.ID)
 	if err != nil || got.State != api.StateRunning {
 		t.Fatalf("cold start = %+v, %v", got, err)
 	}
@@ -375,7 +389,7 @@ func TestLifecycleRestartRecovery(t *testing.T) {
 	running := create(t, s, nil)
 	paused := create(t, s, nil)
 	persistent := create(t, s, &api.CreateSandboxRequest{OnTimeout: api.OnTimeoutPause})
-	if _, err := s.Pause(ctx, tenant, paused.ID); err != nil {
+	if _, err := s.Pause(ctx, acme, paused.ID); err != nil {
 		t.Fatal(err)
 	}
 	// A leftover the earlier daemon did not record.
@@ -399,7 +413,7 @@ func TestLifecycleRestartRecovery(t *testing.T) {
 	if slices.Contains(h.pool.layers(t), "leftover") {
 		t.Error("a layer of no sandbox survived the restart")
 	}
-	if _, err := s.Resume(ctx, tenant, paused.ID); err != nil {
+	if _, err := s.Resume(ctx, acme, paused.ID); err != nil {
 		t.Errorf("resume after a restart: %v", err)
 	}
 	// A re-adopted sandbox's init is watched again.
@@ -417,7 +431,7 @@ func TestLifecycleRestartRecovery(t *testing.T) {
 	if !slices.Contains(h.pool.layers(t), persistent.ID) {
 		t.Error("the persistent sandbox's layer was removed")
 	}
-	if _, err := s.Resume(ctx, tenant, persistent.ID); err != nil {
+	if _, err := s.Resume(ctx, acme, persistent.ID); err != nil {
 		t.Errorf("cold start after a reboot: %v", err)
 	}
 	if st := h.state(persistent.ID); st != api.StateRunning {
@@ -441,14 +455,14 @@ func TestLifecycleQuota(t *testing.T) {
 	if _, err := s.Create(ctx, tenant, &api.CreateSandboxRequest{MemoryMB: 64}); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("create over the sandbox quota: %s, want resource exhausted", errClass(err))
 	}
-	if _, err := s.Fork(ctx, tenant, a.ID, 1); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := s.Fork(ctx, acme, a.ID, 1); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("fork over the sandbox quota: %s, want resource exhausted", errClass(err))
 	}
 	// Another tenant has no quota.
 	if _, err := s.Create(ctx, "other", &api.CreateSandboxRequest{}); err != nil {
 		t.Errorf("another tenant's create: %v", err)
 	}
-	if err := s.Destroy(ctx, tenant, b.ID); err != nil {
+	if err := s.Destroy(ctx, acme, b.ID); err != nil {
 		t.Fatal(err)
 	}
 	create(t, s, &api.CreateSandboxRequest{MemoryMB: 256})
@@ -465,7 +479,7 @@ func TestLifecycleTransitionRefused(t *testing.T) {
 	s := h.start()
 	ctx := context.Background()
 	sb := create(t, s, nil)
-	if err := s.Destroy(ctx, tenant, sb.ID); err != nil {
+	if err := s.Destroy(ctx, acme, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	err := h.st.UpdateSandbox(ctx, sb.ID, func(r *store.SandboxRecord) error {
@@ -488,7 +502,7 @@ func TestLifecyclePauseToDisk(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.upperOf(sb.ID), "work"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.PauseToDisk(ctx, tenant, sb.ID)
+	got, err := s.PauseToDisk(ctx, acme, sb.ID)
 	if err != nil || got.State != api.StatePaused || !got.PausedToDisk {
 		t.Fatalf("pause to disk = %+v, %v", got, err)
 	}
@@ -500,16 +514,16 @@ func TestLifecyclePauseToDisk(t *testing.T) {
 	if st := h.state(sb.ID); st != api.StatePaused {
 		t.Errorf("state = %s, want paused", st)
 	}
-	if _, err := s.Reset(ctx, tenant, sb.ID, "", false); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := s.Reset(ctx, acme, sb.ID, "", false); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("reset of a sandbox paused to disk: %s, want failed precondition", errClass(err))
 	}
 	// A restarted daemon finds it paused to disk still.
 	s.Close()
 	s = h.start()
-	if got, err := s.Get(ctx, tenant, sb.ID); err != nil || !got.PausedToDisk {
+	if got, err := s.Get(ctx, acme, sb.ID); err != nil || !got.PausedToDisk {
 		t.Fatalf("after a restart: %+v, %v; want paused to disk", got, err)
 	}
-	got, err = s.Resume(ctx, tenant, sb.ID)
+	got, err = s.Resume(ctx, acme, sb.ID)
 	if err != nil || got.State != api.StateRunning {
 		t.Fatalf("resume from disk = %+v, %v", got, err)
 	}
@@ -524,10 +538,10 @@ func TestLifecyclePauseToDisk(t *testing.T) {
 		t.Errorf("the checkpoint outlived the resume (%v)", err)
 	}
 	// Paused to disk again, then destroyed: nothing is left.
-	if _, err := s.PauseToDisk(ctx, tenant, sb.ID); err != nil {
+	if _, err := s.PauseToDisk(ctx, acme, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Destroy(ctx, tenant, sb.ID); err != nil {
+	if err := s.Destroy(ctx, acme, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	h.leftNothing(sb.ID)
@@ -536,7 +550,7 @@ func TestLifecyclePauseToDisk(t *testing.T) {
 	}
 	// A tier without memory snapshots says which has them.
 	plain := create(t, s, nil)
-	if _, err := s.PauseToDisk(ctx, tenant, plain.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := s.PauseToDisk(ctx, acme, plain.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("pause to disk on a tier without it: %s, want failed precondition", errClass(err))
 	}
 }
@@ -547,7 +561,7 @@ func TestLifecycleForkWithMemory(t *testing.T) {
 	s := h.start()
 	ctx := context.Background()
 	parent := create(t, s, &api.CreateSandboxRequest{Isolation: "fakemem"})
-	kids, err := s.ForkWithMemory(ctx, tenant, parent.ID, 2)
+	kids, err := s.ForkWithMemory(ctx, acme, parent.ID, 2)
 	if err != nil {
 		t.Fatalf("fork with memory: %v", err)
 	}
@@ -563,7 +577,7 @@ func TestLifecycleForkWithMemory(t *testing.T) {
 		t.Errorf("parent is %s after a fork with memory", st)
 	}
 	// A sandbox created from a snapshot with memory restores it.
-	snap, err := s.SnapshotWithMemory(ctx, tenant, parent.ID, "mem")
+	snap, err := s.SnapshotWithMemory(ctx, acme, parent.ID, "mem")
 	if err != nil || !snap.Memory {
 		t.Fatalf("snapshot with memory = %+v, %v", snap, err)
 	}
@@ -572,7 +586,7 @@ func TestLifecycleForkWithMemory(t *testing.T) {
 		t.Errorf("created from a snapshot with memory: %s, restored from %q", sb.Isolation, h.drv.restoredFrom(sb.ID))
 	}
 	for _, id := range append([]string{parent.ID, sb.ID}, kids[0].ID, kids[1].ID) {
-		if err := s.Destroy(ctx, tenant, id); err != nil {
+		if err := s.Destroy(ctx, acme, id); err != nil {
 			t.Fatal(err)
 		}
 		h.leftNothing(id)
@@ -596,10 +610,10 @@ func TestLifecycleForkFailsLeavesNothing(t *testing.T) {
 	h.drv.mu.Lock()
 	h.drv.failCreate, h.drv.failAfter = errors.New("no more inits"), h.drv.created+2
 	h.drv.mu.Unlock()
-	if _, err := s.Fork(ctx, tenant, parent.ID, 3); err == nil {
+	if _, err := s.Fork(ctx, acme, parent.ID, 3); err == nil {
 		t.Fatal("fork succeeded with a child that cannot boot")
 	}
-	recs, err := h.st.ListSandboxes(ctx, store.Filter{})
+	recs, err := h.st.ListSandboxes(ctx, store.Filter{Scope: tenancy.AllTenants()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -632,7 +646,7 @@ func TestLifecycleResetStandby(t *testing.T) {
 	s := h.start()
 	ctx := context.Background()
 	sb := create(t, s, &api.CreateSandboxRequest{Isolation: "fakeready"})
-	first, err := s.Reset(ctx, tenant, sb.ID, "", false)
+	first, err := s.Reset(ctx, acme, sb.ID, "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -640,7 +654,7 @@ func TestLifecycleResetStandby(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.upperOf(sb.ID), "scratch"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	second, err := s.Reset(ctx, tenant, sb.ID, "", false)
+	second, err := s.Reset(ctx, acme, sb.ID, "", false)
 	if err != nil {
 		t.Fatalf("reset onto the standby: %v", err)
 	}
@@ -658,7 +672,7 @@ func TestLifecycleResetStandby(t *testing.T) {
 	if st := h.state(sb.ID); st != api.StateRunning {
 		t.Errorf("state after the reset = %s", st)
 	}
-	if err := s.Destroy(ctx, tenant, sb.ID); err != nil {
+	if err := s.Destroy(ctx, acme, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	h.leftNothing(sb.ID)

@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // Memory snapshots, on tiers whose driver declares MemorySnapshot (gvisor:
@@ -127,8 +128,8 @@ func (r restoring) Create(ctx context.Context, spec *driver.Spec) (*driver.Handl
 func (r restoring) Unwrap() driver.Driver { return r.Driver }
 
 // PauseToDisk checkpoints a tenant's sandbox to disk and stops it.
-func (s *Service) PauseToDisk(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
-	e, err := s.lookup(ctx, tenant, id)
+func (s *Service) PauseToDisk(ctx context.Context, scope tenancy.Scope, id string) (*api.Sandbox, error) {
+	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +144,7 @@ func (s *Service) PauseToDisk(ctx context.Context, tenant, id string) (*api.Sand
 	if err := s.pauseToDiskLocked(ctx, e, cp); err != nil {
 		return nil, err
 	}
-	return s.Get(ctx, tenant, id)
+	return s.Get(ctx, scope, id)
 }
 
 func (s *Service) pauseToDiskLocked(ctx context.Context, e *entry, cp driver.Checkpointer) error {
@@ -209,7 +210,7 @@ func (s *Service) resumeFromDisk(ctx context.Context, e *entry) (*api.Sandbox, e
 		return nil, errdefs.Precondition("sandbox %s is being destroyed", e.id)
 	}
 	if !e.onDisk.Load() {
-		return s.Get(ctx, e.tenant, e.id)
+		return s.Get(ctx, tenancy.Only(e.tenant), e.id)
 	}
 	rec, err := s.st.GetSandbox(ctx, e.id)
 	if err != nil {
@@ -308,22 +309,22 @@ func (s *Service) pauseOnTimeout(ctx context.Context, id string) (*api.Sandbox, 
 	s.mu.Unlock()
 	if e != nil {
 		if _, err := checkpointer(e.drv, ""); err == nil {
-			sb, err := s.PauseToDisk(ctx, "", id)
+			sb, err := s.PauseToDisk(ctx, tenancy.AllTenants(), id)
 			if err == nil {
 				return sb, nil
 			}
 			s.log.Warn("pause to disk failed; pausing in memory", "sandbox", id, "err", err)
 		}
 	}
-	return s.Pause(ctx, "", id)
+	return s.Pause(ctx, tenancy.AllTenants(), id)
 }
 
 // SnapshotWithMemory is Snapshot with the sandbox's processes and memory.
-func (s *Service) SnapshotWithMemory(ctx context.Context, tenant, id, name string) (*api.Snapshot, error) {
+func (s *Service) SnapshotWithMemory(ctx context.Context, scope tenancy.Scope, id, name string) (*api.Snapshot, error) {
 	if name != "" && !snapNameRE.MatchString(name) {
 		return nil, errdefs.Invalid("snapshot name %q is not valid: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
 	}
-	e, err := s.lookup(ctx, tenant, id)
+	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
@@ -380,15 +381,15 @@ func (s *Service) snapshotOut(r *store.SnapshotRecord) api.Snapshot {
 
 // ForkWithMemory is Fork with each child going on running the parent's
 // processes.
-func (s *Service) ForkWithMemory(ctx context.Context, tenant, id string, count int) ([]api.Sandbox, error) {
-	e, err := s.lookup(ctx, tenant, id)
+func (s *Service) ForkWithMemory(ctx context.Context, scope tenancy.Scope, id string, count int) ([]api.Sandbox, error) {
+	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
 	if !driver.Has[driver.Checkpointer](e.drv) {
 		return nil, errdefs.Precondition("isolation %s cannot fork with memory: live fork needs the gvisor tier (create the sandbox with `--isolation gvisor`); a fork without memory gives children the parent's files", e.drv.Name())
 	}
-	return s.fork(ctx, tenant, id, count, true)
+	return s.fork(ctx, scope, id, count, true)
 }
 
 // sweep removes checkpoint directories that belong to no sandbox
@@ -435,7 +436,7 @@ func (s *Service) pausedToDisk(id string) bool {
 
 // snapshotRecord implements checkpointHost.
 func (s *Service) snapshotRecord(ctx context.Context, id string) (*store.SnapshotRecord, error) {
-	return s.st.GetSnapshot(ctx, "", id)
+	return s.st.GetSnapshot(ctx, tenancy.AllTenants(), id)
 }
 
 func dirSize(dir string) int64 {

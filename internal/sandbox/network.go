@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/guestclient"
 	"github.com/agentbox/agentbox/internal/network"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // resolveNetwork checks a create request's network settings and fills the
@@ -76,7 +77,7 @@ func newPreviewToken() string {
 // Preview returns what the preview proxy needs of sandbox id, of any
 // tenant: its tenant and network settings.
 func (s *Service) Preview(ctx context.Context, id string) (tenant string, n api.Network, err error) {
-	rec, err := s.visible(ctx, "", id)
+	rec, err := s.visible(ctx, tenancy.AllTenants(), id)
 	if err != nil {
 		return "", n, err
 	}
@@ -92,10 +93,10 @@ func (s *Service) Preview(ctx context.Context, id string) (tenant string, n api.
 // sandbox, through its guest agent (proto.Dial). The caller has
 // already checked access.
 func (s *Service) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
-	if _, err := s.Guest(ctx, "", id); err != nil { // running, resumed if auto_resume
+	if _, err := s.Guest(ctx, tenancy.AllTenants(), id); err != nil { // running, resumed if auto_resume
 		return nil, err
 	}
-	e, err := s.lookup(ctx, "", id)
+	e, err := s.lookup(ctx, tenancy.AllTenants(), id)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // Pause and resume. A paused sandbox's processes are frozen by the
@@ -33,8 +34,8 @@ func pauser(e *entry) (driver.Pauser, error) {
 }
 
 // Pause freezes every process of a tenant's sandbox.
-func (s *Service) Pause(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
-	e, err := s.lookup(ctx, tenant, id)
+func (s *Service) Pause(ctx context.Context, scope tenancy.Scope, id string) (*api.Sandbox, error) {
+	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +48,7 @@ func (s *Service) Pause(ctx context.Context, tenant, id string) (*api.Sandbox, e
 	if err := s.pauseLocked(ctx, e, p); err != nil {
 		return nil, err
 	}
-	return s.Get(ctx, tenant, id)
+	return s.Get(ctx, scope, id)
 }
 
 func (s *Service) pauseLocked(ctx context.Context, e *entry, p driver.Pauser) error {
@@ -77,15 +78,15 @@ func (s *Service) pauseLocked(ctx context.Context, e *entry, p driver.Pauser) er
 }
 
 // Resume thaws a paused sandbox, or cold-starts a stopped one.
-func (s *Service) Resume(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
-	rec, err := s.visible(ctx, tenant, id)
+func (s *Service) Resume(ctx context.Context, scope tenancy.Scope, id string) (*api.Sandbox, error) {
+	rec, err := s.visible(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
 	if rec.State == api.StateStopped {
 		return s.coldStart(ctx, rec)
 	}
-	e, err := s.lookup(ctx, tenant, id)
+	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +103,7 @@ func (s *Service) Resume(ctx context.Context, tenant, id string) (*api.Sandbox, 
 		return nil, errdefs.Precondition("sandbox %s is being destroyed", id)
 	}
 	if !e.paused.Load() {
-		return s.Get(ctx, tenant, id)
+		return s.Get(ctx, scope, id)
 	}
 	if err := p.Resume(ctx, e.handle()); err != nil {
 		return nil, fmt.Errorf("resuming sandbox %s: %w", id, err)
@@ -153,7 +154,7 @@ func (s *Service) coldStart(ctx context.Context, rec *store.SandboxRecord) (*api
 	s.coldMu.Lock()
 	defer s.coldMu.Unlock()
 	if cur, err := s.st.GetSandbox(ctx, rec.ID); err != nil || cur.State != api.StateStopped {
-		return s.Get(ctx, rec.Tenant, rec.ID)
+		return s.Get(ctx, tenancy.Only(rec.Tenant), rec.ID)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // Start re-adopts the sandboxes an earlier daemon left running, cleans up
@@ -22,14 +23,14 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	// Snapshots a crash left half-taken go first: their record is the
 	// intent, their subvolume (if any) is incomplete.
-	if snaps, err := s.st.ListSnapshots(ctx, "", store.SnapshotCreating); err == nil {
+	if snaps, err := s.st.ListSnapshots(ctx, tenancy.AllTenants(), store.SnapshotCreating); err == nil {
 		for _, sn := range snaps {
 			_ = s.pool.RemoveSnapshot(ctx, sn.ID)
 			_ = s.st.DeleteSnapshot(ctx, sn.ID)
 			s.log.Info("removed a snapshot left half-taken", "snapshot", sn.ID, "sandbox", sn.SandboxID)
 		}
 	}
-	recs, err := s.st.ListSandboxes(ctx, store.Filter{States: []string{
+	recs, err := s.st.ListSandboxes(ctx, store.Filter{Scope: tenancy.AllTenants(), States: []string{
 		api.StateCreating, api.StateRunning, api.StatePaused, api.StateStopped, api.StateDestroying,
 	}})
 	if err != nil {
@@ -174,7 +175,7 @@ func (s *Service) adopt(ctx context.Context, rec *store.SandboxRecord, drv drive
 // between removing the record and the subvolume) and internal snapshots
 // nothing depends on any more.
 func (s *Service) sweepSnapshots(ctx context.Context) {
-	recs, err := s.st.ListSnapshots(ctx, "")
+	recs, err := s.st.ListSnapshots(ctx, tenancy.AllTenants())
 	if err != nil {
 		s.log.Warn("listing snapshots", "err", err)
 		return
@@ -247,7 +248,7 @@ func (s *Service) reapOnce() {
 			}
 			s.log.Info("TTL expired; destroying", "sandbox", id)
 			s.Emit(events.Expired, id, "ttl")
-			if err := s.Destroy(ctx, "", id); err != nil {
+			if err := s.Destroy(ctx, tenancy.AllTenants(), id); err != nil {
 				s.log.Warn("reaper: destroy failed", "sandbox", id, "err", err)
 			}
 		}()

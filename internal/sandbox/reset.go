@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // Reset puts a tenant's sandbox back where it started (its template, or
@@ -19,7 +20,7 @@ import (
 // same id, settings and lineage; every process is killed and the writable
 // layer replaced by an empty one. It skips what a destroy and a create
 // spend on records, ids and the API round trips.
-func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTemplate bool) (_ *api.Sandbox, err error) {
+func (s *Service) Reset(ctx context.Context, scope tenancy.Scope, id, snapRef string, toTemplate bool) (_ *api.Sandbox, err error) {
 	defer func() {
 		if err == nil {
 			s.Emit(events.Reset, id, snapRef) // events.go
@@ -28,7 +29,7 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTempl
 	if snapRef != "" && toTemplate {
 		return nil, errdefs.Invalid("reset to a snapshot or to the template, not both")
 	}
-	e, err := s.lookup(ctx, tenant, id)
+	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +48,7 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTempl
 		oldSnap = cur.Snapshot
 	)
 	if snapRef != "" {
-		if snap, err = s.st.GetSnapshot(ctx, tenant, snapRef); err != nil {
+		if snap, err = s.st.GetSnapshot(ctx, scope, snapRef); err != nil {
 			return nil, err
 		}
 		if snap.State != store.SnapshotReady {
@@ -89,7 +90,7 @@ func (s *Service) Reset(ctx context.Context, tenant, id, snapRef string, toTempl
 	if snap != nil {
 		// The record now depends on snap; if it was removed meanwhile,
 		// DeleteSnapshot ran first and this reset must not use it.
-		if _, err := s.st.GetSnapshot(ctx, "", snap.ID); err != nil {
+		if _, err := s.st.GetSnapshot(ctx, tenancy.AllTenants(), snap.ID); err != nil {
 			return nil, err
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // Options wire the service.
@@ -171,7 +172,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		if req.Template != "" {
 			return nil, errdefs.Invalid("send either template or snapshot, not both: a snapshot already names its template")
 		}
-		if snap, err = s.st.GetSnapshot(ctx, tenant, req.Snapshot); err != nil {
+		if snap, err = s.st.GetSnapshot(ctx, tenancy.Only(tenant), req.Snapshot); err != nil {
 			return nil, err
 		}
 		if snap.State != store.SnapshotReady {
@@ -247,7 +248,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		return toAPI(rec), nil
 	}
 	if err := s.startTemplate(ctx, e, tpl); err != nil {
-		_ = s.Destroy(context.WithoutCancel(ctx), "", rec.ID)
+		_ = s.Destroy(context.WithoutCancel(ctx), tenancy.AllTenants(), rec.ID)
 		return nil, err
 	}
 	s.log.Debug("created", "sandbox", rec.ID, "tenant", tenant, "template", tpl.Name+"@"+tpl.Version)
@@ -539,16 +540,16 @@ func (s *Service) release(ctx context.Context, id string, drv driver.Driver, h *
 	return errors.Join(errs...)
 }
 
-// lookup returns the live entry of a tenant's sandbox. Another tenant's
+// lookup returns the live entry of a sandbox in scope. Another tenant's
 // sandbox is not found, never forbidden.
-func (s *Service) lookup(ctx context.Context, tenant, id string) (*entry, error) {
+func (s *Service) lookup(ctx context.Context, scope tenancy.Scope, id string) (*entry, error) {
 	s.mu.Lock()
 	e, ok := s.live[id]
 	s.mu.Unlock()
-	if ok && (tenant == "" || e.tenant == tenant) {
+	if ok && scope.Sees(e.tenant) {
 		return e, nil
 	}
-	rec, err := s.visible(ctx, tenant, id)
+	rec, err := s.visible(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
@@ -558,13 +559,13 @@ func (s *Service) lookup(ctx context.Context, tenant, id string) (*entry, error)
 	return nil, errdefs.Precondition("sandbox %s is %s, not running", id, rec.State)
 }
 
-// visible returns the record of a tenant's sandbox ("" = any, for
-// admins) that has not been destroyed. Another tenant's sandbox, an
+// visible returns the record of a sandbox in scope that has not been
+// destroyed. Another tenant's sandbox, an
 // unknown id and a destroyed sandbox are all not found, on every route
 // (`agentbox ls --all` still lists destroyed ones).
-func (s *Service) visible(ctx context.Context, tenant, id string) (*store.SandboxRecord, error) {
+func (s *Service) visible(ctx context.Context, scope tenancy.Scope, id string) (*store.SandboxRecord, error) {
 	rec, err := s.st.GetSandbox(ctx, id)
-	if err != nil || (tenant != "" && rec.Tenant != tenant) {
+	if err != nil || !scope.Sees(rec.Tenant) {
 		return nil, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
 	}
 	if rec.State == api.StateDestroyed {
@@ -573,9 +574,9 @@ func (s *Service) visible(ctx context.Context, tenant, id string) (*store.Sandbo
 	return rec, nil
 }
 
-// Get returns a sandbox of tenant ("" = any, for admins).
-func (s *Service) Get(ctx context.Context, tenant, id string) (*api.Sandbox, error) {
-	rec, err := s.visible(ctx, tenant, id)
+// Get returns a sandbox in scope.
+func (s *Service) Get(ctx context.Context, scope tenancy.Scope, id string) (*api.Sandbox, error) {
+	rec, err := s.visible(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
@@ -590,13 +591,13 @@ type ListFilter struct {
 	All bool
 }
 
-// List returns tenant's sandboxes ("" = every tenant).
-func (s *Service) List(ctx context.Context, tenant string, f ListFilter) ([]api.Sandbox, error) {
+// List returns the sandboxes in scope.
+func (s *Service) List(ctx context.Context, scope tenancy.Scope, f ListFilter) ([]api.Sandbox, error) {
 	states := f.States
 	if len(states) == 0 && !f.All {
 		states = []string{api.StateCreating, api.StateRunning, api.StatePaused, api.StateStopped, api.StateDestroying, api.StateFailed}
 	}
-	recs, err := s.st.ListSandboxes(ctx, store.Filter{Tenant: tenant, States: states, Metadata: f.Metadata})
+	recs, err := s.st.ListSandboxes(ctx, store.Filter{Scope: scope, States: states, Metadata: f.Metadata})
 	if err != nil {
 		return nil, err
 	}
@@ -608,8 +609,8 @@ func (s *Service) List(ctx context.Context, tenant string, f ListFilter) ([]api.
 }
 
 // SetTTL makes a sandbox expire ttl from now (0: never).
-func (s *Service) SetTTL(ctx context.Context, tenant, id string, ttlSeconds int64) (*api.Sandbox, error) {
-	if _, err := s.lookup(ctx, tenant, id); err != nil {
+func (s *Service) SetTTL(ctx context.Context, scope tenancy.Scope, id string, ttlSeconds int64) (*api.Sandbox, error) {
+	if _, err := s.lookup(ctx, scope, id); err != nil {
 		return nil, err
 	}
 	lim := s.cfg.Limits.TTL
@@ -641,8 +642,8 @@ func (s *Service) SetTTL(ctx context.Context, tenant, id string, ttlSeconds int6
 }
 
 // Destroy stops and removes a sandbox; nothing of it is left on the host.
-func (s *Service) Destroy(ctx context.Context, tenant, id string) error {
-	e, err := s.lookup(ctx, tenant, id)
+func (s *Service) Destroy(ctx context.Context, scope tenancy.Scope, id string) error {
+	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrFailedPrecondition) {
 			// Not running: already destroyed, or failed. Make sure nothing
@@ -664,8 +665,8 @@ func (s *Service) Destroy(ctx context.Context, tenant, id string) error {
 }
 
 // Guest returns a transport to a tenant's running sandbox's guest agent.
-func (s *Service) Guest(ctx context.Context, tenant, id string) (http.RoundTripper, error) {
-	e, err := s.lookup(ctx, tenant, id)
+func (s *Service) Guest(ctx context.Context, scope tenancy.Scope, id string) (http.RoundTripper, error) {
+	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
@@ -673,7 +674,7 @@ func (s *Service) Guest(ctx context.Context, tenant, id string) (http.RoundTripp
 		if !e.autoResume {
 			return nil, errdefs.Precondition("sandbox %s is paused; resume it with `agentbox resume %s`", id, id)
 		}
-		if _, err := s.Resume(ctx, tenant, id); err != nil {
+		if _, err := s.Resume(ctx, scope, id); err != nil {
 			return nil, fmt.Errorf("resuming sandbox %s (auto_resume): %w", id, err)
 		}
 	}
@@ -687,7 +688,7 @@ func (s *Service) Guest(ctx context.Context, tenant, id string) (http.RoundTripp
 // tenant's sandbox id may hold (max_download_mb; by default the sandbox's
 // disk limit: a sandbox cannot hand the host more than it may store, a
 // sparse file's holes included); 0: no limit.
-func (s *Service) DownloadLimit(ctx context.Context, tenant, id string) (int64, error) {
+func (s *Service) DownloadLimit(ctx context.Context, scope tenancy.Scope, id string) (int64, error) {
 	switch {
 	case s.cfg.MaxDownloadMB < 0:
 		return 0, nil
@@ -695,7 +696,7 @@ func (s *Service) DownloadLimit(ctx context.Context, tenant, id string) (int64, 
 		return s.cfg.MaxDownloadMB << 20, nil
 	}
 	rec, err := s.st.GetSandbox(ctx, id)
-	if err != nil || (tenant != "" && rec.Tenant != tenant) {
+	if err != nil || !scope.Sees(rec.Tenant) {
 		return 0, errdefs.NotFound("sandbox %q not found; list yours with `agentbox ls`", id)
 	}
 	return rec.Resources.DiskMB << 20, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // Snapshots. Taking one: record the intent (state creating), freeze the
@@ -44,11 +45,11 @@ func snapshotAPI(r *store.SnapshotRecord) api.Snapshot {
 
 // Snapshot captures a tenant's running or paused sandbox's files as a
 // snapshot named name ("" for none).
-func (s *Service) Snapshot(ctx context.Context, tenant, id, name string) (*api.Snapshot, error) {
+func (s *Service) Snapshot(ctx context.Context, scope tenancy.Scope, id, name string) (*api.Snapshot, error) {
 	if name != "" && !snapNameRE.MatchString(name) {
 		return nil, errdefs.Invalid("snapshot name %q is not valid: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
 	}
-	e, err := s.lookup(ctx, tenant, id)
+	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
 		return nil, err
 	}
@@ -183,8 +184,8 @@ func (s *Service) captureLocked(ctx context.Context, e *entry, p driver.Pauser, 
 }
 
 // GetSnapshot returns a tenant's snapshot by id or name.
-func (s *Service) GetSnapshot(ctx context.Context, tenant, ref string) (*api.Snapshot, error) {
-	rec, err := s.st.GetSnapshot(ctx, tenant, ref)
+func (s *Service) GetSnapshot(ctx context.Context, scope tenancy.Scope, ref string) (*api.Snapshot, error) {
+	rec, err := s.st.GetSnapshot(ctx, scope, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -195,9 +196,9 @@ func (s *Service) GetSnapshot(ctx context.Context, tenant, ref string) (*api.Sna
 	return &out, nil
 }
 
-// ListSnapshots returns a tenant's snapshots ("" = every tenant's).
-func (s *Service) ListSnapshots(ctx context.Context, tenant string) ([]api.Snapshot, error) {
-	recs, err := s.st.ListSnapshots(ctx, tenant, store.SnapshotReady)
+// ListSnapshots returns the snapshots in scope.
+func (s *Service) ListSnapshots(ctx context.Context, scope tenancy.Scope) ([]api.Snapshot, error) {
+	recs, err := s.st.ListSnapshots(ctx, scope, store.SnapshotReady)
 	if err != nil {
 		return nil, err
 	}
@@ -210,8 +211,8 @@ func (s *Service) ListSnapshots(ctx context.Context, tenant string) ([]api.Snaps
 
 // DeleteSnapshot removes a tenant's snapshot; it is refused while a
 // sandbox or another snapshot stacks on it.
-func (s *Service) DeleteSnapshot(ctx context.Context, tenant, ref string) error {
-	rec, err := s.st.GetSnapshot(ctx, tenant, ref)
+func (s *Service) DeleteSnapshot(ctx context.Context, scope tenancy.Scope, ref string) error {
+	rec, err := s.st.GetSnapshot(ctx, scope, ref)
 	if err != nil {
 		return err
 	}
@@ -251,7 +252,7 @@ func (s *Service) collectFor(ctx context.Context, id string) {
 // collect removes internal snapshot snapID (and, in turn, its internal
 // parents) if nothing depends on it.
 func (s *Service) collect(ctx context.Context, snapID string) {
-	snap, err := s.st.GetSnapshot(ctx, "", snapID)
+	snap, err := s.st.GetSnapshot(ctx, tenancy.AllTenants(), snapID)
 	if err != nil || !snap.Internal || snap.State != store.SnapshotReady {
 		return
 	}

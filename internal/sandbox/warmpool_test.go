@@ -44,7 +44,7 @@ func TestWarmPoolServesCreate(t *testing.T) {
 	}
 	// It refills, and the sandbox it served is like any other.
 	waitFor(t, "the pool to refill", ready)
-	if err := s.Destroy(context.Background(), tenant, sb.ID); err != nil {
+	if err := s.Destroy(context.Background(), acme, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	h.leftNothing(sb.ID)

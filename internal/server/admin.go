@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/posture"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // The admin routes: API keys, tenants and their quotas, the posture check.
@@ -285,7 +286,7 @@ func (s *Server) sandboxSecurity(w http.ResponseWriter, r *http.Request) {
 	if !requireAdmin(w, r, "the posture check") {
 		return
 	}
-	sb, err := s.svc.Get(r.Context(), "", r.PathValue("id"))
+	sb, err := s.svc.Get(r.Context(), tenancy.AllTenants(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return

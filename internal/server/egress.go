@@ -15,7 +15,7 @@ func (s *Server) setEgress(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, err := s.svc.SetEgress(r.Context(), tenant(r), r.PathValue("id"), &req)
+	sb, err := s.svc.SetEgress(r.Context(), scope(r), r.PathValue("id"), &req)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -26,7 +26,7 @@ func (s *Server) setEgress(w http.ResponseWriter, r *http.Request) {
 // egressLog answers a sandbox's egress log
 // (GET /v1/sandboxes/{id}/egress/log; see docs/network.md).
 func (s *Server) egressLog(w http.ResponseWriter, r *http.Request) {
-	l, err := s.svc.EgressLog(r.Context(), tenant(r), r.PathValue("id"))
+	l, err := s.svc.EgressLog(r.Context(), scope(r), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -21,7 +21,7 @@ import (
 // both directions run at once (exec/stream sends stdin while output flows).
 func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	rt, err := s.svc.Guest(r.Context(), tenant(r), id)
+	rt, err := s.svc.Guest(r.Context(), scope(r), id)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -44,7 +44,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	// that sends more anyway at the limit plus the tar framing's slack.
 	var cutAt int64
 	if r.Method == http.MethodGet && (path == proto.FileGet.Path || path == proto.ArchiveGet.Path) {
-		limit, err := s.svc.DownloadLimit(r.Context(), tenant(r), id)
+		limit, err := s.svc.DownloadLimit(r.Context(), scope(r), id)
 		if err != nil {
 			writeError(w, err)
 			return

@@ -132,7 +132,7 @@ func (s *Server) startMCPServer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if _, err := s.svc.Get(r.Context(), tenant(r), id); err != nil {
+	if _, err := s.svc.Get(r.Context(), scope(r), id); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -154,7 +154,7 @@ func (s *Server) startMCPServer(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listMCPServers(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, err := s.svc.Get(r.Context(), tenant(r), id); err != nil {
+	if _, err := s.svc.Get(r.Context(), scope(r), id); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -165,7 +165,7 @@ func (s *Server) listMCPServers(w http.ResponseWriter, r *http.Request) {
 // see its sandbox.
 func (s *Server) hosted(r *http.Request) (*mcphost.Hosted, error) {
 	id := r.PathValue("id")
-	if _, err := s.svc.Get(r.Context(), tenant(r), id); err != nil {
+	if _, err := s.svc.Get(r.Context(), scope(r), id); err != nil {
 		return nil, err
 	}
 	return s.mcpInit().host.Get(id, r.PathValue("name"))

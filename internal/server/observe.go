@@ -16,7 +16,7 @@ import (
 // sandboxMetrics answers GET /v1/sandboxes/{id}/metrics: the sandbox's
 // usage samples of the last hour (since= keeps those after a time).
 func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.svc.Get(r.Context(), tenant(r), r.PathValue("id"))
+	sb, err := s.svc.Get(r.Context(), scope(r), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return

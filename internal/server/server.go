@@ -121,13 +121,11 @@ func principal(ctx context.Context) auth.Principal {
 // validated; this one has a NUL).
 const noPrincipal = "\x00no principal"
 
-// tenant is the tenant scope of a request: admins see every tenant.
-func tenant(r *http.Request) string {
-	p := principal(r.Context())
-	if p.Admin {
-		return ""
-	}
-	return p.Tenant
+// scope is whose sandboxes and snapshots a request may see: every
+// tenant's for the admin, its own tenant's otherwise (and nothing for a
+// request without a principal).
+func scope(r *http.Request) tenancy.Scope {
+	return principal(r.Context()).Scope()
 }
 
 func (s *Server) routes() {
@@ -364,7 +362,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	list, err := s.svc.List(r.Context(), tenant(r), f)
+	list, err := s.svc.List(r.Context(), scope(r), f)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -373,7 +371,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.svc.Get(r.Context(), tenant(r), r.PathValue("id"))
+	sb, err := s.svc.Get(r.Context(), scope(r), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -389,7 +387,7 @@ func (s *Server) updateSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if req.TTLSeconds == nil {
-		sb, err := s.svc.Get(r.Context(), tenant(r), id)
+		sb, err := s.svc.Get(r.Context(), scope(r), id)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -397,7 +395,7 @@ func (s *Server) updateSandbox(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, sb)
 		return
 	}
-	sb, err := s.svc.SetTTL(r.Context(), tenant(r), id, *req.TTLSeconds)
+	sb, err := s.svc.SetTTL(r.Context(), scope(r), id, *req.TTLSeconds)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -406,7 +404,7 @@ func (s *Server) updateSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
-	if err := s.svc.Destroy(r.Context(), tenant(r), r.PathValue("id")); err != nil {
+	if err := s.svc.Destroy(r.Context(), scope(r), r.PathValue("id")); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -33,7 +33,7 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
 	if req.ToDisk {
 		pause = s.svc.PauseToDisk
 	}
-	sb, err := pause(r.Context(), tenant(r), r.PathValue("id"))
+	sb, err := pause(r.Context(), scope(r), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -42,7 +42,7 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.svc.Resume(r.Context(), tenant(r), r.PathValue("id"))
+	sb, err := s.svc.Resume(r.Context(), scope(r), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -60,7 +60,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	if req.Memory {
 		snapshot = s.svc.SnapshotWithMemory
 	}
-	snap, err := snapshot(r.Context(), tenant(r), r.PathValue("id"), req.Name)
+	snap, err := snapshot(r.Context(), scope(r), r.PathValue("id"), req.Name)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -69,7 +69,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	list, err := s.svc.ListSnapshots(r.Context(), tenant(r))
+	list, err := s.svc.ListSnapshots(r.Context(), scope(r))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -78,7 +78,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.svc.GetSnapshot(r.Context(), tenant(r), r.PathValue("ref"))
+	snap, err := s.svc.GetSnapshot(r.Context(), scope(r), r.PathValue("ref"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -87,7 +87,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	if err := s.svc.DeleteSnapshot(r.Context(), tenant(r), r.PathValue("ref")); err != nil {
+	if err := s.svc.DeleteSnapshot(r.Context(), scope(r), r.PathValue("ref")); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -104,7 +104,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 	if req.Memory {
 		fork = s.svc.ForkWithMemory
 	}
-	list, err := fork(r.Context(), tenant(r), r.PathValue("id"), req.Count)
+	list, err := fork(r.Context(), scope(r), r.PathValue("id"), req.Count)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -118,7 +118,7 @@ func (s *Server) resetSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, err := s.svc.Reset(r.Context(), tenant(r), r.PathValue("id"), req.Snapshot, req.Template)
+	sb, err := s.svc.Reset(r.Context(), scope(r), r.PathValue("id"), req.Snapshot, req.Template)
 	if err != nil {
 		writeError(w, err)
 		return

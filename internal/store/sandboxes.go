@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // SandboxRecord is one sandbox as the store keeps it.
@@ -43,9 +44,11 @@ type SandboxRecord struct {
 	Lowers []string
 }
 
-// Filter selects sandboxes in ListSandboxes. Zero fields match everything.
+// Filter selects sandboxes in ListSandboxes. Scope is whose sandboxes
+// (the zero Scope matches none: say tenancy.AllTenants() for every
+// tenant's); the other fields match everything when zero.
 type Filter struct {
-	Tenant string
+	Scope  tenancy.Scope
 	States []string
 	// Metadata pairs must all match exactly.
 	Metadata map[string]string
@@ -182,9 +185,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f Filter) ([]*SandboxRecord, 
 		args []any
 	)
 	q.WriteString("SELECT " + sandboxColumns + " FROM sandboxes WHERE 1")
-	if f.Tenant != "" {
+	if tenant, limited := f.Scope.Tenant(); limited {
 		q.WriteString(" AND tenant = ?")
-		args = append(args, f.Tenant)
+		args = append(args, tenant)
 	}
 	if len(f.States) > 0 {
 		q.WriteString(" AND state IN (?" + strings.Repeat(", ?", len(f.States)-1) + ")")

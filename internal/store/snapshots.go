@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // Snapshot states. A snapshot is recorded as creating before its subvolume
@@ -102,12 +103,12 @@ func scanSnapshot(row scanner) (*SnapshotRecord, error) {
 	return &rec, nil
 }
 
-// GetSnapshot returns tenant's snapshot whose id or name is ref (tenant ""
-// matches every tenant, for admins; then a name must be unique).
-func (s *Store) GetSnapshot(ctx context.Context, tenant, ref string) (*SnapshotRecord, error) {
+// GetSnapshot returns the snapshot in scope whose id or name is ref (for
+// tenancy.AllTenants() a name must be unique across tenants).
+func (s *Store) GetSnapshot(ctx context.Context, scope tenancy.Scope, ref string) (*SnapshotRecord, error) {
 	q := `SELECT ` + snapshotColumns + ` FROM snapshots WHERE (id = ? OR name = ?)`
 	args := []any{ref, ref}
-	if tenant != "" {
+	if tenant, limited := scope.Tenant(); limited {
 		q += ` AND tenant = ?`
 		args = append(args, tenant)
 	}
@@ -138,12 +139,12 @@ func (s *Store) GetSnapshot(ctx context.Context, tenant, ref string) (*SnapshotR
 	return out[0], nil
 }
 
-// ListSnapshots returns tenant's snapshots ("" = all), oldest first.
-// states filters by state when not empty.
-func (s *Store) ListSnapshots(ctx context.Context, tenant string, states ...string) ([]*SnapshotRecord, error) {
+// ListSnapshots returns the snapshots in scope, oldest first. states
+// filters by state when not empty.
+func (s *Store) ListSnapshots(ctx context.Context, scope tenancy.Scope, states ...string) ([]*SnapshotRecord, error) {
 	q := `SELECT ` + snapshotColumns + ` FROM snapshots WHERE 1`
 	var args []any
-	if tenant != "" {
+	if tenant, limited := scope.Tenant(); limited {
 		q += ` AND tenant = ?`
 		args = append(args, tenant)
 	}

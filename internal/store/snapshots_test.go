@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // TestSnapshotDependencies: a snapshot cannot be deleted while a live
@@ -40,12 +41,12 @@ func TestSnapshotDependencies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ref := range []string{"s1", "one"} {
-		r, err := s.GetSnapshot(ctx, "t", ref)
+		r, err := s.GetSnapshot(ctx, tenancy.Only("t"), ref)
 		if err != nil || r.ID != "s1" || r.SizeBytes != 42 {
 			t.Fatalf("get %s: %+v, %v", ref, r, err)
 		}
 	}
-	if _, err := s.GetSnapshot(ctx, "other", "one"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetSnapshot(ctx, tenancy.Only("other"), "one"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("another tenant's snapshot: %v", err)
 	}
 	if err := s.DeleteSnapshot(ctx, "s1"); !errors.Is(err, errdefs.ErrFailedPrecondition) {

@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 func openTest(t testing.TB) *Store {
@@ -164,24 +165,26 @@ func TestListSandboxes(t *testing.T) {
 	add("a3", "acme", api.StateFailed, nil, 3)
 	add("b1", "beta", api.StateRunning, map[string]string{"env": "prod", `we"ird`: "v"}, 0)
 
+	all := tenancy.AllTenants()
 	tests := []struct {
 		name string
 		f    Filter
 		want []string
 	}{
-		{"all", Filter{}, []string{"b1", "a1", "a2", "a3"}},
-		{"tenant", Filter{Tenant: "acme"}, []string{"a1", "a2", "a3"}},
-		{"unknown tenant", Filter{Tenant: "nobody"}, nil},
-		{"states", Filter{States: []string{api.StateRunning, api.StatePaused}}, []string{"b1", "a1", "a2"}},
-		{"tenant and state", Filter{Tenant: "beta", States: []string{api.StateRunning}}, []string{"b1"}},
-		{"metadata", Filter{Metadata: map[string]string{"env": "prod"}}, []string{"b1", "a1"}},
-		{"metadata all pairs", Filter{Metadata: map[string]string{"env": "prod", "team": "x"}}, []string{"a1"}},
-		{"metadata value mismatch", Filter{Metadata: map[string]string{"env": "pro"}}, nil},
-		{"metadata missing key", Filter{Metadata: map[string]string{"nope": ""}}, nil},
-		{"metadata dotted key", Filter{Metadata: map[string]string{"a.b": "1"}}, []string{"a2"}},
-		{"metadata quoted key", Filter{Metadata: map[string]string{`we"ird`: "v"}}, []string{"b1"}},
-		{"metadata injection attempt", Filter{Metadata: map[string]string{"env') OR 1=1 --": "x"}}, nil},
-		{"everything", Filter{Tenant: "acme", States: []string{api.StatePaused}, Metadata: map[string]string{"env": "dev"}}, []string{"a2"}},
+		{"no scope", Filter{}, nil},
+		{"all", Filter{Scope: all}, []string{"b1", "a1", "a2", "a3"}},
+		{"tenant", Filter{Scope: tenancy.Only("acme")}, []string{"a1", "a2", "a3"}},
+		{"unknown tenant", Filter{Scope: tenancy.Only("nobody")}, nil},
+		{"states", Filter{Scope: all, States: []string{api.StateRunning, api.StatePaused}}, []string{"b1", "a1", "a2"}},
+		{"tenant and state", Filter{Scope: tenancy.Only("beta"), States: []string{api.StateRunning}}, []string{"b1"}},
+		{"metadata", Filter{Scope: all, Metadata: map[string]string{"env": "prod"}}, []string{"b1", "a1"}},
+		{"metadata all pairs", Filter{Scope: all, Metadata: map[string]string{"env": "prod", "team": "x"}}, []string{"a1"}},
+		{"metadata value mismatch", Filter{Scope: all, Metadata: map[string]string{"env": "pro"}}, nil},
+		{"metadata missing key", Filter{Scope: all, Metadata: map[string]string{"nope": ""}}, nil},
+		{"metadata dotted key", Filter{Scope: all, Metadata: map[string]string{"a.b": "1"}}, []string{"a2"}},
+		{"metadata quoted key", Filter{Scope: all, Metadata: map[string]string{`we"ird`: "v"}}, []string{"b1"}},
+		{"metadata injection attempt", Filter{Scope: all, Metadata: map[string]string{"env') OR 1=1 --": "x"}}, nil},
+		{"everything", Filter{Scope: tenancy.Only("acme"), States: []string{api.StatePaused}, Metadata: map[string]string{"env": "dev"}}, []string{"a2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -230,7 +230,7 @@ func (s *Service) Remove(ctx context.Context, name string) error {
 	if t.Tenant == "" && !who.Admin {
 		return errdefs.New(errdefs.ErrPermissionDenied, "template %q is public: removing it needs an admin key", name)
 	}
-	sbs, err := s.st.ListSandboxes(ctx, store.Filter{})
+	sbs, err := s.st.ListSandboxes(ctx, store.Filter{Scope: tenancy.AllTenants()})
 	if err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func (s *Service) Remove(ctx context.Context, name string) error {
 			users = append(users, "sandbox "+sb.ID)
 		}
 	}
-	snaps, err := s.st.ListSnapshots(ctx, "")
+	snaps, err := s.st.ListSnapshots(ctx, tenancy.AllTenants())
 	if err != nil {
 		return err
 	}

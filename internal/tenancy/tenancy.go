@@ -48,3 +48,52 @@ func From(ctx context.Context) (Principal, error) {
 	}
 	return Principal{}, ErrNoPrincipal
 }
+
+// Scope is whose sandboxes and snapshots a call may see: one tenant's, or
+// every tenant's (the admin's, and the daemon's own work). The zero Scope
+// sees nothing, so a caller that built none fails closed; there is no
+// string that means "every tenant".
+type Scope struct {
+	tenant string
+	all    bool
+}
+
+// AllTenants is the scope of the admin and of the daemon's own work
+// (recovery, reapers, pausing to disk): every tenant's resources.
+func AllTenants() Scope { return Scope{all: true} }
+
+// Only is the scope of one tenant's resources; Only("") sees nothing.
+func Only(tenant string) Scope { return Scope{tenant: tenant} }
+
+// Scope is what p may see: every tenant's resources for the admin, its
+// own tenant's otherwise.
+func (p Principal) Scope() Scope {
+	if p.Admin {
+		return AllTenants()
+	}
+	return Only(p.Tenant)
+}
+
+// Sees reports whether a resource owned by tenant is in the scope.
+func (s Scope) Sees(tenant string) bool {
+	return s.all || (s.tenant != "" && s.tenant == tenant)
+}
+
+// Tenant returns the one tenant the scope is limited to, and false for
+// AllTenants. A store turns it into a query's tenant condition; the zero
+// Scope gives ("", true), a condition nothing matches (records always
+// name their tenant).
+func (s Scope) Tenant() (tenant string, limited bool) {
+	return s.tenant, !s.all
+}
+
+// String names the scope in logs and errors.
+func (s Scope) String() string {
+	switch {
+	case s.all:
+		return "all tenants"
+	case s.tenant == "":
+		return "no tenant"
+	}
+	return "tenant " + s.tenant
+}
