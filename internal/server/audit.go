@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // statusWriter records the status a handler answered. Unwrap lets
@@ -139,7 +140,11 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	recs, err := s.st.ListAudit(r.Context(), r.URL.Query().Get("tenant"), limit)
+	scope := tenancy.AllTenants()
+	if t := r.URL.Query().Get("tenant"); t != "" {
+		scope = tenancy.Only(t)
+	}
+	recs, err := s.st.ListAudit(r.Context(), scope, limit)
 	if err != nil {
 		writeError(w, err)
 		return

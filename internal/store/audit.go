@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // AuditRecord is one state-changing API call: who, what, when, result.
@@ -48,12 +50,11 @@ func (s *Store) insertAudit(ctx context.Context, stmt *sql.Stmt, r AuditRecord) 
 	return nil
 }
 
-// ListAudit returns the newest limit records of tenant ("" = all), newest
-// first.
-func (s *Store) ListAudit(ctx context.Context, tenant string, limit int) ([]AuditRecord, error) {
+// ListAudit returns the newest limit records in scope, newest first.
+func (s *Store) ListAudit(ctx context.Context, scope tenancy.Scope, limit int) ([]AuditRecord, error) {
 	q := `SELECT id, time, key_id, tenant, method, path, sandbox_id, status, remote FROM audit`
 	var args []any
-	if tenant != "" {
+	if tenant, limited := scope.Tenant(); limited {
 		q += ` WHERE tenant = ?`
 		args = append(args, tenant)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 func TestTenants(t *testing.T) {
@@ -91,14 +92,14 @@ func TestAudit(t *testing.T) {
 	if err := s.AppendAudit(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
-	all, err := s.ListAudit(ctx, "", 10)
+	all, err := s.ListAudit(ctx, tenancy.AllTenants(), 10)
 	if err != nil || len(all) != 3 || all[0].Status != 401 || all[1].SandboxID != "x" {
 		t.Fatalf("ListAudit = %+v, %v", all, err)
 	}
-	if b, _ := s.ListAudit(ctx, "b", 10); len(b) != 1 || b[0].KeyID != "key_b" {
+	if b, _ := s.ListAudit(ctx, tenancy.Only("b"), 10); len(b) != 1 || b[0].KeyID != "key_b" {
 		t.Errorf("ListAudit(b) = %+v", b)
 	}
-	if one, _ := s.ListAudit(ctx, "", 1); len(one) != 1 || one[0].ID != all[0].ID {
+	if one, _ := s.ListAudit(ctx, tenancy.AllTenants(), 1); len(one) != 1 || one[0].ID != all[0].ID {
 		t.Errorf("limit 1 = %+v", one)
 	}
 	// One record (every API call's) takes the path without a transaction.
@@ -106,7 +107,7 @@ func TestAudit(t *testing.T) {
 	if err := s.AppendAudit(ctx, []AuditRecord{single}); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := s.ListAudit(ctx, "c", 10); len(c) != 1 || c[0].ID <= all[0].ID || c[0].Path != single.Path || c[0].Status != 200 {
+	if c, _ := s.ListAudit(ctx, tenancy.Only("c"), 10); len(c) != 1 || c[0].ID <= all[0].ID || c[0].Path != single.Path || c[0].Status != 200 {
 		t.Errorf("ListAudit(c) after a single append = %+v", c)
 	}
 }
