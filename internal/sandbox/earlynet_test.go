@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
@@ -10,29 +11,36 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// TestAttachNetEarlyNothingToDo: no early attach (and no Started hook)
-// without egress, without a network manager, or when the network is
-// prepared before create; waiting on none says it never ran.
-func TestAttachNetEarlyNothingToDo(t *testing.T) {
+// TestNetAttachFor: the way a sandbox's network is connected follows
+// its egress and its tier's abilities; a sandbox without egress, or a
+// daemon without a network manager, gets no Started hook.
+func TestNetAttachFor(t *testing.T) {
 	s := &Service{}
+	internet := &api.Network{Egress: api.EgressInternet}
 	for name, c := range map[string]struct {
 		n    *api.Network
-		spec driver.Spec
+		drv  driver.Driver
+		want string
 	}{
-		"no network":     {nil, driver.Spec{}},
-		"egress none":    {&api.Network{Egress: api.EgressNone}, driver.Spec{}},
-		"no manager":     {&api.Network{Egress: api.EgressInternet}, driver.Spec{}},
-		"prepared netns": {&api.Network{Egress: api.EgressInternet}, driver.Spec{NetNS: "/run/x/netns"}},
+		"no network":         {nil, notifyDriver{}, "sandbox.noNet"},
+		"egress none":        {&api.Network{Egress: api.EgressNone}, notifyDriver{}, "sandbox.noNet"},
+		"fixed at start":     {internet, netnsDriver{}, "*sandbox.preparedNet"},
+		"start notifier":     {internet, notifyDriver{}, "sandbox.afterNet"}, // no manager
+		"neither":            {internet, plainDriver{}, "sandbox.afterNet"},
+		"fixed, no notifier": {&api.Network{Egress: api.EgressCustom}, netnsDriver{}, "*sandbox.preparedNet"},
 	} {
 		rec := &store.SandboxRecord{ID: "x"}
 		rec.Spec.Network = c.n
-		spec := c.spec
-		en := s.attachNetEarly(context.Background(), rec, &spec)
-		if en != nil || spec.Started != nil || spec.ResolvConf != "" {
-			t.Errorf("%s: early attach set up: %v, Started %v, ResolvConf %q", name, en != nil, spec.Started != nil, spec.ResolvConf)
+		na := s.netAttachFor(rec, c.drv)
+		if got := fmt.Sprintf("%T", na); got != c.want {
+			t.Errorf("%s: %s, want %s", name, got, c.want)
 		}
-		if ran, err := en.wait(); ran || err != nil {
-			t.Errorf("%s: wait = %v, %v; want false, nil", name, ran, err)
+		if _, ok := na.(*preparedNet); ok {
+			continue // before would make a namespace
+		}
+		var spec driver.Spec
+		if err := na.before(context.Background(), &spec); err != nil || spec.Started != nil || spec.ResolvConf != "" {
+			t.Errorf("%s: before = %v, Started %v, ResolvConf %q", name, err, spec.Started != nil, spec.ResolvConf)
 		}
 	}
 }
@@ -75,3 +83,12 @@ func TestEarlyNetRestart(t *testing.T) {
 		t.Fatalf("wait = %v, %v; want true, nil", ran, err)
 	}
 }
+
+// plainDriver, netnsDriver and notifyDriver are drivers that only declare
+// their network abilities (netAttachFor reads nothing else).
+type plainDriver struct{ driver.Driver }
+type netnsDriver struct{ driver.Driver }
+type notifyDriver struct{ driver.Driver }
+
+func (netnsDriver) TakesNetNSAtCreate() {}
+func (notifyDriver) CallsStarted()      {}

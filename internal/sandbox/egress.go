@@ -54,7 +54,7 @@ func (s *Service) attachNet(ctx context.Context, rec *store.SandboxRecord, h *dr
 		return err
 	}
 	s.log.Debug("network attached", "sandbox", rec.ID, "address", got.String(), "took", time.Since(t0))
-	if drv := s.drivers[rec.Isolation]; drv != nil && h.Socket != "" { // no guest yet: attachNetAfter
+	if drv := s.drivers[rec.Isolation]; drv != nil && h.Socket != "" { // no guest yet: netAttach.after
 		if err := writeResolvConf(ctx, drv, h, got); err != nil {
 			s.log.Warn("pointing the sandbox's /etc/resolv.conf at its resolver", "sandbox", rec.ID, "err", err)
 		}

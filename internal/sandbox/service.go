@@ -356,20 +356,16 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 		}()
 	}
 	spec := s.driverSpec(rec, tpl, upper, work, dir)
-	if err := s.prepareNetNS(ctx, rec, drv, spec); err != nil { // netlimits.go
+	na := s.netAttachFor(rec, drv) // netattach.go
+	if err := na.before(ctx, spec); err != nil {
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
-	}
-	var early *earlyNet
-	if driver.Has[driver.StartNotifier](drv) {
-		early = s.attachNetEarly(ctx, rec, spec) // netlimits.go
 	}
 	h, err := drv.Create(ctx, spec)
 	if err != nil {
-		early.undo(s, rec.ID)
-		s.unprepareNetNS(rec.ID, spec)
+		na.undo()
 		return nil, err
 	}
-	if err := s.attachNetAfter(ctx, rec, h, spec, early); err != nil {
+	if err := na.after(ctx, h); err != nil {
 		_ = drv.Destroy(context.WithoutCancel(ctx), h)
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
 	}

@@ -442,7 +442,7 @@ func (s *Service) bootMember(c config.WarmPool) (*member, error) {
 	}
 	if c.Egress == api.EgressInternet && driver.Has[driver.NetNSAtCreate](drv) {
 		// Its veth would have to exist before boot, and a member has no
-		// record for prepareNetNS to keep its address in.
+		// record for preparedNet to keep its address in.
 		return nil, fmt.Errorf("egress internet is not available to warm pools of the %s tier, whose network is fixed when a sandbox starts (docs/network.md); use egress none", drv.Name())
 	}
 	if c.Egress == api.EgressInternet && s.net == nil {
