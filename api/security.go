@@ -38,6 +38,9 @@ type Quotas struct {
 	CPU       float64 `json:"cpu"`
 	MemoryMB  int64   `json:"memory_mb"`
 	DiskMB    int64   `json:"disk_mb"`
+	// Pids caps the sum of the pids limits of the tenant's sandboxes that
+	// are creating, running or paused (0: no limit).
+	Pids int64 `json:"pids"`
 }
 
 // Tenant is a tenant with its quotas and what it uses now.
@@ -66,6 +69,7 @@ type QuotasPatch struct {
 	CPU       *float64 `json:"cpu,omitempty"`
 	MemoryMB  *int64   `json:"memory_mb,omitempty"`
 	DiskMB    *int64   `json:"disk_mb,omitempty"`
+	Pids      *int64   `json:"pids,omitempty"`
 }
 
 // ListTenantsResponse is the answer to GET /v1/tenants.

@@ -70,6 +70,31 @@ func TestQuotas(t *testing.T) {
 	}
 }
 
+// TestQuotaPids: a tenant's pids quota caps the sum of its sandboxes'
+// pids limits (issue 27: sandboxes at the allowed pids could together
+// take every host pid); the CLI sets it and `tenant ls` shows its use.
+func TestQuotaPids(t *testing.T) {
+	ctx := context.Background()
+	name, c, _ := tenantKey(t, "pids", nil)
+	if _, e, code := cli(t, "", "tenant", "set", name, "--pids", "200"); code != 0 {
+		t.Fatalf("tenant set --pids: %s", e)
+	}
+	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox", Pids: 128}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox", Pids: 128})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "pids quota is 200, 128 in use, this request adds 128") {
+		t.Fatalf("create over the pids quota = %v, want resource_exhausted naming the pids quota", err)
+	}
+	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox", Pids: 64}); err != nil {
+		t.Fatalf("create within the pids quota: %v", err)
+	}
+	out, e, code := cli(t, "", "tenant", "ls")
+	if code != 0 || !strings.Contains(out, "PIDS") || !strings.Contains(out, "192/200") {
+		t.Fatalf("tenant ls shows no pids use 192/200: %s %s", out, e)
+	}
+}
+
 // A tenant key past its burst gets 429; the admin key is not limited.
 func TestRateLimit(t *testing.T) {
 	_, _, k := tenantKey(t, "rate", nil)

@@ -17,7 +17,7 @@ func newTenantCommand(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "tenant create|ls|inspect|set|rm",
 		Short: "Manage tenants and their quotas (admin)",
-		Example: `  agentbox tenant create acme --sandboxes 10 --cpu 8 --memory 16G --disk 100G
+		Example: `  agentbox tenant create acme --sandboxes 10 --cpu 8 --memory 16G --disk 100G --pids 4096
   agentbox tenant ls
   agentbox tenant set acme --sandboxes 20
   agentbox tenant rm acme`,
@@ -29,18 +29,19 @@ func newTenantCommand(g *globals) *cobra.Command {
 	return c
 }
 
-// quotaFlags adds --sandboxes, --cpu, --memory and --disk to c.
+// quotaFlags adds --sandboxes, --cpu, --memory, --disk and --pids to c.
 func quotaFlags(c *cobra.Command, q *api.Quotas) {
 	c.Flags().Int64Var(&q.Sandboxes, "sandboxes", 0, "most sandboxes creating, running or paused at once (0: no limit)")
 	c.Flags().Float64Var(&q.CPU, "cpu", 0, "most CPU cores of those sandboxes together (0: no limit)")
 	c.Flags().Var((*sizeMBFlag)(&q.MemoryMB), "memory", "most memory of those sandboxes together, e.g. 16G or 512M; plain numbers are MiB (0: no limit)")
 	c.Flags().Var((*sizeMBFlag)(&q.DiskMB), "disk", "most disk of every sandbox not destroyed, e.g. 100G; plain numbers are MiB (0: no limit)")
+	c.Flags().Int64Var(&q.Pids, "pids", 0, "most processes and threads of the sandboxes creating, running or paused, as the sum of their pids limits (0: no limit)")
 }
 
 func newTenantCreateCommand(g *globals) *cobra.Command {
 	var q api.Quotas
 	c := &cobra.Command{
-		Use:   "create NAME [--sandboxes N] [--cpu C] [--memory SIZE] [--disk SIZE]",
+		Use:   "create NAME [--sandboxes N] [--cpu C] [--memory SIZE] [--disk SIZE] [--pids N]",
 		Short: "Create a tenant",
 		Args:  exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -98,13 +99,14 @@ func usedOf(used, quota float64) string {
 
 func printTenantTable(w io.Writer, list []api.Tenant) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSANDBOXES\tCPU\tMEMORY MB\tDISK MB")
+	fmt.Fprintln(tw, "NAME\tSANDBOXES\tCPU\tMEMORY MB\tDISK MB\tPIDS")
 	for _, t := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name,
 			usedOf(float64(t.Usage.Sandboxes), float64(t.Quotas.Sandboxes)),
 			usedOf(t.Usage.CPU, t.Quotas.CPU),
 			usedOf(float64(t.Usage.MemoryMB), float64(t.Quotas.MemoryMB)),
-			usedOf(float64(t.Usage.DiskMB), float64(t.Quotas.DiskMB)))
+			usedOf(float64(t.Usage.DiskMB), float64(t.Quotas.DiskMB)),
+			usedOf(float64(t.Usage.Pids), float64(t.Quotas.Pids)))
 	}
 	return tw.Flush()
 }
@@ -131,7 +133,7 @@ func newTenantInspectCommand(g *globals) *cobra.Command {
 func newTenantSetCommand(g *globals) *cobra.Command {
 	var q api.Quotas
 	c := &cobra.Command{
-		Use:   "set NAME [--sandboxes N] [--cpu C] [--memory SIZE] [--disk SIZE]",
+		Use:   "set NAME [--sandboxes N] [--cpu C] [--memory SIZE] [--disk SIZE] [--pids N]",
 		Short: "Change a tenant's quotas (only the flags given; 0 removes a limit)",
 		Args:  exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -149,8 +151,11 @@ func newTenantSetCommand(g *globals) *cobra.Command {
 			if f.Changed("disk") {
 				p.DiskMB = &q.DiskMB
 			}
+			if f.Changed("pids") {
+				p.Pids = &q.Pids
+			}
 			if p == (api.QuotasPatch{}) {
-				return usageError{fmt.Errorf("name at least one of --sandboxes, --cpu, --memory, --disk (see %s --help)", c.CommandPath())}
+				return usageError{fmt.Errorf("name at least one of --sandboxes, --cpu, --memory, --disk, --pids (see %s --help)", c.CommandPath())}
 			}
 			cl, err := g.client()
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -469,6 +470,35 @@ func TestLifecycleQuota(t *testing.T) {
 	if got := len(h.drv.running()); got != 3 {
 		t.Errorf("driver runs %d sandboxes, want 3", got)
 	}
+}
+
+// TestLifecycleQuotaPids: a tenant's pids quota caps the sum of its
+// running sandboxes' pids limits, so that its sandboxes together cannot
+// take the host's pids; a destroy gives them back, and fork counts them.
+func TestLifecycleQuotaPids(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	ctx := context.Background()
+	if err := h.st.CreateTenant(ctx, &store.TenantRecord{Name: tenant, Quotas: store.Quotas{Pids: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.start()
+	a := create(t, s, &api.CreateSandboxRequest{Pids: 600})
+	_, err := s.Create(ctx, tenant, &api.CreateSandboxRequest{Pids: 500})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "pids quota is 1000, 600 in use, this request adds 500") {
+		t.Errorf("create over the pids quota: %v, want resource exhausted naming the pids quota", err)
+	}
+	b := create(t, s, &api.CreateSandboxRequest{Pids: 400})
+	if _, err := s.Fork(ctx, acme, b.ID, 1); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("fork over the pids quota: %s, want resource exhausted", errClass(err))
+	}
+	if u, _ := h.st.TenantUsage(ctx, tenant); u.Pids != 1000 {
+		t.Errorf("usage counts %d pids, want 1000", u.Pids)
+	}
+	if err := s.Destroy(ctx, acme, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	create(t, s, &api.CreateSandboxRequest{Pids: 500})
 }
 
 // TestLifecycleCreateWhileDestroyed checks the state machine against a

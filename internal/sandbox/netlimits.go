@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"

@@ -46,7 +46,8 @@ func (s *Service) admit(ctx context.Context, tenant string, res api.Resources, n
 	use.CPU += p.CPU
 	use.MemoryMB += p.MemoryMB
 	use.DiskMB += p.DiskMB
-	add := store.Usage{Sandboxes: int64(n), CPU: res.CPU * float64(n), MemoryMB: res.MemoryMB * int64(n)}
+	use.Pids += p.Pids
+	add := store.Usage{Sandboxes: int64(n), CPU: res.CPU * float64(n), MemoryMB: res.MemoryMB * int64(n), Pids: res.Pids * int64(n)}
 	if disk {
 		add.DiskMB = res.DiskMB * int64(n)
 	}
@@ -60,6 +61,7 @@ func (s *Service) admit(ctx context.Context, tenant string, res api.Resources, n
 	check("cpu", t.Quotas.CPU, use.CPU, add.CPU, " cores")
 	check("memory_mb", float64(t.Quotas.MemoryMB), float64(use.MemoryMB), float64(add.MemoryMB), " MB")
 	check("disk_mb", float64(t.Quotas.DiskMB), float64(use.DiskMB), float64(add.DiskMB), " MB")
+	check("pids", float64(t.Quotas.Pids), float64(use.Pids), float64(add.Pids), "")
 	if len(over) > 0 {
 		s.emit(events.QuotaRejected, "", tenant, strings.Join(over, "; "))
 		return nil, errdefs.Exhausted("tenant %q: %s; destroy or stop sandboxes, or ask an admin to raise the quota (agentbox tenant set)",
@@ -89,5 +91,6 @@ func sum(a, b store.Usage, sign int64) store.Usage {
 		CPU:       a.CPU + float64(sign)*b.CPU,
 		MemoryMB:  a.MemoryMB + sign*b.MemoryMB,
 		DiskMB:    a.DiskMB + sign*b.DiskMB,
+		Pids:      a.Pids + sign*b.Pids,
 	}
 }

@@ -124,14 +124,14 @@ func (s *Server) tenantAPI(r *http.Request, t *store.TenantRecord) (api.Tenant, 
 	}
 	return api.Tenant{
 		Name:      t.Name,
-		Quotas:    api.Quotas{Sandboxes: t.Quotas.Sandboxes, CPU: t.Quotas.CPU, MemoryMB: t.Quotas.MemoryMB, DiskMB: t.Quotas.DiskMB},
-		Usage:     api.Quotas{Sandboxes: u.Sandboxes, CPU: u.CPU, MemoryMB: u.MemoryMB, DiskMB: u.DiskMB},
+		Quotas:    api.Quotas{Sandboxes: t.Quotas.Sandboxes, CPU: t.Quotas.CPU, MemoryMB: t.Quotas.MemoryMB, DiskMB: t.Quotas.DiskMB, Pids: t.Quotas.Pids},
+		Usage:     api.Quotas{Sandboxes: u.Sandboxes, CPU: u.CPU, MemoryMB: u.MemoryMB, DiskMB: u.DiskMB, Pids: u.Pids},
 		CreatedAt: t.CreatedAt,
 	}, nil
 }
 
 func validQuotas(q store.Quotas) error {
-	if q.Sandboxes < 0 || q.CPU < 0 || q.MemoryMB < 0 || q.DiskMB < 0 {
+	if q.Sandboxes < 0 || q.CPU < 0 || q.MemoryMB < 0 || q.DiskMB < 0 || q.Pids < 0 {
 		return errdefs.Invalid("quotas must be 0 (no limit) or positive, got %+v", q)
 	}
 	return nil
@@ -152,7 +152,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	t := &store.TenantRecord{Name: req.Name}
 	if req.Quotas != nil {
-		t.Quotas = store.Quotas{Sandboxes: req.Quotas.Sandboxes, CPU: req.Quotas.CPU, MemoryMB: req.Quotas.MemoryMB, DiskMB: req.Quotas.DiskMB}
+		t.Quotas = store.Quotas{Sandboxes: req.Quotas.Sandboxes, CPU: req.Quotas.CPU, MemoryMB: req.Quotas.MemoryMB, DiskMB: req.Quotas.DiskMB, Pids: req.Quotas.Pids}
 	}
 	if err := validQuotas(t.Quotas); err != nil {
 		writeError(w, err)
@@ -234,6 +234,9 @@ func (s *Server) updateTenant(w http.ResponseWriter, r *http.Request) {
 		}
 		if p.DiskMB != nil {
 			t.Quotas.DiskMB = *p.DiskMB
+		}
+		if p.Pids != nil {
+			t.Quotas.Pids = *p.Pids
 		}
 	}
 	if err := validQuotas(t.Quotas); err != nil {

@@ -107,6 +107,11 @@ CREATE TABLE audit (
 ) STRICT;
 CREATE INDEX audit_time ON audit (time);
 `,
+	// 4: a pids quota (issue 27: one tenant's sandboxes could take every
+	// host pid).
+	`
+ALTER TABLE tenants ADD COLUMN pids INTEGER NOT NULL DEFAULT 0; -- 0: no limit
+`,
 }
 
 // SchemaVersion is the schema version this binary writes.

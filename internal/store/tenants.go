@@ -16,6 +16,7 @@ type Quotas struct {
 	CPU       float64 // total cores of those sandboxes
 	MemoryMB  int64   // total memory of those sandboxes
 	DiskMB    int64   // total disk of every sandbox not destroyed
+	Pids      int64   // total pids limits of the concurrent sandboxes
 }
 
 // TenantRecord is one tenant.
@@ -32,9 +33,10 @@ type Usage struct {
 	CPU       float64
 	MemoryMB  int64
 	DiskMB    int64
+	Pids      int64
 }
 
-const tenantColumns = `name, sandboxes, cpu, memory_mb, disk_mb, created_at`
+const tenantColumns = `name, sandboxes, cpu, memory_mb, disk_mb, pids, created_at`
 
 // tenantCache holds every tenant record, so that the quota check of each
 // create reads no row: loaded at Open, changed by CreateTenant, SetQuotas
@@ -93,8 +95,8 @@ func (s *Store) CreateTenant(ctx context.Context, t *TenantRecord) error {
 		return errdefs.Invalid("tenant record needs a name")
 	}
 	t.CreatedAt = now()
-	_, err := s.w.ExecContext(ctx, `INSERT INTO tenants (`+tenantColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
-		t.Name, t.Quotas.Sandboxes, t.Quotas.CPU, t.Quotas.MemoryMB, t.Quotas.DiskMB, toMS(t.CreatedAt))
+	_, err := s.w.ExecContext(ctx, `INSERT INTO tenants (`+tenantColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		t.Name, t.Quotas.Sandboxes, t.Quotas.CPU, t.Quotas.MemoryMB, t.Quotas.DiskMB, t.Quotas.Pids, toMS(t.CreatedAt))
 	if err != nil {
 		if err := dbErr("inserting tenant", err); !errors.Is(err, errdefs.ErrAlreadyExists) {
 			return err
@@ -139,8 +141,8 @@ func (s *Store) ListTenants(ctx context.Context) ([]*TenantRecord, error) {
 // SetQuotas replaces the quotas of tenant name.
 func (s *Store) SetQuotas(ctx context.Context, name string, q Quotas) error {
 	defer s.changed()
-	res, err := s.w.ExecContext(ctx, `UPDATE tenants SET sandboxes = ?, cpu = ?, memory_mb = ?, disk_mb = ? WHERE name = ?`,
-		q.Sandboxes, q.CPU, q.MemoryMB, q.DiskMB, name)
+	res, err := s.w.ExecContext(ctx, `UPDATE tenants SET sandboxes = ?, cpu = ?, memory_mb = ?, disk_mb = ?, pids = ? WHERE name = ?`,
+		q.Sandboxes, q.CPU, q.MemoryMB, q.DiskMB, q.Pids, name)
 	if err != nil {
 		return dbErr("setting quotas of tenant "+name, err)
 	}
@@ -187,8 +189,8 @@ func (s *Store) DeleteTenant(ctx context.Context, name string) error {
 	return err
 }
 
-// TenantUsage sums what tenant's sandboxes hold: count, CPU and memory of
-// those creating, running or paused; disk of every one not destroyed,
+// TenantUsage sums what tenant's sandboxes hold: count, CPU, memory and
+// pids limits of those creating, running or paused; disk of every one not destroyed,
 // failed or being destroyed. It reads no rows: the store keeps the sums
 // as it writes the records (usage.go).
 func (s *Store) TenantUsage(ctx context.Context, tenant string) (Usage, error) {
@@ -200,7 +202,7 @@ func scanTenant(row scanner) (*TenantRecord, error) {
 		t       TenantRecord
 		created int64
 	)
-	err := row.Scan(&t.Name, &t.Quotas.Sandboxes, &t.Quotas.CPU, &t.Quotas.MemoryMB, &t.Quotas.DiskMB, &created)
+	err := row.Scan(&t.Name, &t.Quotas.Sandboxes, &t.Quotas.CPU, &t.Quotas.MemoryMB, &t.Quotas.DiskMB, &t.Quotas.Pids, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}

@@ -22,8 +22,8 @@ type usage struct {
 	byTenant map[string]Usage
 }
 
-// share is what one record counts for in its tenant's usage: count, CPU
-// and memory while creating, running or paused; disk while it is not
+// share is what one record counts for in its tenant's usage: count, CPU,
+// memory and pids while creating, running or paused; disk while it is not
 // destroyed, failed or being destroyed (TenantUsage's doc).
 func share(rec *SandboxRecord) Usage {
 	var u Usage
@@ -31,7 +31,7 @@ func share(rec *SandboxRecord) Usage {
 	case api.StateDestroyed, api.StateFailed, api.StateDestroying:
 		return u
 	case api.StateCreating, api.StateRunning, api.StatePaused:
-		u.Sandboxes, u.CPU, u.MemoryMB = 1, rec.Resources.CPU, rec.Resources.MemoryMB
+		u.Sandboxes, u.CPU, u.MemoryMB, u.Pids = 1, rec.Resources.CPU, rec.Resources.MemoryMB, rec.Resources.Pids
 	}
 	u.DiskMB = rec.Resources.DiskMB
 	return u
@@ -127,5 +127,6 @@ func add(a, b Usage, sign int64) Usage {
 		CPU:       a.CPU + float64(sign)*b.CPU,
 		MemoryMB:  a.MemoryMB + sign*b.MemoryMB,
 		DiskMB:    a.DiskMB + sign*b.DiskMB,
+		Pids:      a.Pids + sign*b.Pids,
 	}
 }
