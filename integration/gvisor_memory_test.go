@@ -278,6 +278,9 @@ func TestGvisorSnapshotWithMemory(t *testing.T) {
 		t.Errorf("snapshot %+v does not say memory", snap)
 	}
 	askMem(t, src, "set changed-after")
+	// The posture check passes on the sandbox that was checkpointed (the
+	// documented `snapshot --memory` then `inspect --security`).
+	postureOf(t, src, "after snapshot --memory")
 	t0 = time.Now()
 	id := newSandbox(t, api.CreateSandboxRequest{Snapshot: name})
 	create := time.Since(t0)
@@ -288,6 +291,7 @@ func TestGvisorSnapshotWithMemory(t *testing.T) {
 	if v, _ := askMem(t, id, "get"); v != v0 {
 		t.Errorf("the restored server answers %q, the snapshot's value is %q", v, v0)
 	}
+	postureOf(t, id, "restored from a memory snapshot")
 	t.Logf("snapshot with memory %v, create from it %v", took.Round(time.Millisecond), create.Round(time.Millisecond))
 	// Files only from the same snapshot on another tier would be the
 	// container tier's; here: deleting it while a sandbox stacks on it is
@@ -344,5 +348,25 @@ func TestGvisorOnTimeoutPausesToDisk(t *testing.T) {
 	// auto_resume: the exec restores it, the sleeper is still there.
 	if out := mustSh(t, id, "ps -o args | grep -c '^sleep 600'"); out != "1" {
 		t.Errorf("after the auto-resume: %q sleepers, want 1", out)
+	}
+}
+
+// postureOf fails t with the failing checks when the daemon's posture
+// check (`agentbox inspect --security`) does not pass on sandbox id.
+func postureOf(t *testing.T, id, when string) {
+	t.Helper()
+	rep, err := env.client.SandboxSecurity(context.Background(), id)
+	if err != nil {
+		t.Fatalf("posture check %s: %v", when, err)
+	}
+	if rep.Pass {
+		return
+	}
+	for _, p := range rep.Processes {
+		for _, c := range p.Checks {
+			if !c.Pass {
+				t.Errorf("posture %s: pid %d (%s) %s: got %s, want %s", when, p.Pid, p.Comm, c.Name, c.Got, c.Want)
+			}
+		}
 	}
 }

@@ -151,7 +151,7 @@ func gvisorFDs(dir, id, cgroupDir string, files *sandboxFiles) (int, []string) {
 			continue
 		}
 		var st unix.Stat_t
-		if err := unix.Stat(fd, &st); err == nil && files.has(st) {
+		if err := unix.Stat(fd, &st); err == nil && files.has(st, target) {
 			continue
 		}
 		// The gofer keeps its own /proc/self/fd open (it shows as "/"
@@ -169,22 +169,55 @@ func gvisorFDs(dir, id, cgroupDir string, files *sandboxFiles) (int, []string) {
 // sandboxFiles are the host files a gvisor sandbox may hold open: those
 // on its root (the host overlay runsc serves, one st_dev) and the sources
 // of the bundle's bind mounts (the guest agent binary, the channel's
-// directory and what is in it).
+// directory and what is in it), and what was in a bound directory and is
+// deleted now (the guest agent's socket of before a memory snapshot, which
+// the gofer keeps open).
 type sandboxFiles struct {
 	rootDev uint64
 	ok      bool
 	ids     map[[2]uint64]bool
+	// dirs maps a bound directory's destination (as runsc's processes
+	// see it) to its source's st_dev.
+	dirs map[string]uint64
 }
 
-func (f *sandboxFiles) has(st unix.Stat_t) bool {
-	return f.ok && (st.Dev == f.rootDev || f.ids[[2]uint64{st.Dev, st.Ino}])
+// has reports whether the open file st, which the process names target,
+// is one of the sandbox's. A deleted file counts when it was in a bound
+// directory: its name is under the directory's destination and it is on
+// the source's filesystem (the gofer serves that directory, and no other
+// host file is reachable under that name).
+func (f *sandboxFiles) has(st unix.Stat_t, target string) bool {
+	if !f.ok {
+		return false
+	}
+	if st.Dev == f.rootDev || f.ids[[2]uint64{st.Dev, st.Ino}] {
+		return true
+	}
+	name, deleted := strings.CutSuffix(target, " (deleted)")
+	if !deleted {
+		return false
+	}
+	for dest, dev := range f.dirs {
+		// The gofer names the container's root /root in its own mount
+		// namespace; the Sentry and the stubs name it /.
+		for _, under := range []string{dest + "/", goferRoot + dest + "/"} {
+			if strings.HasPrefix(name, under) && st.Dev == dev {
+				return true
+			}
+		}
+	}
+	return false
 }
+
+// goferRoot is where runsc's gofer mounts the container's root in its
+// mount namespace, as its open files' names show.
+const goferRoot = "/root"
 
 // bundleFiles reads the OCI bundle of the sandbox whose runsc processes
 // are pids: its state dir is the --root of their command lines, next to
 // bundle/config.json.
 func bundleFiles(pids []int, o Options) *sandboxFiles {
-	f := &sandboxFiles{ids: map[[2]uint64]bool{}}
+	f := &sandboxFiles{ids: map[[2]uint64]bool{}, dirs: map[string]uint64{}}
 	var root string
 	for _, pid := range pids {
 		b, _ := os.ReadFile(filepath.Join(o.ProcRoot, strconv.Itoa(pid), "cmdline"))
@@ -209,8 +242,9 @@ func bundleFiles(pids []int, o Options) *sandboxFiles {
 			Path string `json:"path"`
 		} `json:"root"`
 		Mounts []struct {
-			Type   string `json:"type"`
-			Source string `json:"source"`
+			Type        string `json:"type"`
+			Source      string `json:"source"`
+			Destination string `json:"destination"`
 		} `json:"mounts"`
 	}
 	if json.Unmarshal(b, &spec) != nil {
@@ -231,6 +265,9 @@ func bundleFiles(pids []int, o Options) *sandboxFiles {
 			continue
 		}
 		add(m.Source)
+		if unix.Stat(m.Source, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && filepath.IsAbs(m.Destination) {
+			f.dirs[filepath.Clean(m.Destination)] = st.Dev
+		}
 		ents, _ := os.ReadDir(m.Source)
 		for _, e := range ents {
 			add(filepath.Join(m.Source, e.Name()))

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 const sentryStatus = "Name:\texe\nUid:\t1000000\t1000000\t1000000\t1000000\nGid:\t1000000\t1000000\t1000000\t1000000\n" +
@@ -71,5 +73,32 @@ func TestCheckGvisorSentryMissing(t *testing.T) {
 	o := build(t, []fakeProcess{{pid: 10, status: sentryStatus, ns: "sb", uidMap: "0 1000000 65536\n", cgroup: cg}})
 	if rep := CheckGvisor("sb1", 11, o); rep.Pass {
 		t.Error("a sandbox whose Sentry is outside its cgroups passed")
+	}
+}
+
+// TestSandboxFilesDeletedInBoundDir: a deleted file counts as the
+// sandbox's only when its name is under a bound directory's destination
+// and it is on that directory's filesystem (the gofer keeps the guest's
+// socket of before a memory snapshot open); any other deleted file, or
+// one on another filesystem under that name, is outside.
+func TestSandboxFilesDeletedInBoundDir(t *testing.T) {
+	f := &sandboxFiles{ok: true, rootDev: 1, ids: map[[2]uint64]bool{}, dirs: map[string]uint64{"/.agentbox/sock": 7}}
+	for _, c := range []struct {
+		dev    uint64
+		target string
+		want   bool
+	}{
+		{7, "/root/.agentbox/sock/guest.sock (deleted)", true}, // as the gofer names it
+		{7, "/.agentbox/sock/guest.sock (deleted)", true},
+		{7, "/root/.agentbox/sock/guest.sock", false}, // present: only by its id
+		{9, "/root/.agentbox/sock/guest.sock (deleted)", false},
+		{7, "/root/.agentbox/socket (deleted)", false},
+		{7, "/tmp/.agentbox/sock/x (deleted)", false},
+		{7, "/etc/shadow (deleted)", false},
+		{1, "/anything (deleted)", true}, // on the sandbox's root
+	} {
+		if got := f.has(unix.Stat_t{Dev: c.dev, Ino: 42}, c.target); got != c.want {
+			t.Errorf("has(dev %d, %q) = %v, want %v", c.dev, c.target, got, c.want)
+		}
 	}
 }
