@@ -205,6 +205,9 @@ type ExecEvent struct {
 	// Offset is, on a background process's stream, the byte offset of
 	// Data's first byte in its stream (see ProcessOutput).
 	Offset *int64 `json:"offset,omitempty"`
+	// Time is, on a background process's stream asked with chunks=true,
+	// when Data was read from the process (see OutputChunk).
+	Time *time.Time `json:"time,omitempty"`
 	// exit:
 	ExitCode   *int    `json:"exit_code,omitempty"`
 	Signal     string  `json:"signal,omitempty"` // e.g. "SIGKILL" when killed by a signal
