@@ -8,10 +8,12 @@ import "time"
 //	POST   /processes                 StartProcessRequest -> 201 Process
 //	GET    /processes                 -> ProcessList
 //	GET    /processes/{ref}           -> Process (ref: pid or tag)
-//	GET    /processes/{ref}/output?stdout_offset=N&stderr_offset=M -> ProcessOutput
-//	GET    /processes/{ref}/stream?stdout_offset=N&stderr_offset=M|from=now
+//	GET    /processes/{ref}/output?stdout_offset=N&stderr_offset=M[&chunks=true]
+//	                                  -> ProcessOutput
+//	GET    /processes/{ref}/stream?stdout_offset=N&stderr_offset=M|from=now[&chunks=true]
 //	                                  -> NDJSON ExecEvent lines (stdout/stderr
-//	                                     carry offset), keepalives, then exit
+//	                                     carry offset, and time with chunks),
+//	                                     keepalives, then exit
 //	POST   /processes/{ref}/wait?timeout_ms=N -> Process
 //	POST   /processes/{ref}/stdin[?eof=true]  raw body appended to stdin
 //	POST   /processes/{ref}/signal    SignalRequest
@@ -88,6 +90,23 @@ type ProcessOutput struct {
 	StderrDropped int64  `json:"stderr_dropped"`
 	State         string `json:"state"`
 	ExitCode      *int   `json:"exit_code,omitempty"`
+	// Chunks (only with chunks=true) say when each part of the returned
+	// stdout and stderr was written, oldest first across both streams:
+	// the order to print them in to interleave the streams as the
+	// process wrote them. They cover the returned bytes exactly.
+	Chunks []OutputChunk `json:"chunks,omitempty"`
+}
+
+// OutputChunk is a range of a background process's output and the time
+// the agent read it from the process. The agent keeps a bounded index of
+// its reads: where a busy process wrote more reads than it holds, the
+// oldest output is merged into longer chunks that carry their earliest
+// time.
+type OutputChunk struct {
+	Stream string    `json:"stream"` // "stdout" or "stderr"
+	Offset int64     `json:"offset"` // of the first byte, in its stream
+	Length int64     `json:"length"`
+	Time   time.Time `json:"time"`
 }
 
 // SignalRequest sends a signal: a name ("SIGINT", "INT") or a number as a

@@ -81,6 +81,12 @@ type Sandbox struct {
 	// PausedToDisk: paused with its processes and memory checkpointed to
 	// disk (gvisor tier); resume restores them.
 	PausedToDisk bool `json:"paused_to_disk,omitempty"`
+	// OOMKills is how many processes the kernel's OOM killer has killed
+	// in the running sandbox (at its memory limit) since it started, and
+	// LastOOMAt when the daemon's usage sampler (every few seconds) first
+	// saw the latest; only GET /v1/sandboxes/{id} fills them in.
+	OOMKills  int64      `json:"oom_kills,omitempty"`
+	LastOOMAt *time.Time `json:"last_oom_at,omitempty"`
 }
 
 // UpdateSandboxRequest is the body of PATCH /v1/sandboxes/{id}.
@@ -205,6 +211,9 @@ type ExecEvent struct {
 	// Offset is, on a background process's stream, the byte offset of
 	// Data's first byte in its stream (see ProcessOutput).
 	Offset *int64 `json:"offset,omitempty"`
+	// Time is, on a background process's stream asked with chunks=true,
+	// when Data was read from the process (see OutputChunk).
+	Time *time.Time `json:"time,omitempty"`
 	// exit:
 	ExitCode   *int    `json:"exit_code,omitempty"`
 	Signal     string  `json:"signal,omitempty"` // e.g. "SIGKILL" when killed by a signal

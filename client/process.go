@@ -62,11 +62,25 @@ func (c *Client) ProcessOutput(ctx context.Context, id, ref string, stdoutOffset
 	return &o, nil
 }
 
+// ProcessOutputChunks is ProcessOutput with Chunks: when each part of
+// the output was written, both streams in the order the process wrote
+// them. A daemon older than chunks answers none.
+func (c *Client) ProcessOutputChunks(ctx context.Context, id, ref string, stdoutOffset, stderrOffset int64) (*api.ProcessOutput, error) {
+	q := url.Values{"stdout_offset": {strconv.FormatInt(stdoutOffset, 10)}, "stderr_offset": {strconv.FormatInt(stderrOffset, 10)}, "chunks": {"true"}}
+	var o api.ProcessOutput
+	if err := c.doJSON(ctx, "GET", procPath(id, ref, "/output"), q, nil, &o); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
 // StreamOptions say where StreamProcess starts: at the offsets, or at the
-// current end of both streams with FromNow.
+// current end of both streams with FromNow. With Chunks, each event is
+// one chunk of output with its Time, both streams in the order written.
 type StreamOptions struct {
 	StdoutOffset, StderrOffset int64
 	FromNow                    bool
+	Chunks                     bool
 }
 
 // StreamProcess follows a background process's output, calling fn for
@@ -77,6 +91,9 @@ func (c *Client) StreamProcess(ctx context.Context, id, ref string, opts StreamO
 	q := url.Values{"stdout_offset": {strconv.FormatInt(opts.StdoutOffset, 10)}, "stderr_offset": {strconv.FormatInt(opts.StderrOffset, 10)}}
 	if opts.FromNow {
 		q = url.Values{"from": {"now"}}
+	}
+	if opts.Chunks {
+		q.Set("chunks", "true")
 	}
 	req, err := c.newRequest(ctx, "GET", procPath(id, ref, "/stream"), q, nil)
 	if err != nil {

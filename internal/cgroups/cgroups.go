@@ -40,7 +40,7 @@ type Stats struct {
 	MemoryBytes int64  // current usage, page cache included
 	CPUNanos    uint64 // CPU time used since creation
 	Pids        int64  // tasks now
-	OOMKills    int64  // processes the OOM killer killed in this cgroup
+	OOMKills    int64  // processes the OOM killer killed in this cgroup and those below it
 }
 
 // Manager makes and finds cgroups under one parent (e.g. "agentbox").

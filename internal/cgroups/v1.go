@@ -353,10 +353,39 @@ func (c *v1Cgroup) Stats() (Stats, error) {
 	if s.Pids, err = readInt(c.paths["pids"] + "/pids.current"); err != nil {
 		return s, classify(err, "reading pids")
 	}
-	if s.OOMKills, err = keyedInt(mem+"/memory.oom_control", "oom_kill"); err != nil {
+	if s.OOMKills, err = oomKillsV1(mem); err != nil {
 		return s, classify(err, "reading oom kills")
 	}
 	return s, nil
+}
+
+// oomKillsV1 sums oom_kill over the memory cgroup dir and every cgroup
+// below it: v1 counts a kill only in the cgroup whose limit was hit (a
+// sandbox's workload child), where v2's memory.events counts it in every
+// ancestor too.
+func oomKillsV1(dir string) (int64, error) {
+	n, err := keyedInt(dir+"/memory.oom_control", "oom_kill")
+	if err != nil {
+		return 0, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		k, err := oomKillsV1(filepath.Join(dir, e.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += k
+	}
+	return n, nil
 }
 
 func (c *v1Cgroup) Kill() error {

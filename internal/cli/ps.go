@@ -19,7 +19,9 @@ func newPsCommand(g *globals) *cobra.Command {
 		Use:   "ps ID",
 		Short: "List a sandbox's background processes",
 		Long: `List a sandbox's background processes (started with exec -d, or through the
-API), running and recently ended: pid, tag, state, exit code, age, command.`,
+API), running and recently ended: pid, tag, state, exit code, age, command.
+A process the OOM killer ended (at the sandbox's memory limit) is in state
+"exited (oom)"; one its timeout ended, "exited (timeout)".`,
 		Args: exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			cl, err := g.client()
@@ -33,7 +35,7 @@ API), running and recently ended: pid, tag, state, exit code, age, command.`,
 			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PID\tTAG\tSTATE\tEXIT\tSTARTED\tCOMMAND")
 			for _, p := range procs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.Pid, orDash(p.Tag), p.State, exitText(p),
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.Pid, orDash(p.Tag), stateText(p), exitText(p),
 					time.Since(p.StartedAt).Round(time.Second).String()+" ago", oneLine(strings.Join(p.Cmd, " ")))
 			}
 			return tw.Flush()
@@ -56,6 +58,19 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// stateText is a process's state, with why it ended where that is known.
+func stateText(p api.Process) string {
+	switch {
+	case p.State != api.ProcessExited:
+		return p.State
+	case p.OOMKilled:
+		return p.State + " (oom)"
+	case p.TimedOut:
+		return p.State + " (timeout)"
+	}
+	return p.State
 }
 
 func exitText(p api.Process) string {

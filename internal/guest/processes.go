@@ -340,9 +340,29 @@ func (s *Server) handleProcessOutput(w http.ResponseWriter, r *http.Request, b *
 	// so what is read below is the whole output.
 	info := b.info()
 	res := api.ProcessOutput{State: info.State, ExitCode: info.ExitCode}
-	res.Stdout, res.StdoutOffset, res.StdoutDropped, _, _ = b.stdout.readFrom(so, maxOutputRead)
-	res.Stderr, res.StderrOffset, res.StderrDropped, _, _ = b.stderr.readFrom(eo, maxOutputRead)
+	var outSpans, errSpans []span
+	res.Stdout, res.StdoutOffset, res.StdoutDropped, _, _, outSpans = b.stdout.readSpans(so, maxOutputRead)
+	res.Stderr, res.StderrOffset, res.StderrDropped, _, _, errSpans = b.stderr.readSpans(eo, maxOutputRead)
+	if r.URL.Query().Get("chunks") == "true" {
+		res.Chunks = mergeSpans(outSpans, errSpans)
+	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// mergeSpans puts two streams' spans (each oldest first) in one list,
+// oldest first; stdout goes first at equal times.
+func mergeSpans(out, errs []span) []api.OutputChunk {
+	chunks := make([]api.OutputChunk, 0, len(out)+len(errs))
+	for len(out) > 0 || len(errs) > 0 {
+		if len(errs) == 0 || len(out) > 0 && !errs[0].t.Before(out[0].t) {
+			chunks = append(chunks, api.OutputChunk{Stream: api.EventStdout, Offset: out[0].off, Length: out[0].n, Time: out[0].t})
+			out = out[1:]
+			continue
+		}
+		chunks = append(chunks, api.OutputChunk{Stream: api.EventStderr, Offset: errs[0].off, Length: errs[0].n, Time: errs[0].t})
+		errs = errs[1:]
+	}
+	return chunks
 }
 
 // handleProcessStream follows a process's output from the requested
@@ -364,27 +384,48 @@ func (s *Server) handleProcessStream(w http.ResponseWriter, r *http.Request, b *
 	out.enc.SetEscapeHTML(false)
 	keepalive := time.NewTimer(s.keepalive)
 	defer keepalive.Stop()
+	withChunks := r.URL.Query().Get("chunks") == "true"
 	streams := []struct {
 		typ string
 		r   *ring
 		off *int64
 	}{{api.EventStdout, b.stdout, &so}, {api.EventStderr, b.stderr, &eo}}
 	for {
-		var wake [2]<-chan struct{}
+		var (
+			wake  [2]<-chan struct{}
+			read  [2][]byte
+			spans [2][]span
+		)
 		ended, sent := 0, false
 		for i, st := range streams {
-			data, next, _, eof, ch := st.r.readFrom(*st.off, readBufSize)
-			wake[i] = ch
+			data, next, _, eof, ch, sp := st.r.readSpans(*st.off, readBufSize)
+			wake[i], read[i], spans[i] = ch, data, sp
 			if eof {
 				ended++
 			}
 			if len(data) == 0 {
 				continue
 			}
-			if out.write(&api.ExecEvent{Type: st.typ, Data: data, Offset: new(next - int64(len(data)))}) != nil {
-				return
+			if !withChunks {
+				if out.write(&api.ExecEvent{Type: st.typ, Data: data, Offset: new(next - int64(len(data)))}) != nil {
+					return
+				}
 			}
 			*st.off, sent = next, true
+		}
+		if withChunks && sent {
+			// One event per chunk, both streams in the order written.
+			base := [2]int64{so - int64(len(read[0])), eo - int64(len(read[1]))}
+			for _, c := range mergeSpans(spans[0], spans[1]) {
+				i := 0
+				if c.Stream == api.EventStderr {
+					i = 1
+				}
+				at := c.Offset - base[i]
+				if out.write(&api.ExecEvent{Type: c.Stream, Data: read[i][at : at+c.Length], Offset: new(c.Offset), Time: new(c.Time)}) != nil {
+					return
+				}
+			}
 		}
 		if ended == 2 {
 			info := b.info()

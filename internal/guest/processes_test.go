@@ -229,3 +229,80 @@ func TestWatch(t *testing.T) {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestBackgroundChunks checks that chunks=true puts stdout and stderr back
+// in the order the process wrote them, on the output route and the
+// stream. The process writes one line per stdin line, and the test feeds
+// the next line only once the agent has read the last output, so the
+// order is certain.
+func TestBackgroundChunks(t *testing.T) {
+	g := newTestGuest(t, Config{KeepaliveInterval: 200 * time.Millisecond})
+	var pr api.Process
+	if code := g.call(t, "POST", "/processes", api.StartProcessRequest{
+		Shell: `for i in 1 2 3; do read x; echo out$i; read x; echo err$i >&2; done`, Tag: "alt",
+	}, &pr); code != 201 {
+		t.Fatalf("start: %d", code)
+	}
+	for k := 1; k <= 6; k++ {
+		if code := g.call(t, "POST", "/processes/alt/stdin", []byte("\n"), nil); code != 204 {
+			t.Fatalf("stdin: %d", code)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var out api.ProcessOutput
+			g.call(t, "GET", "/processes/alt/output", nil, &out)
+			if out.StdoutOffset+out.StderrOffset == int64(5*k) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %d lines of input, output is %q / %q", k, out.Stdout, out.Stderr)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	want := "out1\nerr1\nout2\nerr2\nout3\nerr3\n"
+	var out api.ProcessOutput
+	g.call(t, "GET", "/processes/alt/output?chunks=true&stdout_offset=0", nil, &out)
+	var got strings.Builder
+	var last time.Time
+	for _, c := range out.Chunks {
+		data := out.Stdout
+		if c.Stream == api.EventStderr {
+			data = out.Stderr
+		}
+		got.Write(data[c.Offset : c.Offset+c.Length])
+		if c.Time.Before(last) || c.Time.IsZero() {
+			t.Errorf("chunk times go back: %+v", out.Chunks)
+		}
+		last = c.Time
+	}
+	if got.String() != want {
+		t.Errorf("chunks put together: %q, want %q (chunks %+v)", got.String(), want, out.Chunks)
+	}
+	var plain api.ProcessOutput
+	g.call(t, "GET", "/processes/alt/output", nil, &plain)
+	if plain.Chunks != nil || string(plain.Stdout) != "out1\nout2\nout3\n" {
+		t.Errorf("without chunks=true: %+v", plain)
+	}
+	g.call(t, "POST", "/processes/alt/stdin?eof=true", nil, nil)
+	resp, err := g.client.Get("http://guest/processes/alt/stream?chunks=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got.Reset()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var ev api.ExecEvent
+		json.Unmarshal(sc.Bytes(), &ev)
+		if ev.Type == api.EventStdout || ev.Type == api.EventStderr {
+			if ev.Time == nil {
+				t.Fatalf("event without a time: %s", sc.Bytes())
+			}
+			got.Write(ev.Data)
+		}
+	}
+	if got.String() != want {
+		t.Errorf("stream with chunks: %q, want %q", got.String(), want)
+	}
+}

@@ -124,6 +124,7 @@ func validEventType(t string) bool {
 type UsageSource interface {
 	Interval() time.Duration
 	Samples(id string, since time.Time) []api.UsageSample
+	OOM(id string) (kills int64, last time.Time)
 }
 
 var _ UsageSource = (*usage.Sampler)(nil)

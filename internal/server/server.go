@@ -376,6 +376,14 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if s.usage != nil {
+		if n, last := s.usage.OOM(sb.ID); n > 0 {
+			sb.OOMKills = n
+			if !last.IsZero() {
+				sb.LastOOMAt = &last
+			}
+		}
+	}
 	writeJSON(w, http.StatusOK, sb)
 }
 

@@ -66,6 +66,7 @@ type series struct {
 	cg      cgroups.Cgroup
 	samples []api.UsageSample
 	oom     int64
+	lastOOM time.Time // the sample that saw oom rise last
 	lastCPU uint64
 }
 
@@ -166,6 +167,9 @@ func (s *Sampler) sample(sb sandbox.LiveSandbox, now time.Time) {
 	sr.samples = append(sr.samples, smp)
 	newOOM := st.OOMKills - sr.oom
 	sr.oom = st.OOMKills
+	if newOOM > 0 {
+		sr.lastOOM = now
+	}
 	s.by[sb.ID] = sr
 	s.mu.Unlock()
 	if newOOM > 0 {
@@ -180,6 +184,18 @@ func readCounter(path string) int64 {
 	}
 	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return n
+}
+
+// OOM returns how many processes the OOM killer has killed in sandbox
+// id's cgroup as of the last sample, and when a sample first saw the
+// latest (zero: none seen).
+func (s *Sampler) OOM(id string) (kills int64, last time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sr := s.by[id]; sr != nil {
+		return sr.oom, sr.lastOOM
+	}
+	return 0, time.Time{}
 }
 
 // Samples returns sandbox id's samples taken after since (zero: all),

@@ -94,6 +94,10 @@ class SandboxInfo:
     #: egress policy and preview access (``preview``, ``preview_token``,
     #: ``preview_domain``, ...), as the API sent it; see docs/network.md.
     network: Dict[str, Any] = field(default_factory=dict)
+    #: processes the OOM killer killed in the running sandbox, and when
+    #: the daemon first saw the latest (``info()`` only).
+    oom_kills: int = 0
+    last_oom_at: Optional[datetime] = None
 
     @property
     def time_left(self) -> Optional[float]:
@@ -112,6 +116,7 @@ class SandboxInfo:
             metadata=d.get("metadata") or {}, created_at=parse_time(d.get("created_at")),
             expires_at=parse_time(d.get("expires_at")), error=d.get("error", ""),
             network=d.get("network") or {},
+            oom_kills=d.get("oom_kills", 0), last_oom_at=parse_time(d.get("last_oom_at")),
         )
 
 

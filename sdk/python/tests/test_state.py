@@ -33,6 +33,17 @@ def test_snapshot_create_from_it_and_reset(sbx):
     assert not sbx.files.exists("/root/state.txt") and not sbx.files.exists("/root/extra.txt")
     sbx.reset(snapshot=name)
     assert sbx.files.read_text("/root/state.txt") == "v1"
+    # A plain reset now goes back to that snapshot; template=True leaves it.
+    sbx.files.write("/root/state.txt", "v3")
+    sbx.reset()
+    assert sbx.files.read_text("/root/state.txt") == "v1"
+    sbx.reset(template=True)
+    assert not sbx.files.exists("/root/state.txt")
+    sbx.files.write("/root/extra.txt", "x")
+    sbx.reset()
+    assert not sbx.files.exists("/root/state.txt") and not sbx.files.exists("/root/extra.txt")
+    with pytest.raises(InvalidArgumentError):
+        sbx.reset(snapshot=name, template=True)
 
 
 def test_fork(sbx):
