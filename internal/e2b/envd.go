@@ -266,8 +266,8 @@ func (h *Handler) home(ctx context.Context, k *call) (string, error) {
 // writeEnvdError answers a failed envd REST call in E2B's shape; a sandbox
 // that is gone is 502, which the SDKs read as "not running".
 func (h *Handler) writeEnvdError(w http.ResponseWriter, r *http.Request, k *call, err error) {
-	if h.gone(r, k, err) {
-		writeError(w, http.StatusBadGateway, "sandbox "+k.id+" is not running")
+	if msg, gone := h.gone(r, k, err); gone {
+		writeError(w, http.StatusBadGateway, msg)
 		return
 	}
 	writeAPIError(w, err)
@@ -286,18 +286,28 @@ func (h *Handler) cwdOf(r *http.Request, k *call, cwd *string) (string, error) {
 }
 
 func (h *Handler) rpcError(r *http.Request, k *call, err error) *connectError {
-	if h.gone(r, k, err) {
-		return &connectError{Code: "unavailable", Message: "sandbox " + k.id + " is not running"}
+	if msg, gone := h.gone(r, k, err); gone {
+		return &connectError{Code: "unavailable", Message: msg}
 	}
 	return errorOf(err)
 }
 
-// gone reports whether err, a not_found, is the sandbox's own: it does
-// not run (any more), or the key cannot see it.
-func (h *Handler) gone(r *http.Request, k *call, err error) bool {
-	if !errors.Is(err, errdefs.ErrNotFound) {
-		return false
+// gone reports whether err, a not_found or failed_precondition, is the
+// sandbox's own: it does not run (any more, or paused without
+// autoResume), or the key cannot see it. Those are what E2B answers for
+// a sandbox that does not run; the message says which.
+func (h *Handler) gone(r *http.Request, k *call, err error) (string, bool) {
+	if !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		return "", false
 	}
 	sb, gerr := k.c.GetSandbox(r.Context(), k.id)
-	return gerr != nil || sb.State != api.StateRunning
+	switch {
+	case gerr != nil:
+		return "sandbox " + k.id + " is not running", true
+	case sb.State == api.StatePaused:
+		return "sandbox " + k.id + " is paused; Sandbox.connect resumes it (or create it with lifecycle autoResume)", true
+	case sb.State != api.StateRunning:
+		return "sandbox " + k.id + " is not running", true
+	}
+	return "", false
 }
