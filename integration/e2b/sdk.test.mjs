@@ -332,8 +332,11 @@ test('lifecycle: onTimeout pause pauses at the timeout; autoResume resumes on us
     assert.equal((await back.getInfo()).state, 'running')
     assert.equal((await back.commands.run('echo back')).stdout, 'back\n')
 
-    // At its new timeout the resumed one pauses again: kept, not killed.
+    // At its new timeout the resumed one pauses again: kept, not killed;
+    // isRunning() resumes it too, its request being use, as with E2B.
     await waitState(auto.sandboxId, 'paused')
+    assert.equal(await auto.isRunning(), true)
+    assert.equal(await auto.files.read('/root/kept.txt'), 'kept')
   } finally {
     await Promise.all([auto.kill(), manual.kill()])
   }

@@ -191,9 +191,13 @@ func passwdHome(db []byte, name string) (string, bool) {
 }
 
 // health answers 204 while the sandbox runs and 502 otherwise, which the
-// SDKs read as "not running".
+// SDKs read as "not running". Like any request to a sandbox, it resumes
+// a paused one created with autoResume, as E2B's proxy does.
 func (h *Handler) health(w http.ResponseWriter, r *http.Request, k *call) {
 	sb, err := k.c.GetSandbox(r.Context(), k.id)
+	if err == nil && sb.State == api.StatePaused && sb.AutoResume {
+		sb, err = k.c.ResumeSandbox(r.Context(), k.id)
+	}
 	if err == nil && sb.State == api.StateRunning {
 		w.WriteHeader(http.StatusNoContent)
 		return
