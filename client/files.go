@@ -26,6 +26,13 @@ func pathQuery(path string) (url.Values, error) {
 // WriteFile writes r to path (creating parent directories) with the given
 // permission bits (0 means the guest's default, 0644).
 func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mode os.FileMode) (*api.FileInfo, error) {
+	return c.WriteFileAs(ctx, id, path, "", r, mode)
+}
+
+// WriteFileAs is WriteFile with the file, and the parent directories it
+// creates, owned by user (a name or uid of the sandbox; "" for the
+// template's user). A user the sandbox does not know is an error.
+func (c *Client) WriteFileAs(ctx context.Context, id, path, user string, r io.Reader, mode os.FileMode) (*api.FileInfo, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
@@ -35,6 +42,9 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, mo
 	}
 	if mode != 0 {
 		q.Set("mode", fmt.Sprintf("%04o", mode.Perm()))
+	}
+	if user != "" {
+		q.Set("user", user)
 	}
 	var info api.FileInfo
 	if err := c.doStream(ctx, "PUT", sandboxPath(id, "/files"), q, r, "application/octet-stream", &info); err != nil {
@@ -86,13 +96,19 @@ func (c *Client) Stat(ctx context.Context, id, path string) (*api.FileInfo, erro
 // Mkdir creates a directory and its parents (mkdir -p) with the given
 // permission bits (0 means 0755).
 func (c *Client) Mkdir(ctx context.Context, id, path string, mode os.FileMode) (*api.FileInfo, error) {
+	return c.MkdirAs(ctx, id, path, "", mode)
+}
+
+// MkdirAs is Mkdir with the directories it creates owned by user (a name
+// or uid of the sandbox; "" for the template's user).
+func (c *Client) MkdirAs(ctx context.Context, id, path, user string, mode os.FileMode) (*api.FileInfo, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
 	if path == "" {
 		return nil, errdefs.Invalid("a path inside the sandbox is required")
 	}
-	req := api.MkdirRequest{Path: path}
+	req := api.MkdirRequest{Path: path, User: user}
 	if mode != 0 {
 		req.Mode = fmt.Sprintf("%04o", mode.Perm())
 	}

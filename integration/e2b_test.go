@@ -210,6 +210,15 @@ func TestE2BCodeInterpreter(t *testing.T) {
 	runE2BTests(t, "interpreter.test.mjs")
 }
 
+// TestE2BCodeInterpreterGvisor runs the same on the gvisor tier: the
+// templateID code-interpreter-v1@gvisor is the default template's alias
+// with a tier (docs/e2b.md).
+func TestE2BCodeInterpreterGvisor(t *testing.T) {
+	needPython(t)
+	needGvisor(t)
+	runE2BTests(t, "interpreter.test.mjs", "E2B_TEST_TEMPLATE=code-interpreter-v1@gvisor")
+}
+
 // TestE2BQuickstarts runs E2B's quickstarts (integration/e2b/quickstart:
 // the e2b SDK's first sandbox and @e2b/code-interpreter's first runCode)
 // as user scripts, each its own Node process, with only the E2B variables

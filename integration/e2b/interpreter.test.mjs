@@ -1,15 +1,18 @@
 // The unmodified @e2b/code-interpreter SDK against agentbox's E2B API
 // (docs/e2b.md): its default template, code-interpreter-v1, runs on
 // agentbox's python template. Run by integration/e2b_test.go
-// (TestE2BCodeInterpreter).
+// (TestE2BCodeInterpreter; TestE2BCodeInterpreterGvisor with
+// E2B_TEST_TEMPLATE=code-interpreter-v1@gvisor, the same on gVisor).
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
 
+const template = process.env.E2B_TEST_TEMPLATE
 let sbx
 
 before(async () => {
-  sbx = await Sandbox.create({ timeoutMs: 600_000 })
+  const opts = { timeoutMs: 600_000 }
+  sbx = template ? await Sandbox.create(template, opts) : await Sandbox.create(opts)
 })
 
 after(async () => {

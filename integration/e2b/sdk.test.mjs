@@ -201,6 +201,72 @@ test('files: write, read, list, exists, getInfo, makeDir, rename, remove', async
   await sbx.files.remove('/tmp/e2b') // gone already: no error, as with E2B
 })
 
+test('user: commands and files as root or user, owned by them', async () => {
+  const asRoot = { user: 'root' }
+  assert.equal((await sbx.commands.run('whoami', asRoot)).stdout, 'root\n')
+  assert.equal((await sbx.commands.run('whoami; pwd', { user: 'user', cwd: '~' })).stdout, 'user\n/home/user\n')
+  // What the user may not do fails as it does for them.
+  await assert.rejects(sbx.commands.run('touch /root/not-yours', { user: 'user' }), CommandExitError)
+
+  // Written as a user: the file and the directories made for it are theirs.
+  await sbx.files.write('/tmp/owned/sub/by-user.txt', 'u', { user: 'user' })
+  await sbx.files.write('/tmp/owned/by-root.txt', 'r', asRoot)
+  await sbx.files.write([
+    { path: '/tmp/owned/many/1.txt', data: 'one' },
+    { path: '/tmp/owned/many/2.txt', data: 'two' },
+  ], { user: 'user' })
+  assert.equal(await sbx.files.makeDir('/tmp/owned/made', { user: 'user' }), true)
+  const owners = await sbx.commands.run('cd /tmp/owned && stat -c "%n %U:%G" sub sub/by-user.txt by-root.txt many/2.txt made', asRoot)
+  assert.equal(owners.stdout, 'sub user:user\nsub/by-user.txt user:user\nby-root.txt root:root\nmany/2.txt user:user\nmade user:user\n')
+  assert.equal(await sbx.files.read('/tmp/owned/sub/by-user.txt', { user: 'user' }), 'u')
+
+  // A relative path is under the user's home, as with E2B.
+  await sbx.files.write('rel.txt', 'in home', { user: 'user' })
+  assert.equal((await sbx.commands.run('cat /home/user/rel.txt; stat -c %U /home/user/rel.txt', asRoot)).stdout, 'in homeuser\n')
+  assert.equal(await sbx.files.read('rel.txt', { user: 'user' }), 'in home')
+  assert.equal(await sbx.files.exists('rel.txt', { user: 'user' }), true)
+  assert.equal(await sbx.files.exists('rel.txt', asRoot), false)
+  assert.ok((await sbx.files.list('.', { user: 'user' })).some((e) => e.path === '/home/user/rel.txt'))
+
+  // A user the sandbox does not have is refused, as envd refuses it.
+  const nobody = { user: 'no-such-user' }
+  await assert.rejects(sbx.commands.run('true', nobody), AuthenticationError)
+  await assert.rejects(sbx.files.write('/tmp/x', 'x', nobody), AuthenticationError)
+  await assert.rejects(sbx.files.read('/etc/hostname', nobody), AuthenticationError)
+  await assert.rejects(sbx.files.list('/tmp', nobody), AuthenticationError)
+  await assert.rejects(sbx.files.makeDir('/tmp/y', nobody), AuthenticationError)
+  assert.equal(await sbx.files.exists('/tmp/x'), false)
+})
+
+test('files: gzip uploads (one, many, a stream) and gzip reads', async () => {
+  const big = 'compressible text '.repeat(20_000)
+  const info = await sbx.files.write('/tmp/gz/big.txt', big, { gzip: true })
+  assert.equal(info.path, '/tmp/gz/big.txt')
+  assert.equal(await sbx.files.read('/tmp/gz/big.txt'), big)
+  assert.equal(await sbx.files.read('/tmp/gz/big.txt', { gzip: true }), big)
+
+  const bytes = new Uint8Array([0, 1, 2, 250, 255])
+  const many = await sbx.files.write([
+    { path: '/tmp/gz/a.bin', data: bytes.buffer },
+    { path: '/tmp/gz/b.txt', data: 'bee' },
+  ], { gzip: true, user: 'user' })
+  assert.deepEqual(many.map((f) => f.path).sort(), ['/tmp/gz/a.bin', '/tmp/gz/b.txt'])
+  assert.deepEqual(await sbx.files.read('/tmp/gz/a.bin', { format: 'bytes' }), bytes)
+  assert.equal((await sbx.commands.run('stat -c %U /tmp/gz/b.txt', { user: 'root' })).stdout, 'user\n')
+
+  const enc = new TextEncoder()
+  const stream = new ReadableStream({
+    start(c) {
+      c.enqueue(enc.encode('streamed, '))
+      c.enqueue(enc.encode('then gzipped'))
+      c.close()
+    },
+  })
+  await sbx.files.write('/tmp/gz/stream.txt', stream, { gzip: true })
+  assert.equal(await sbx.files.read('/tmp/gz/stream.txt'), 'streamed, then gzipped')
+  await sbx.files.remove('/tmp/gz')
+})
+
 test('files.watchDir reports changes', async () => {
   await sbx.files.makeDir('/tmp/watched')
   const events = []
@@ -228,6 +294,51 @@ test('pause, then connect resumes', async () => {
     assert.equal(await back.files.read('/tmp/kept'), 'still here')
   } finally {
     await other.kill()
+  }
+})
+
+// waitState polls E2B's getInfo until the sandbox is in state.
+async function waitState(id, state) {
+  const deadline = Date.now() + 120_000
+  let last
+  while (Date.now() < deadline) {
+    last = (await Sandbox.getInfo(id)).state
+    if (last === state) return
+    await new Promise((r) => setTimeout(r, 200))
+  }
+  assert.fail(`sandbox ${id} is ${last}, not ${state}, after 120 s`)
+}
+
+test('lifecycle: onTimeout pause pauses at the timeout; autoResume resumes on use', async () => {
+  // A short timeout: each pauses a few seconds after it starts.
+  const [auto, manual] = await Promise.all([
+    Sandbox.create(template, { timeoutMs: 6_000, lifecycle: { onTimeout: 'pause', autoResume: true } }),
+    Sandbox.create(template, { timeoutMs: 6_000, lifecycle: { onTimeout: 'pause' } }),
+  ])
+  try {
+    assert.deepEqual((await auto.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+    assert.deepEqual((await manual.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
+    // Resumes it first should it have paused already.
+    await auto.files.write('/root/kept.txt', 'kept')
+    await Promise.all([waitState(auto.sandboxId, 'paused'), waitState(manual.sandboxId, 'paused')])
+
+    // autoResume: using it resumes it, files and all, for a new timeout.
+    assert.equal((await auto.commands.run('cat /root/kept.txt')).stdout, 'kept')
+
+    // Without: it is not running until connect resumes it.
+    assert.equal(await manual.isRunning(), false)
+    await assert.rejects(manual.commands.run('true'), (err) => err instanceof SandboxNotFoundError || err instanceof TimeoutError)
+    const back = await Sandbox.connect(manual.sandboxId)
+    assert.equal((await back.getInfo()).state, 'running')
+    assert.equal((await back.commands.run('echo back')).stdout, 'back\n')
+
+    // At its new timeout the resumed one pauses again: kept, not killed;
+    // isRunning() resumes it too, its request being use, as with E2B.
+    await waitState(auto.sandboxId, 'paused')
+    assert.equal(await auto.isRunning(), true)
+    assert.equal(await auto.files.read('/root/kept.txt'), 'kept')
+  } finally {
+    await Promise.all([auto.kill(), manual.kill()])
   }
 })
 

@@ -192,10 +192,16 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c *client.Clien
 // template maps an E2B templateID to an agentbox template and isolation
 // tier: the alias's value if it has one, else the templateID itself, read
 // as TEMPLATE or TEMPLATE@TIER ("base@gvisor"; template names have no @).
-// An empty tier is the daemon's default_isolation.
+// An alias takes a tier too ("code-interpreter-v1@gvisor"), which wins
+// over one in its value. An empty tier is the daemon's default_isolation.
 func (h *Handler) template(id string) (template, isolation string) {
 	if t, ok := h.aliases[id]; ok {
 		id = t
+	} else if name, tier, ok := strings.Cut(id, "@"); ok {
+		if t, ok := h.aliases[name]; ok {
+			t, _, _ = strings.Cut(t, "@")
+			id = t + "@" + tier
+		}
 	}
 	template, isolation, _ = strings.Cut(id, "@")
 	return template, isolation

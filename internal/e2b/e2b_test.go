@@ -2,8 +2,10 @@ package e2b
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -184,6 +186,9 @@ func TestTemplate(t *testing.T) {
 		"base@gvisor":         {"base", "gvisor"},
 		"code-interpreter-v1": {"python", ""},
 		"secure":              {"base", "gvisor"},
+		// An alias with a tier of its own: the tier named wins.
+		"code-interpreter-v1@gvisor": {"python", "gvisor"},
+		"secure@container":           {"base", "container"},
 	} {
 		if tpl, iso := h.template(id); tpl != want[0] || iso != want[1] {
 			t.Errorf("template(%q) = %q, %q; want %q, %q", id, tpl, iso, want[0], want[1])
@@ -209,6 +214,62 @@ func TestEgressOf(t *testing.T) {
 		got := egressOf(c.internet, c.allow, c.deny)
 		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("egressOf(%v, %v, %v) = %+v, want %+v", c.internet, c.allow, c.deny, got, c.want)
+		}
+	}
+}
+
+func TestPasswdHome(t *testing.T) {
+	db := []byte("root:x:0:0:root:/root:/bin/bash\r\n# comment\nshort:x:5\nuser:x:1000:1000::/home/user/:/bin/bash\nnohome:x:1001:1001:::/bin/sh\n")
+	for _, c := range []struct {
+		name, home string
+		ok         bool
+	}{
+		{"root", "/root", true},
+		{"user", "/home/user", true},
+		{"nohome", "/", true},
+		{"short", "", false},
+		{"nobody", "", false},
+		{"", "", false},
+	} {
+		home, ok := passwdHome(db, c.name)
+		if home != c.home || ok != c.ok {
+			t.Errorf("passwdHome(%q) = %q, %v; want %q, %v", c.name, home, ok, c.home, c.ok)
+		}
+	}
+}
+
+func TestDecodedBody(t *testing.T) {
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	zw.Write([]byte("hello"))
+	zw.Close()
+	for _, c := range []struct {
+		enc, body, want string
+		bad             bool
+	}{
+		{"", "plain", "plain", false},
+		{"identity", "plain", "plain", false},
+		{"GZIP", zb.String(), "hello", false},
+		{"gzip", "not gzip", "", true},
+		{"br", "x", "", true},
+	} {
+		r := httptest.NewRequest("POST", "/files?path=/tmp/a", strings.NewReader(c.body))
+		if c.enc != "" {
+			r.Header.Set("Content-Encoding", c.enc)
+		}
+		body, err := decodedBody(r)
+		if c.bad {
+			if err == nil {
+				t.Errorf("%s: accepted %q", c.enc, c.body)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.enc, err)
+		}
+		got, err := io.ReadAll(body)
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s: read %q, %v; want %q", c.enc, got, err, c.want)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"io"
+	"mime"
 	"net/http"
 	"path"
 	"strings"
@@ -19,11 +21,12 @@ import (
 
 // call is one envd request: the sandbox, the client acting as the
 // caller's key, and the Linux user the SDK asked for ("" for the
-// template's).
+// template's) with that user's home, once looked up.
 type call struct {
 	id   string
 	c    *client.Client
 	user string
+	home string
 }
 
 type rpc func(h *Handler, w http.ResponseWriter, r *http.Request, k *call)
@@ -64,6 +67,15 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, c *client
 			writeConnectUnaryError(w, connectError{Code: "unimplemented", Message: "Connect calls are POST; GET is not supported"})
 			return
 		}
+		if err := h.lookupUser(r.Context(), k); err != nil {
+			e := h.rpcError(r, k, err)
+			if isStream(r) {
+				newStream(w).end(e)
+			} else {
+				writeConnectUnaryError(w, *e)
+			}
+			return
+		}
 		fn(h, w, r, k)
 		return
 	}
@@ -72,10 +84,16 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, c *client
 		h.health(w, r, k)
 	case "GET /envs":
 		h.envs(w, r, k)
-	case "GET /files":
-		h.download(w, r, k)
-	case "POST /files":
-		h.upload(w, r, k)
+	case "GET /files", "POST /files":
+		if err := h.lookupUser(r.Context(), k); err != nil {
+			h.writeEnvdError(w, r, k, err)
+			return
+		}
+		if r.Method == http.MethodGet {
+			h.download(w, r, k)
+		} else {
+			h.upload(w, r, k)
+		}
 	default:
 		if isRPC(r) {
 			writeConnectUnaryError(w, connectError{Code: "unimplemented", Message: "agentbox's E2B API does not support " + p + " yet; docs/e2b.md lists what it supports"})
@@ -101,10 +119,85 @@ func basicUser(r *http.Request) string {
 	return u
 }
 
+// isStream reports whether r is a Connect server-stream call (its
+// request is one enveloped message).
+func isStream(r *http.Request) bool {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return strings.HasPrefix(ct, "application/connect+")
+}
+
+// maxPasswd bounds how much of a sandbox's /etc/passwd is read: the
+// file belongs to the sandbox.
+const maxPasswd = 4 << 20
+
+// lookupUser resolves the user a call names, as envd does with its
+// user.Lookup: by name in the sandbox's /etc/passwd, which gives the
+// user's home. A name the sandbox does not know is refused the way envd
+// refuses it: unauthenticated (HTTP 401), which the SDKs raise as
+// AuthenticationError. No user named: nothing to do, the template's user
+// applies. E2B's templates have the users root and user; agentbox's base
+// template has both too, other templates have whom their image has.
+func (h *Handler) lookupUser(ctx context.Context, k *call) error {
+	if k.user == "" || k.home != "" {
+		return nil
+	}
+	body, err := k.c.ReadFile(ctx, k.id, "/etc/passwd")
+	if errors.Is(err, errdefs.ErrNotFound) {
+		// No passwd at all (or the sandbox is gone: the call's own
+		// request says which): root is still root.
+		if _, gerr := k.c.GetSandbox(ctx, k.id); gerr != nil {
+			return err
+		}
+		if k.user == "root" {
+			k.home = "/root"
+			return nil
+		}
+		return unknownUser(k.user)
+	}
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	db, err := io.ReadAll(io.LimitReader(body, maxPasswd))
+	if err != nil {
+		return err
+	}
+	home, ok := passwdHome(db, k.user)
+	if !ok {
+		return unknownUser(k.user)
+	}
+	k.home = home
+	return nil
+}
+
+func unknownUser(name string) error {
+	return errdefs.New(errdefs.ErrUnauthenticated, "error looking up user %q: the sandbox has no such user (its /etc/passwd); E2B's users root and user exist in agentbox's base template", name)
+}
+
+// passwdHome finds name in an /etc/passwd and returns its home ("/" when
+// the entry names none).
+func passwdHome(db []byte, name string) (string, bool) {
+	for line := range strings.SplitSeq(string(db), "\n") {
+		f := strings.Split(strings.TrimSuffix(line, "\r"), ":")
+		if len(f) < 6 || f[0] != name {
+			continue
+		}
+		if !strings.HasPrefix(f[5], "/") {
+			return "/", true
+		}
+		return path.Clean(f[5]), true
+	}
+	return "", false
+}
+
 // health answers 204 while the sandbox runs and 502 otherwise, which the
-// SDKs read as "not running".
+// SDKs read as "not running". Like any request to a sandbox, it resumes
+// a paused one created with autoResume, as E2B's proxy does.
 func (h *Handler) health(w http.ResponseWriter, r *http.Request, k *call) {
 	sb, err := k.c.GetSandbox(r.Context(), k.id)
+	if err == nil && sb.State == api.StatePaused && sb.AutoResume {
+		sb, err = k.c.ResumeSandbox(r.Context(), k.id)
+	}
 	if err == nil && sb.State == api.StateRunning {
 		w.WriteHeader(http.StatusNoContent)
 		return
@@ -151,12 +244,11 @@ func (h *Handler) resolve(ctx context.Context, k *call, p string) (string, error
 }
 
 func (h *Handler) home(ctx context.Context, k *call) (string, error) {
-	switch k.user {
-	case "root":
-		return "/root", nil
-	case "":
-	default:
-		return "/home/" + k.user, nil
+	if k.user != "" {
+		if err := h.lookupUser(ctx, k); err != nil {
+			return "", err
+		}
+		return k.home, nil
 	}
 	sb, err := k.c.GetSandbox(ctx, k.id)
 	if err != nil {
@@ -178,8 +270,8 @@ func (h *Handler) home(ctx context.Context, k *call) (string, error) {
 // writeEnvdError answers a failed envd REST call in E2B's shape; a sandbox
 // that is gone is 502, which the SDKs read as "not running".
 func (h *Handler) writeEnvdError(w http.ResponseWriter, r *http.Request, k *call, err error) {
-	if h.gone(r, k, err) {
-		writeError(w, http.StatusBadGateway, "sandbox "+k.id+" is not running")
+	if msg, gone := h.gone(r, k, err); gone {
+		writeError(w, http.StatusBadGateway, msg)
 		return
 	}
 	writeAPIError(w, err)
@@ -198,18 +290,28 @@ func (h *Handler) cwdOf(r *http.Request, k *call, cwd *string) (string, error) {
 }
 
 func (h *Handler) rpcError(r *http.Request, k *call, err error) *connectError {
-	if h.gone(r, k, err) {
-		return &connectError{Code: "unavailable", Message: "sandbox " + k.id + " is not running"}
+	if msg, gone := h.gone(r, k, err); gone {
+		return &connectError{Code: "unavailable", Message: msg}
 	}
 	return errorOf(err)
 }
 
-// gone reports whether err, a not_found, is the sandbox's own: it does
-// not run (any more), or the key cannot see it.
-func (h *Handler) gone(r *http.Request, k *call, err error) bool {
-	if !errors.Is(err, errdefs.ErrNotFound) {
-		return false
+// gone reports whether err, a not_found or failed_precondition, is the
+// sandbox's own: it does not run (any more, or paused without
+// autoResume), or the key cannot see it. Those are what E2B answers for
+// a sandbox that does not run; the message says which.
+func (h *Handler) gone(r *http.Request, k *call, err error) (string, bool) {
+	if !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		return "", false
 	}
 	sb, gerr := k.c.GetSandbox(r.Context(), k.id)
-	return gerr != nil || sb.State != api.StateRunning
+	switch {
+	case gerr != nil:
+		return "sandbox " + k.id + " is not running", true
+	case sb.State == api.StatePaused:
+		return "sandbox " + k.id + " is paused; Sandbox.connect resumes it (or create it with lifecycle autoResume)", true
+	case sb.State != api.StateRunning:
+		return "sandbox " + k.id + " is not running", true
+	}
+	return "", false
 }

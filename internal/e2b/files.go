@@ -50,7 +50,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, k *call) {
 		if err != nil {
 			return err
 		}
-		fi, err := k.c.WriteFile(r.Context(), k.id, abs, body, 0)
+		fi, err := k.c.WriteFileAs(r.Context(), k.id, abs, k.user, body, 0)
 		if err != nil {
 			return err
 		}
@@ -58,11 +58,16 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, k *call) {
 		return nil
 	}
 	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	var err error
-	if ct == "multipart/form-data" {
-		err = h.uploadParts(multipart.NewReader(r.Body, params["boundary"]), query, write)
-	} else {
-		err = uploadRaw(r, query, write)
+	body, err := decodedBody(r)
+	if err == nil {
+		defer body.Close()
+		if ct == "multipart/form-data" {
+			err = h.uploadParts(multipart.NewReader(body, params["boundary"]), query, write)
+		} else if query == "" {
+			err = errdefs.Invalid("a raw upload needs ?path=")
+		} else {
+			err = write(query, body)
+		}
 	}
 	if err != nil {
 		h.writeEnvdError(w, r, k, err)
@@ -107,24 +112,20 @@ func (h *Handler) uploadParts(mr *multipart.Reader, query string, write func(str
 	}
 }
 
-// uploadRaw writes a raw body (application/octet-stream), gunzipped when
-// its Content-Encoding is gzip.
-func uploadRaw(r *http.Request, query string, write func(string, io.Reader) error) error {
-	if query == "" {
-		return errdefs.Invalid("a raw upload needs ?path=")
-	}
-	var body io.Reader = r.Body
+// decodedBody is r's body, gunzipped when its Content-Encoding is gzip
+// (the SDKs' files.write(..., {gzip: true})); like envd, any upload may
+// be gzipped, multipart or raw.
+func decodedBody(r *http.Request) (io.ReadCloser, error) {
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
+		return r.Body, nil
 	case "gzip":
 		zr, err := gzip.NewReader(r.Body)
 		if err != nil {
-			return errdefs.Invalid("the body is not gzip: %v", err)
+			return nil, errdefs.Invalid("the body is not gzip: %v", err)
 		}
-		defer zr.Close()
-		body = zr
+		return zr, nil
 	default:
-		return errdefs.Invalid("Content-Encoding %q is not supported; send gzip or none", enc)
+		return nil, errdefs.Invalid("Content-Encoding %q is not supported; send gzip or none", enc)
 	}
-	return write(query, body)
 }

@@ -140,7 +140,7 @@ func (h *Handler) fsMakeDir(w http.ResponseWriter, r *http.Request, k *call) {
 		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
 	}
-	fi, err := k.c.Mkdir(r.Context(), k.id, in.Path, 0)
+	fi, err := k.c.MkdirAs(r.Context(), k.id, in.Path, k.user, 0)
 	if err != nil {
 		writeConnectUnaryError(w, *h.rpcError(r, k, err))
 		return
