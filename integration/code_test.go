@@ -403,6 +403,38 @@ func TestCodeInterpreterGvisorFork(t *testing.T) {
 	}
 }
 
+// TestCodeInterpreterGvisorMemory: on the gvisor tier a live kernel's
+// state survives a snapshot with memory (a sandbox created from it runs
+// the same kernel) and a pause to disk (the resumed sandbox's kernel
+// still has it), without a restart.
+func TestCodeInterpreterGvisorMemory(t *testing.T) {
+	needGvisor(t)
+	needPython(t)
+	ctx := context.Background()
+	src := newSandbox(t, api.CreateSandboxRequest{Template: "python", Isolation: "gvisor", MemoryMB: 1024})
+	runCode(t, src, api.RunCodeRequest{Code: "x = 'before the snapshot'"})
+	name := "kernel-" + randHex(4)
+	snap, err := env.client.CreateMemorySnapshot(ctx, src, name)
+	if err != nil {
+		t.Fatalf("snapshot with memory: %v", err)
+	}
+	runCode(t, src, api.RunCodeRequest{Code: "x = 'after the snapshot'"})
+	child := newSandbox(t, api.CreateSandboxRequest{Snapshot: name})
+	t.Cleanup(func() { _ = env.client.DeleteSnapshot(context.Background(), snap.ID) })
+	if ex := runCode(t, child, api.RunCodeRequest{Code: "x"}); mainText(ex) != "'before the snapshot'" || ex.Restarted {
+		t.Errorf("created from the memory snapshot: %s (restarted %v), want 'before the snapshot'", mainText(ex), ex.Restarted)
+	}
+	if _, err := env.client.PauseSandboxToDisk(ctx, src); err != nil {
+		t.Fatalf("pause to disk: %v", err)
+	}
+	if _, err := env.client.ResumeSandbox(ctx, src); err != nil {
+		t.Fatalf("resume from disk: %v", err)
+	}
+	if ex := runCode(t, src, api.RunCodeRequest{Code: "x"}); mainText(ex) != "'after the snapshot'" || ex.Restarted {
+		t.Errorf("after pause to disk and resume: %s (restarted %v), want 'after the snapshot'", mainText(ex), ex.Restarted)
+	}
+}
+
 // TestExampleCodeInterpreter runs examples/code_interpreter.py: CSV ->
 // pandas -> chart through run_code only; the chart is a real PNG.
 func TestExampleCodeInterpreter(t *testing.T) {

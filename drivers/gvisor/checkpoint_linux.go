@@ -30,12 +30,15 @@ package gvisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -125,6 +128,9 @@ func (d *Driver) Checkpoint(ctx context.Context, h *driver.Handle, dir string, o
 	if err != nil {
 		return fmt.Errorf("gvisor: %w", err)
 	}
+	if err := saveShmMB(root, dir); err != nil {
+		return err
+	}
 	if !opts.LeaveRunning {
 		return nil
 	}
@@ -202,4 +208,55 @@ func reopenChannel(ctx context.Context, h *driver.Handle) error {
 		return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// shmFile, in a checkpoint's directory, holds the checkpointed sandbox's
+// /dev/shm size in MiB: a restore must mount the same (runsc compares
+// the mounts), whatever memory the restored sandbox is given.
+const shmFile = "agentbox-shm-mb"
+
+// saveShmMB records in dir the /dev/shm size of the sandbox whose runsc
+// root is root, read from its bundle (<run dir>/bundle/config.json).
+func saveShmMB(root, dir string) error {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(root), "bundle", "config.json"))
+	if err != nil {
+		return fmt.Errorf("gvisor: reading the bundle of the checkpointed sandbox: %w", err)
+	}
+	var spec ociSpec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return fmt.Errorf("gvisor: the bundle of the checkpointed sandbox: %w", err)
+	}
+	for _, m := range spec.Mounts {
+		if m.Destination != "/dev/shm" {
+			continue
+		}
+		for _, o := range m.Options {
+			if v, ok := strings.CutPrefix(o, "size="); ok {
+				mb, err := strconv.ParseInt(strings.TrimSuffix(v, "m"), 10, 64)
+				if err != nil || !strings.HasSuffix(v, "m") {
+					return fmt.Errorf("gvisor: /dev/shm size %q in the bundle is not in MiB", v)
+				}
+				return os.WriteFile(filepath.Join(dir, shmFile), []byte(strconv.FormatInt(mb, 10)+"\n"), 0o600)
+			}
+		}
+	}
+	return fmt.Errorf("gvisor: the bundle of the checkpointed sandbox has no /dev/shm size")
+}
+
+// checkpointShmMB is the /dev/shm size the checkpoint in dir was taken
+// with; def for a checkpoint without the record (taken by an earlier
+// agentbox, when the size followed the memory: restore with the same).
+func checkpointShmMB(dir string, def int64) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, shmFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return def, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("gvisor: reading the checkpoint's /dev/shm size: %w", err)
+	}
+	mb, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || mb <= 0 {
+		return 0, fmt.Errorf("gvisor: the checkpoint's /dev/shm size %q is not a size in MiB", b)
+	}
+	return mb, nil
 }

@@ -173,3 +173,33 @@ while [ ! -s /tmp/count ]; do sleep 0.05; done`)
 	t.Logf("checkpoint (stop) %v, restore %v; checkpoint (frozen copy, left running) %v, restore as another sandbox %v",
 		ckpt.Round(time.Millisecond), restore.Round(time.Millisecond), ckpt2.Round(time.Millisecond), restore2.Round(time.Millisecond))
 }
+
+// TestCheckpointShm: a checkpoint records its sandbox's /dev/shm size
+// from the bundle, and a restore reads it back whatever the memory; a
+// checkpoint without the record restores with the size the memory gives.
+func TestCheckpointShm(t *testing.T) {
+	run := t.TempDir()
+	root, dir := filepath.Join(run, "runsc"), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(run, "bundle"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spec := &driver.Spec{ID: "sb", MemoryMB: 1024}
+	if err := writeBundle(filepath.Join(run, "bundle"), "/rootfs", "/guest", "/sock", spec, 1000000, 65536, nil, shmSizeMB(spec.MemoryMB)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := checkpointShmMB(dir, 256); err != nil || got != 256 {
+		t.Fatalf("without a record: %d, %v; want the default 256", got, err)
+	}
+	if err := saveShmMB(root, dir); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := checkpointShmMB(dir, 256); err != nil || got != 512 {
+		t.Fatalf("recorded: %d, %v; want 512 (half of 1024)", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, shmFile), []byte("lots\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := checkpointShmMB(dir, 256); err == nil {
+		t.Fatal("a damaged record was accepted")
+	}
+}

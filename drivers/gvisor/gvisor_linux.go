@@ -172,7 +172,13 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		return nil, fmt.Errorf("gvisor: mounting the sandbox's root overlay: %w", err)
 	}
 	undo.Add(func() { _ = unmount(rootfs) })
-	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, d.opts.UIDBase, d.opts.UIDCount, d.seccompFilter); err != nil {
+	shm := shmSizeMB(spec.MemoryMB)
+	if image != "" {
+		if shm, err = checkpointShmMB(image, shm); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, d.opts.UIDBase, d.opts.UIDCount, d.seccompFilter, shm); err != nil {
 		return nil, fmt.Errorf("gvisor: writing the OCI bundle: %w", err)
 	}
 	cg, err := d.cg.Create(spec.ID, cgroups.Resources{

@@ -119,7 +119,7 @@ func TestBundleCarriesSeccompFilter(t *testing.T) {
 	}
 	bundle := t.TempDir()
 	spec := &driver.Spec{ID: "sbx", Hostname: "sbx", MemoryMB: 256, Pids: 128}
-	if err := writeBundle(bundle, "/rootfs", "/guest", "/sock", spec, 1000000, 65536, harden.EncodeFilter(prog)); err != nil {
+	if err := writeBundle(bundle, "/rootfs", "/guest", "/sock", spec, 1000000, 65536, harden.EncodeFilter(prog), shmSizeMB(spec.MemoryMB)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))

@@ -95,10 +95,21 @@ var guestCaps = []string{
 // made-up boot log (`dmesg` shows gVisor), never the host's.
 var serveAllow = []string{"syslog"}
 
+// shmSizeMB is the size of a sandbox's /dev/shm: half its memory, at
+// least 64 MiB.
+func shmSizeMB(memoryMB int64) int64 {
+	if shm := memoryMB / 2; shm >= 16 {
+		return shm
+	}
+	return 64
+}
+
 // writeBundle writes <bundle>/config.json for spec, with rootfs the host
 // overlay and the guest agent as the sandbox's first process; filter is
-// the agent's seccomp filter (harden.EncodeFilter).
-func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, uidBase, uidCount int, filter []byte) error {
+// the agent's seccomp filter (harden.EncodeFilter). shm is /dev/shm's
+// size in MiB: shmSizeMB of the sandbox's memory, or, for a restore, the
+// checkpointed sandbox's (runsc refuses a restore whose mounts differ).
+func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, uidBase, uidCount int, filter []byte, shm int64) error {
 	boot := proto.BootSpec{
 		SandboxID:     spec.ID,
 		Hostname:      spec.Hostname,
@@ -111,10 +122,6 @@ func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, u
 	bootJSON, err := json.Marshal(&boot)
 	if err != nil {
 		return err
-	}
-	shm := spec.MemoryMB / 2
-	if shm < 16 {
-		shm = 64
 	}
 	s := ociSpec{
 		Version: "1.0.2",
