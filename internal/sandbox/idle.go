@@ -159,6 +159,7 @@ func (s *Service) reapIdle() {
 		}
 		if rec.Spec.OnTimeout == api.OnTimeoutPause {
 			s.log.Info("idle timeout; pausing (on_timeout: pause)", "sandbox", e.id, "idle_timeout", e.idle)
+			s.emit(events.Expired, e.id, e.tenant, "idle timeout")
 			if _, err := s.pauseOnTimeout(ctx, e.id); err != nil { // to disk on gvisor (memsnap.go)
 				// Do not retry every tick: the clock starts again.
 				e.act.touch()

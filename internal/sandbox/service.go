@@ -247,6 +247,9 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		return toAPI(rec), nil
 	}
 	if err := s.startTemplate(ctx, e, tpl); err != nil {
+		// The create failed: say so on the events stream (created was
+		// published when it ran; destroyed follows).
+		s.emit(events.Failed, rec.ID, tenant, err.Error())
 		_ = s.Destroy(context.WithoutCancel(ctx), "", rec.ID)
 		return nil, err
 	}
