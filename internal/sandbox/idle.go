@@ -9,8 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/tracing"
 )
 
 // Idle timeout. A sandbox created with idle_timeout has its on_timeout
@@ -61,10 +64,20 @@ func (a *activity) begin() func() {
 type activeTransport struct{ e *entry }
 
 func (t activeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	end := t.e.act.begin()
-	resp, err := t.e.guest.RoundTrip(r)
+	act := t.e.act.begin()
+	// The service's span of a forwarded request (an exec, a file): the
+	// guest's span is its child; both end with the answer's body.
+	ctx, sp := tracing.Start(r.Context(), "sandbox.Forward")
+	end := act
+	if sp.IsRecording() {
+		sp.SetAttributes(attribute.String("agentbox.sandbox", t.e.id))
+		r = r.WithContext(ctx)
+		end = func() { act(); sp.End() }
+	}
+	resp, err := tracing.RoundTrip(t.e.guest, r)
 	if err != nil {
-		end()
+		tracing.End(sp, err)
+		act()
 		return nil, err
 	}
 	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
