@@ -174,8 +174,12 @@ func TestEventsCLI(t *testing.T) {
 	}
 	saw := func(typ, id string) func(lines, _ []string) bool {
 		return func(lines, _ []string) bool {
-			n := len(lines)
-			return n > 0 && strings.Contains(lines[n-1], `"type":"`+typ+`","sandbox":"`+id+`"`)
+			for _, l := range lines {
+				if strings.Contains(l, `"type":"`+typ+`","sandbox":"`+id+`"`) {
+					return true
+				}
+			}
+			return false
 		}
 	}
 	typed.wait(t, "destroyed event of "+a, saw("destroyed", a))
@@ -204,12 +208,12 @@ func TestEventsCLI(t *testing.T) {
 	run("rm", c)
 	run("rm", b)
 	bySandbox.wait(t, "destroyed event of "+b, func(lines, _ []string) bool {
-		n := len(lines)
-		if n == 0 {
-			return false
+		for _, l := range lines {
+			if typ, sb := textEvent(l); typ == "destroyed" && sb == b {
+				return true
+			}
 		}
-		typ, sb := textEvent(lines[n-1])
-		return typ == "destroyed" && sb == b
+		return false
 	})
 	var types []string
 	for _, l := range bySandbox.snapshot() {
