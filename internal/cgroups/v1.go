@@ -356,6 +356,18 @@ func (c *v1Cgroup) Stats() (Stats, error) {
 	if s.OOMKills, err = oomKillsV1(mem); err != nil {
 		return s, classify(err, "reading oom kills")
 	}
+	// v1 counts a kill in the victim's own cgroup only (v2's
+	// memory.events counts the descendants' too): add the children's,
+	// where a sandbox's workload runs under its limit. Only the
+	// children: deeper ones are the workload's own, and few.
+	ents, _ := os.ReadDir(mem)
+	for _, e := range ents {
+		if e.IsDir() {
+			if n, err := keyedInt(mem+"/"+e.Name()+"/memory.oom_control", "oom_kill"); err == nil {
+				s.OOMKills += n
+			}
+		}
+	}
 	return s, nil
 }
 

@@ -304,6 +304,40 @@ func TestV1OOMStaysInside(t *testing.T) {
 	}
 }
 
+// TestV1OOMInChildCounted: a kill in a child cgroup (a sandbox's
+// workload) counts in its parent's Stats, as v2's memory.events does.
+func TestV1OOMInChildCounted(t *testing.T) {
+	m := testV1(t)
+	cg, err := m.Create("oomkid", Resources{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Destroy()
+	work, err := cg.Child("workload", Resources{MemoryBytes: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer work.Destroy()
+	cmd := exec.Command("/bin/sh", "-c", "read x; x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo ${#x}")
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := work.AddProc(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte("go\n"))
+	stdin.Close()
+	werr := cmd.Wait()
+	st, err := cg.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.OOMKills == 0 {
+		t.Errorf("parent Stats = %+v (wait: %v); want the child's OOM kill counted", st, werr)
+	}
+}
+
 func BenchmarkV1Create(b *testing.B) {
 	m := testV1(b)
 	r := Resources{CPU: 1, MemoryBytes: 256 << 20, Pids: 128}

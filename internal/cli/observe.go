@@ -171,6 +171,9 @@ events only; an admin key every tenant's (or one with --tenant).`,
 				return err
 			}
 			defer st.Close()
+			// Subscribed: nothing that happens from now on is missed.
+			// On stderr, so that stdout stays the events alone.
+			fmt.Fprintln(c.ErrOrStderr(), "following events; interrupt to stop")
 			out := c.OutOrStdout()
 			for {
 				e, err := st.Next()

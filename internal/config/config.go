@@ -98,6 +98,8 @@ type Config struct {
 	Metrics Metrics `toml:"metrics"`
 	// E2B ([e2b], e2b.go) is the E2B-compatible API.
 	E2B E2B `toml:"e2b"`
+	// Tracing ([tracing], tracing.go) is OpenTelemetry traces over OTLP.
+	Tracing Tracing `toml:"tracing"`
 }
 
 // Sandbox is a set of per-sandbox settings, used both for the defaults and
@@ -143,6 +145,7 @@ func Default() Config {
 		PrespawnInits:      2,
 		LxcfsDir:           "/var/lib/lxcfs",
 		Metrics:            Metrics{UsageInterval: 5 * time.Second},
+		Tracing:            Tracing{SampleRatio: 1},
 		E2B:                E2B{TemplateAliases: map[string]string{"code-interpreter-v1": "python"}},
 
 		Defaults: Sandbox{

@@ -81,8 +81,12 @@ func TestEveryKeyDocumented(t *testing.T) {
 	for i := 0; i < et.NumField(); i++ {
 		keys = append(keys, et.Field(i).Tag.Get("toml"))
 	}
+	tt := reflect.TypeOf(Tracing{})
+	for i := 0; i < tt.NumField(); i++ {
+		keys = append(keys, tt.Field(i).Tag.Get("toml"))
+	}
 	for _, k := range keys {
-		if k == "defaults" || k == "limits" || k == "network" || k == "security" || k == "metrics" || k == "e2b" {
+		if k == "defaults" || k == "limits" || k == "network" || k == "security" || k == "metrics" || k == "e2b" || k == "tracing" {
 			k = "[" + k + "]"
 		} else if !strings.Contains(string(example), "\n"+k+" = ") {
 			t.Errorf("key %q missing from docs/agentbox.example.toml", k)

@@ -118,6 +118,7 @@ func (c Config) Validate() error {
 	c.validatePools(&v)
 	c.validateMetrics(&v)
 	c.validateE2B(&v)
+	c.validateTracing(&v)
 	return v.err()
 }
 

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/events"
@@ -16,19 +18,22 @@ import (
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/tracing"
 	"github.com/agentbox/agentbox/internal/usage"
+	"github.com/agentbox/agentbox/internal/version"
 )
 
-// observability is the daemon's metrics, usage sampler and event hub
-// (docs/observability.md).
+// observability is the daemon's metrics, usage sampler, event hub and
+// traces (docs/observability.md).
 type observability struct {
 	metrics *metrics.Metrics
 	usage   *usage.Sampler
 	stop    func()
 }
 
-// startObservability starts the usage sampler and, with metrics.listen,
-// the separate metrics listener; stop ends both.
+// startObservability starts the usage sampler, the tracer provider
+// ([tracing]) and, with metrics.listen, the separate metrics listener;
+// stop ends them, exporting the spans still queued.
 func startObservability(ctx context.Context, cfg *config.Config, svc *sandbox.Service, pool *storage.Pool,
 	netm *network.Manager, authn *auth.Authenticator, hub *events.Hub, log *slog.Logger) (*observability, error) {
 	sampler, err := usage.New(usage.Options{Source: svc, Disk: pool, CgroupParent: cfg.CgroupParent,
@@ -36,8 +41,17 @@ func startObservability(ctx context.Context, cfg *config.Config, svc *sandbox.Se
 	if err != nil {
 		return nil, err
 	}
+	tp, err := tracing.Setup(cfg.Tracing, version.Version)
+	if err != nil {
+		return nil, err
+	}
+	if tp.On {
+		// The exporter's errors (a receiver down) go to the daemon's log.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
+		log.Info("tracing: exporting spans over OTLP/HTTP", "endpoint", cfg.Tracing.Endpoint, "sample_ratio", cfg.Tracing.SampleRatio)
+	}
 	m := metrics.New(metrics.Options{Sandboxes: svc, Network: netm, Events: hub, Auth: authn,
-		ScrapeToken: cfg.Metrics.ScrapeToken, DataDir: cfg.DataDir, Logger: log})
+		ScrapeToken: cfg.Metrics.ScrapeToken, DataDir: cfg.DataDir, Logger: log, Tracer: tp.Tracer(tracing.Scope)})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); sampler.Run(ctx) }()
@@ -70,6 +84,11 @@ func startObservability(ctx context.Context, cfg *config.Config, svc *sandbox.Se
 		}
 		cancel()
 		<-done
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := tp.Shutdown(sctx); err != nil {
+			log.Warn("tracing: exporting the last spans", "err", err)
+		}
+		c()
 	}
 	return o, nil
 }

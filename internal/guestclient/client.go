@@ -31,6 +31,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/tracing"
 )
 
 // Client calls one guest agent.
@@ -84,7 +85,7 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, error) {
 	if r.ctype != "" {
 		req.Header.Set("Content-Type", r.ctype)
 	}
-	resp, err := c.rt.RoundTrip(req)
+	resp, err := tracing.RoundTrip(c.rt, req) // a span when ctx is traced
 	if err != nil {
 		return nil, unreachableError{errdefs.Unavailable("guest agent: %v", err)}
 	}

@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
@@ -65,6 +68,9 @@ func (t routeTable) pattern(r *http.Request) string {
 	return p
 }
 
+// serverSpan is made once: an option built per request allocates.
+var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+
 type infoKey struct{}
 
 // info is what the server tells the wrapper about a request.
@@ -87,8 +93,15 @@ func (m *Metrics) Wrap(next http.Handler) http.Handler {
 		rid := requestID(r.Header.Get(RequestIDHeader))
 		w.Header().Set(RequestIDHeader, rid)
 		in := &info{}
-		r = r.WithContext(context.WithValue(r.Context(), infoKey{}, in))
 		pattern := m.routes.pattern(r)
+		route := pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		// The request's span: the root of the trace of everything it
+		// causes (a no-op one when tracing is off).
+		ctx, sp := m.o.Tracer.Start(context.WithValue(r.Context(), infoKey{}, in), route, serverSpan...)
+		r = r.WithContext(ctx)
 		rec := &recorder{ResponseWriter: w}
 		op := operations[pattern]
 		var l sbLabels
@@ -110,10 +123,17 @@ func (m *Metrics) Wrap(next http.Handler) http.Handler {
 		if status == 0 {
 			status = http.StatusOK
 		}
-		route := pattern
-		if route == "" {
-			route = "unmatched"
+		traceID := ""
+		if sp.IsRecording() {
+			sp.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route),
+				attribute.String("url.path", r.URL.Path), attribute.Int("http.response.status_code", status),
+				attribute.String("agentbox.request_id", rid), attribute.String("agentbox.tenant", in.tenant))
+			if status >= 500 {
+				sp.SetStatus(codes.Error, http.StatusText(status))
+			}
+			traceID = sp.SpanContext().TraceID().String()
 		}
+		sp.End()
 		m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 		if op != "" {
 			if op == "create" {
@@ -123,6 +143,11 @@ func (m *Metrics) Wrap(next http.Handler) http.Handler {
 				}
 			}
 			m.observeOp(op, l.template, l.tier, outcome(status), took)
+		}
+		if traceID != "" {
+			m.log.Info("request", "request_id", rid, "method", r.Method, "route", route, "path", r.URL.Path,
+				"tenant", in.tenant, "status", status, "took", took, "trace_id", traceID)
+			return
 		}
 		m.log.Info("request", "request_id", rid, "method", r.Method, "route", route, "path", r.URL.Path,
 			"tenant", in.tenant, "status", status, "took", took)

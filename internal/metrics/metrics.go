@@ -20,6 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/events"
@@ -56,6 +59,9 @@ type Options struct {
 	// DataDir is where host disk left is measured (its storage pool).
 	DataDir string
 	Logger  *slog.Logger
+	// Tracer starts every request's span (internal/tracing); nil or a
+	// no-op tracer when tracing is off.
+	Tracer trace.Tracer
 }
 
 // Metrics holds the registry and the families the daemon updates.
@@ -88,6 +94,9 @@ type sbLabels struct{ template, tier string }
 func New(o Options) *Metrics {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	m := &Metrics{o: o, reg: prometheus.NewRegistry(), log: o.Logger,
 		templates: newBounded(maxValues), tenants: newBounded(maxValues),

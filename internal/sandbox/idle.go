@@ -9,9 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/tenancy"
+	"github.com/agentbox/agentbox/internal/tracing"
 )
 
 // Idle timeout. A sandbox created with idle_timeout has its on_timeout
@@ -62,10 +65,20 @@ func (a *activity) begin() func() {
 type activeTransport struct{ e *entry }
 
 func (t activeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	end := t.e.act.begin()
-	resp, err := t.e.guest.RoundTrip(r)
+	act := t.e.act.begin()
+	// The service's span of a forwarded request (an exec, a file): the
+	// guest's span is its child; both end with the answer's body.
+	ctx, sp := tracing.Start(r.Context(), "sandbox.Forward")
+	end := act
+	if sp.IsRecording() {
+		sp.SetAttributes(attribute.String("agentbox.sandbox", t.e.id))
+		r = r.WithContext(ctx)
+		end = func() { act(); sp.End() }
+	}
+	resp, err := tracing.RoundTrip(t.e.guest, r)
 	if err != nil {
-		end()
+		tracing.End(sp, err)
+		act()
 		return nil, err
 	}
 	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
@@ -160,6 +173,7 @@ func (s *Service) reapIdle() {
 		}
 		if rec.Spec.OnTimeout == api.OnTimeoutPause {
 			s.log.Info("idle timeout; pausing (on_timeout: pause)", "sandbox", e.id, "idle_timeout", e.idle)
+			s.emit(events.Expired, e.id, e.tenant, "idle timeout")
 			if _, err := s.pauseOnTimeout(ctx, e.id); err != nil { // to disk on gvisor (memsnap.go)
 				// Do not retry every tick: the clock starts again.
 				e.act.touch()

@@ -236,18 +236,24 @@ func (s *Service) reapOnce() {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if rec, err := s.st.GetSandbox(ctx, id); err == nil && rec.Spec.OnTimeout == api.OnTimeoutPause {
+			rec, err := s.st.GetSandbox(ctx, id)
+			if err == nil && rec.Spec.OnTimeout == api.OnTimeoutPause {
 				if rec.State == api.StatePaused {
 					return
 				}
 				s.log.Info("TTL expired; pausing (on_timeout: pause)", "sandbox", id)
+				s.emit(events.Expired, id, rec.Tenant, "ttl")
 				if _, err := s.pauseOnTimeout(ctx, id); err != nil {
 					s.log.Warn("reaper: pause failed", "sandbox", id, "err", err)
 				}
 				return
 			}
 			s.log.Info("TTL expired; destroying", "sandbox", id)
-			s.Emit(events.Expired, id, "ttl")
+			if err == nil {
+				s.emit(events.Expired, id, rec.Tenant, "ttl")
+			} else {
+				s.Emit(events.Expired, id, "ttl")
+			}
 			if err := s.Destroy(ctx, tenancy.AllTenants(), id); err != nil {
 				s.log.Warn("reaper: destroy failed", "sandbox", id, "err", err)
 			}

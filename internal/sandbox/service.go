@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
@@ -26,6 +28,7 @@ import (
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenancy"
+	"github.com/agentbox/agentbox/internal/tracing"
 )
 
 // Options wire the service.
@@ -148,7 +151,9 @@ func newID() string {
 }
 
 // Create makes a sandbox for tenant and returns once it can run a command.
-func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSandboxRequest) (*api.Sandbox, error) {
+func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSandboxRequest) (_ *api.Sandbox, err error) {
+	ctx, sp := tracing.Start(ctx, "sandbox.Create")
+	defer func() { tracing.End(sp, err) }()
 	r, err := resolve(s.cfg, req)
 	if err != nil {
 		return nil, err
@@ -229,7 +234,14 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		e        *entry
 		restored bool
 	)
+	if sp.IsRecording() {
+		sp.SetAttributes(attribute.String("agentbox.sandbox", rec.ID), attribute.String("agentbox.template", tpl.Name),
+			attribute.String("agentbox.tier", r.Isolation))
+	}
 	if m := s.warm.take(cctx, rec); m != nil {
+		if sp.IsRecording() {
+			sp.SetAttributes(attribute.Bool("agentbox.warm_pool", true))
+		}
 		e, err = s.recordWarm(cctx, rec, m)
 		release()
 	} else {
@@ -248,6 +260,9 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		return toAPI(rec), nil
 	}
 	if err := s.startTemplate(ctx, e, tpl); err != nil {
+		// The create failed: say so on the events stream (created was
+		// published when it ran; destroyed follows).
+		s.emit(events.Failed, rec.ID, tenant, err.Error())
 		_ = s.Destroy(context.WithoutCancel(ctx), tenancy.AllTenants(), rec.ID)
 		return nil, err
 	}
@@ -346,7 +361,10 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 			return nil, fmt.Errorf("finding the sandbox's layer: %w", err)
 		}
 	} else {
-		if upper, work, err = s.pool.CreateLayer(ctx, rec.ID, rec.Resources.DiskMB); err != nil {
+		lctx, sp := tracing.Start(ctx, "storage.CreateLayer")
+		upper, work, err = s.pool.CreateLayer(lctx, rec.ID, rec.Resources.DiskMB)
+		tracing.End(sp, err)
+		if err != nil {
 			return nil, fmt.Errorf("creating writable layer: %w", err)
 		}
 		defer func() {
@@ -357,10 +375,20 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 	}
 	spec := s.driverSpec(rec, tpl, upper, work, dir)
 	na := s.netAttachFor(rec, drv) // netattach.go
-	if err := na.before(ctx, spec); err != nil {
+	nctx, sp := tracing.Start(ctx, "network.Prepare")
+	err = na.before(nctx, spec)
+	tracing.End(sp, err)
+	if err != nil {
 		return nil, fmt.Errorf("connecting the sandbox's network: %w", err)
 	}
-	h, err := drv.Create(ctx, spec)
+	// The driver's span; the guest's first answer (its readiness) is
+	// its child.
+	dctx, sp := tracing.Start(ctx, "driver.Create")
+	if sp.IsRecording() {
+		sp.SetAttributes(attribute.String("agentbox.tier", drv.Name()))
+	}
+	h, err := drv.Create(dctx, spec)
+	tracing.End(sp, err)
 	if err != nil {
 		na.undo()
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/guestclient"
 	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/tracing"
 )
 
 // StartTag is the tag of the background process a template's start
@@ -22,10 +23,12 @@ const StartTag = "start"
 // exits 0, or the port accepts a connection inside the sandbox. It fails
 // when the timeout passes or the start command exits first; the caller
 // removes the sandbox.
-func (s *Service) startTemplate(ctx context.Context, e *entry, tpl *storage.Template) error {
+func (s *Service) startTemplate(ctx context.Context, e *entry, tpl *storage.Template) (err error) {
 	if tpl.Start == "" && tpl.Ready == nil {
 		return nil
 	}
+	ctx, sp := tracing.Start(ctx, "sandbox.StartTemplate")
+	defer func() { tracing.End(sp, err) }()
 	timeout := 30 * time.Second
 	if tpl.Ready != nil && tpl.Ready.TimeoutMs > 0 {
 		timeout = time.Duration(tpl.Ready.TimeoutMs) * time.Millisecond
