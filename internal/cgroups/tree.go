@@ -21,13 +21,20 @@ const (
 	killTimeout   = 10 * time.Second
 )
 
+// gone reports whether err says a cgroup was removed meanwhile: a file or
+// directory not found, or (read through a descriptor opened before the
+// rmdir) ENODEV.
+func gone(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENODEV)
+}
+
 // subdirs lists dir and every cgroup below it, parents before children.
 func subdirs(dir string) ([]string, error) {
 	out := []string{dir}
 	for i := 0; i < len(out); i++ {
 		ents, err := os.ReadDir(out[i])
 		if err != nil {
-			if i > 0 && errors.Is(err, os.ErrNotExist) {
+			if i > 0 && gone(err) {
 				continue // removed meanwhile
 			}
 			return nil, err
@@ -55,8 +62,8 @@ func treeProcs(roots []string) ([]int, error) {
 		for _, d := range dirs {
 			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 			if err != nil {
-				if errors.Is(err, os.ErrNotExist) {
-					continue
+				if gone(err) {
+					continue // removed meanwhile
 				}
 				return nil, err
 			}

@@ -406,3 +406,31 @@ func TestV1Rename(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestProcsOfRemovedCgroup: a cgroup removed while its cgroup.procs is
+// being read answers ENODEV, not ENOENT; listing a tree that loses a
+// child meanwhile (a pre-spawned init's cgroup going away during a
+// cleanup) treats it as gone, not as an error.
+func TestProcsOfRemovedCgroup(t *testing.T) {
+	m := testV1(t)
+	cg, err := m.Create("gone", Resources{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := cg.Paths()["pids"]
+	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := cg.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Read(make([]byte, 64))
+	if !errors.Is(err, unix.ENODEV) {
+		t.Fatalf("reading the cgroup.procs of a removed cgroup: %v, want ENODEV", err)
+	}
+	if !gone(err) {
+		t.Fatalf("gone(%v) = false", err)
+	}
+}
