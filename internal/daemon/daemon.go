@@ -59,6 +59,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if os.Geteuid() != 0 {
 		return errors.New("agentbox serve must run as root: it creates namespaces, cgroups and mounts")
 	}
+	closeInheritedOnExec() // fds_linux.go
 	for _, d := range []string{cfg.DataDir, cfg.RunDir, filepath.Dir(cfg.Socket)} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return fmt.Errorf("creating %s: %w", d, err)
