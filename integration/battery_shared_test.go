@@ -586,12 +586,12 @@ func itemPerUserCounts(t *testing.T, b *battery) {
 		}
 	}
 	oneLine := func(b []byte) string { return strings.Join(strings.Fields(string(b)), " ") }
-	evidence(t, "the sandbox took inotify %d, mqueue %d, sigqueue %d, pipes %d; meanwhile the host's root: %s; uid 65534: %s; a sibling: %s",
-		took["inotify"], took["mqueue"], took["sigqueue"], took["pipes"], oneLine(hostRoot), oneLine(hostNobody), oneLine([]byte(sibRes.Stdout)))
+	evidence(t, "the sandbox took inotify %d, mqueue %d, sigqueue %d, pipes %d, epoll watches %d; meanwhile the host's root: %s; uid 65534: %s; a sibling: %s",
+		took["inotify"], took["mqueue"], took["sigqueue"], took["pipes"], took["epoll"], oneLine(hostRoot), oneLine(hostNobody), oneLine([]byte(sibRes.Stdout)))
 	if rootErr != nil || nobodyErr != nil {
 		t.Errorf("the host's probes failed to run: root %v, uid 65534 %v", rootErr, nobodyErr)
 	}
-	for _, k := range []string{"inotify", "mqueue", "sigqueue", "pipes"} {
+	for _, k := range []string{"inotify", "mqueue", "sigqueue", "pipes", "epoll"} {
 		for who, o := range map[string]string{"the host's root": string(hostRoot), "uid 65534 on the host": string(hostNobody)} {
 			if !strings.Contains(o, k+" OK ") {
 				t.Errorf("%s could not take one %s while a sandbox held all it could: %s", who, k, o)

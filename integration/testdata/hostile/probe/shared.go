@@ -336,12 +336,46 @@ func probePerUser(args []string) {
 		err = fmt.Errorf("a new pipe holds less than 64 KiB")
 	}
 	report("pipes", errIf(check, err), n, " ", small)
+	n, err = epollWatches(min(most, 200_000), max(int(lim.Cur/32), 1))
+	report("epoll", errIf(check, err), n)
 	if check {
 		return
 	}
 	ready("peruser")
 	secs, _ := strconv.Atoi(args[0])
 	time.Sleep(time.Duration(secs) * time.Second)
+}
+
+// epollWatches adds up to most epoll watches (fs.epoll.max_user_watches
+// counts them per host uid) with at most fds descriptors: eventfds each
+// watched by every epoll instance. It returns how many it added.
+func epollWatches(most, fds int) (int, error) {
+	per := min(most, max(fds/2, 1), 512)
+	var evs []int
+	for range per {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+		if err != nil {
+			return 0, err
+		}
+		evs = append(evs, fd)
+	}
+	n := 0
+	for ep := 0; n < most && ep < max(fds/2, 1); ep++ {
+		epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+		if err != nil {
+			return n, err
+		}
+		for _, fd := range evs {
+			if n == most {
+				break
+			}
+			if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 // errIf is err for a check (any failure counts) and nil otherwise (the
