@@ -3,6 +3,8 @@ package cgroups
 import (
 	"errors"
 	"fmt"
+
+	"github.com/agentbox/agentbox/errdefs"
 )
 
 // RemoveExcept destroys every cgroup under m's parent whose name is not in
@@ -24,6 +26,12 @@ func RemoveExcept(m Manager, keep map[string]bool) ([]string, error) {
 			continue
 		}
 		if err := cg.Destroy(); err != nil {
+			if _, oerr := m.Open(n); errors.Is(oerr, errdefs.ErrNotFound) {
+				// Gone meanwhile: its owner removed it while it was being
+				// killed (a pre-spawned init that exited), which is what
+				// this cleanup wanted.
+				continue
+			}
 			errs = append(errs, fmt.Errorf("cgroup %s: %w", n, err))
 			continue
 		}
