@@ -268,7 +268,7 @@ EOF`))
 	if _, err := env.client.RunCode(ctx, id, api.RunCodeRequest{Context: "nope", Code: "1"}, nil); err == nil || !strings.Contains(err.Error(), "no code context") {
 		t.Errorf("unknown context: %v", err)
 	}
-	if _, err := env.client.RunCode(ctx, id, api.RunCodeRequest{Language: "cobol", Code: "1"}, nil); err == nil || !strings.Contains(err.Error(), "installed: python") {
+	if _, err := env.client.RunCode(ctx, id, api.RunCodeRequest{Language: "cobol", Code: "1"}, nil); err == nil || !strings.Contains(err.Error(), "installed:") || !strings.Contains(err.Error(), "python (python3)") {
 		t.Errorf("unknown language: %v", err)
 	}
 
@@ -400,6 +400,48 @@ func TestCodeInterpreterGvisorFork(t *testing.T) {
 	}
 	if got := mainText(runCode(t, parent, api.RunCodeRequest{Code: "(x, n)"})); got != "('from the parent', 0)" {
 		t.Errorf("parent after the fork: %s", got)
+	}
+}
+
+// TestCodeInterpreterR: the python template's second kernel, R (Debian's
+// r-cran-irkernel, found by its kernelspec like any other): a run keeps
+// its state, gives rich results and turns an R error into an error
+// result, beside the python context of the same sandbox.
+func TestCodeInterpreterR(t *testing.T) {
+	needPython(t)
+	ctx := context.Background()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "python", MemoryMB: 1024})
+	// IRkernel shows a cell's value as display data (no execute_result),
+	// so its results are not main: the first one is the value.
+	value := func(ex *api.Execution) api.CodeResult {
+		if len(ex.Results) == 0 {
+			return api.CodeResult{Text: mainText(ex)}
+		}
+		return ex.Results[0]
+	}
+	if ex := runCode(t, id, api.RunCodeRequest{Code: "x <- 40 + 2\nx", Language: "r"}); value(ex).Text != "[1] 42" {
+		t.Fatalf("R: %+v (error %+v)", ex.Results, ex.Error)
+	}
+	ex := runCode(t, id, api.RunCodeRequest{Code: "data.frame(a = c(x, x * 2))", Language: "r"})
+	if got := value(ex); !strings.Contains(got.Text, "84") || !strings.Contains(got.HTML, "<table") {
+		t.Errorf("an R data frame (state kept, as an HTML table): %+v", ex.Results)
+	}
+	if ex := runCode(t, id, api.RunCodeRequest{Code: `stop("boom")`, Language: "r"}); ex.Error == nil || !strings.Contains(ex.Error.Value, "boom") {
+		t.Errorf("an R error is not an error result: %+v", ex)
+	}
+	if got := mainText(runCode(t, id, api.RunCodeRequest{Code: "'python still ' + str(6 * 7)"})); got != "'python still 42'" {
+		t.Errorf("the python context beside R: %s", got)
+	}
+	ctxs, err := env.client.ListCodeContexts(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	langs := map[string]bool{}
+	for _, c := range ctxs {
+		langs[c.Language] = true
+	}
+	if !langs["r"] || !langs["python"] {
+		t.Errorf("contexts %+v, want an r and a python one", ctxs)
 	}
 }
 

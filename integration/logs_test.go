@@ -118,7 +118,11 @@ done`
 	}
 
 	// -f -t follows a running process with stamps on what comes later.
-	out, _, _ = cli(t, "", "exec", "-d", id, "--", "sh", "-c", "echo early; while [ ! -e /tmp/late ]; do sleep 0.05; done; echo late >&2; echo last")
+	// Each line waits for the test to have seen the one before: lines of
+	// two streams written a moment apart may be read by the agent in
+	// either order (two pipes, two readers), so only an order the
+	// process's writes were certain to have is checked.
+	out, _, _ = cli(t, "", "exec", "-d", id, "--", "sh", "-c", "echo early; while [ ! -e /tmp/late ]; do sleep 0.05; done; echo late >&2; while [ ! -e /tmp/last ]; do sleep 0.05; done; echo last")
 	pid2 := strings.TrimSpace(out)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if got, _ := cliCombined(t, "logs", id, pid2); got == "early\n" {
@@ -139,6 +143,14 @@ done`
 	// Only what the follower printed before the touch is known to be
 	// early; the rest may come either way: it waits for the exit.
 	sh(t, id, "touch /tmp/late")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if got, _ := cliCombined(t, "logs", id, pid2); got == "early\nlate\n" {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("waiting for late: %q", got)
+		}
+	}
+	sh(t, id, "touch /tmp/last")
 	if err := follow.Wait(); err != nil {
 		t.Fatalf("logs -f -t: %v, %q", err, fb.String())
 	}

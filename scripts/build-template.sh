@@ -10,8 +10,9 @@
 #   busybox  a tiny root filesystem made of busybox-static; well under a
 #            second.
 #   python   base plus python3-numpy, -pandas, -matplotlib, -requests and
-#            -ipykernel (for data work; sandboxes have no internet to pip
-#            install them). Starts from base's cached rootfs (building base
+#            -ipykernel, and R with its Jupyter kernel (r-cran-irkernel),
+#            for data work (sandboxes have no internet to pip install
+#            them). Starts from base's cached rootfs (building base
 #            first if needed) and adds the packages with apt in a chroot.
 #   node     base plus Debian's nodejs, npm and node-typescript (`tsc`),
 #            built the same way as python from base's cached rootfs.
@@ -103,12 +104,30 @@ mkdir -p "$BUILD_ROOT"
 exec 9>"$BUILD_ROOT/.$NAME.lock"
 flock 9
 
+# Each template's recipe version: bump it when build_NAME (or, for python
+# and node, base's) changes what the rootfs holds, so that a machine's
+# cached rootfs from an older recipe is rebuilt (CI keeps its cache).
+# NAME.recipe beside the rootfs says which version built it; none is 1.
+declare -A RECIPE=([busybox]=1 [base]=1 [python]=2 [node]=1)
+# 2: python3-munkres instead of scipy (1.7 -> 1.1 GB), and R's kernel.
+recipe_of() {
+	local v=1
+	[[ -f $BUILD_ROOT/$1.recipe ]] && v=$(<"$BUILD_ROOT/$1.recipe")
+	echo "$v"
+}
+
 # A rootfs built earlier is reused (the test command and make up share
-# this cache, so base is built once per machine); --force rebuilds it.
+# this cache, so base is built once per machine); --force rebuilds it, and
+# so does a newer recipe.
 CACHED=0
 if [[ $FORCE -eq 0 && -d $DIR/bin ]]; then
-	log "using the rootfs built earlier in $DIR (--force rebuilds it)"
-	CACHED=1
+	if [[ $(recipe_of "$NAME") -ge ${RECIPE[$NAME]} ]]; then
+		log "using the rootfs built earlier in $DIR (--force rebuilds it)"
+		CACHED=1
+	else
+		log "the rootfs in $DIR was built by recipe $(recipe_of "$NAME"), older than ${RECIPE[$NAME]}: rebuilding it"
+		FORCE=1
+	fi
 fi
 if [[ $CACHED -eq 1 && $IMPORT -eq 0 ]]; then
 	exit 0
@@ -244,7 +263,11 @@ copy_base() {
 }
 
 build_python() {
-	local pkgs=(python3-numpy python3-pandas python3-matplotlib python3-requests python3-ipykernel)
+	# python3-munkres is there for python3-fonttools (matplotlib's), which
+	# depends on "python3-scipy | python3-munkres": apt takes the first,
+	# and scipy pulls in pythran, g++, gcc and the boost headers (about
+	# 500 MB of the template's 1.7 GB). Users who want scipy install it.
+	local pkgs=(python3-numpy python3-pandas python3-matplotlib python3-requests python3-ipykernel python3-munkres r-cran-irkernel)
 	copy_base
 	log "installing ${pkgs[*]} with apt inside the rootfs"
 	apt_install_in "$NEW" "${pkgs[@]}"
@@ -312,6 +335,7 @@ if [[ $CACHED -eq 0 ]]; then
 	"build_$NAME"
 	rm -rf --one-file-system "$DIR"
 	mv "$NEW" "$DIR"
+	echo "${RECIPE[$NAME]}" >"$BUILD_ROOT/$NAME.recipe"
 	log "built $DIR in $(elapsed)s ($(du -sh --one-file-system "$DIR" | cut -f1))"
 fi
 
