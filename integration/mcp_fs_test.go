@@ -10,31 +10,54 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 )
 
-// npmCache installs testdata/mcp/NAME/package.json's pinned packages with
-// npm on the host into the build cache, once, and returns the directory.
+// npmCache installs testdata/mcp/NAME's pinned packages (its package.json
+// and committed package-lock.json) with npm ci on the host into the build
+// cache, once per lockfile, and returns the directory. Node.js and npm are
+// installed first where they are missing.
 func npmCache(t *testing.T, name string) string {
 	t.Helper()
-	pkg, err := os.ReadFile(filepath.Join("testdata", "mcp", name, "package.json"))
-	if err != nil {
-		t.Fatal(err)
+	for _, bin := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			cmd := exec.Command(filepath.Join(env.repo, "scripts", "install-test-deps.sh"))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("installing Node.js and npm (scripts/install-test-deps.sh): %v\n%s", err, out)
+			}
+			break
+		}
 	}
+	src := filepath.Join("testdata", "mcp", name)
 	dir := filepath.Join("/var/lib/agentbox/build", "mcp-"+name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	old, _ := os.ReadFile(filepath.Join(dir, "package.json"))
-	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil || string(old) != string(pkg) {
-		if err := os.WriteFile(filepath.Join(dir, "package.json"), pkg, 0o644); err != nil {
+	same := true
+	for _, f := range []string{"package.json", "package-lock.json"} {
+		want, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--omit=dev")
+		if old, _ := os.ReadFile(filepath.Join(dir, f)); string(old) != string(want) {
+			same = false
+			if err := os.WriteFile(filepath.Join(dir, f), want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// npm ci writes this marker last: a cache whose install was cut short
+	// is installed again.
+	done := filepath.Join(dir, "node_modules", ".package-lock.json")
+	if _, err := os.Stat(done); err != nil || !same {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--omit=dev")
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm install in %s: %v\n%s", dir, err, out)
+			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
 		}
 	}
 	return dir
@@ -94,7 +117,8 @@ func mcpTarDir(dir string) io.ReadCloser {
 // uploaded into a base sandbox with egress none: the sandbox never reaches
 // a registry), allowed the whole of "/" so that only the sandbox stands
 // between it and the host. It lists and reads the sandbox's files, cannot
-// read a file planted on the host, and is restarted after a kill.
+// read a file planted on the host, and is restarted after a kill. The
+// go-sdk client and the MCP Inspector's CLI both drive it.
 func TestMCPHostedFilesystemServer(t *testing.T) {
 	needBase(t)
 	ctx := context.Background()
@@ -130,6 +154,26 @@ func TestMCPHostedFilesystemServer(t *testing.T) {
 	}
 	if out, isErr := callTool(t, cs, "read_text_file", map[string]any{"path": planted}); !isErr || strings.Contains(out, "host secret") {
 		t.Errorf("server-filesystem read a file planted on the host: %q (error %v)", out, isErr)
+	}
+
+	// The MCP Inspector's CLI, over the endpoint, as a client on the host
+	// would use it.
+	url := "http://" + loopbackToSocket(t) + srv.Endpoint
+	insp := func(args ...string) inspectorResult {
+		t.Helper()
+		return runInspector(t, inspectorDir(t), append([]string{url, "--transport", "http", "--header", "Authorization: Bearer " + env.key, "--method"}, args...)...)
+	}
+	if names := strings.Join(insp("tools/list").toolNames(), ","); !strings.Contains(names, "list_directory") || !strings.Contains(names, "read_text_file") {
+		t.Errorf("the Inspector lists the tools %s", names)
+	}
+	if r := insp("tools/call", "--tool-name", "list_directory", "--tool-arg", "path=/data"); r.IsError || !strings.Contains(r.text(), "in.txt") {
+		t.Errorf("the Inspector's list_directory /data = %q (error %v)", r.text(), r.IsError)
+	}
+	if r := insp("tools/call", "--tool-name", "read_text_file", "--tool-arg", "path=/data/in.txt"); r.IsError || !strings.Contains(r.text(), "sandboxed") {
+		t.Errorf("the Inspector's read_text_file /data/in.txt = %q (error %v)", r.text(), r.IsError)
+	}
+	if r := insp("tools/call", "--tool-name", "read_text_file", "--tool-arg", "path="+planted); !r.IsError || strings.Contains(r.text(), "host secret") {
+		t.Errorf("through the Inspector server-filesystem read a file planted on the host: %q (error %v)", r.text(), r.IsError)
 	}
 
 	mustSh(t, id, "pkill -9 -f 'server-filesystem/dist/index[.]js'") // the pattern does not match this shell's own command line

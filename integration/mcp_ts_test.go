@@ -16,33 +16,15 @@ import (
 	"github.com/agentbox/agentbox/api"
 )
 
-// tsClientDir installs the pinned MCP TypeScript SDK
-// (testdata/mcp/ts/package.json) from the npm registry into the build
-// cache once, and returns the directory with client.mjs in it.
+// tsClientDir installs the pinned MCP TypeScript SDK (testdata/mcp/ts)
+// into the build cache once, and returns the directory with client.mjs in
+// it.
 func tsClientDir(t *testing.T) string {
 	t.Helper()
-	pkg, err := os.ReadFile(filepath.Join("testdata", "mcp", "ts", "package.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := npmCache(t, "ts")
 	script, err := os.ReadFile(filepath.Join("testdata", "mcp", "ts", "client.mjs"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	dir := "/var/lib/agentbox/build/mcp-ts-client"
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	old, _ := os.ReadFile(filepath.Join(dir, "package.json"))
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil || string(old) != string(pkg) {
-		if err := os.WriteFile(filepath.Join(dir, "package.json"), pkg, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--omit=dev")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm install of the MCP TypeScript SDK: %v\n%s", err, out)
-		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "client.mjs"), script, 0o644); err != nil {
 		t.Fatal(err)

@@ -155,6 +155,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.pool(ctx)
 		r.state(ctx)
 		r.execs(ctx)
+		r.mcpLines(ctx)
 		r.files(ctx)
 		r.density(ctx)
 		r.throughput(ctx)

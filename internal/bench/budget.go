@@ -75,6 +75,9 @@ func judge(r *Report) []Budget {
 	if fe := r.Find("baseline/fork-exec"); fe != nil && fe.N > 0 {
 		lat("exec/true", "exec p50 within 1.5x fork+exec", p50, 1.5*fe.P50, "ARCHITECTURE")
 	}
+	if rest := r.Find(lineMCPREST); rest != nil && rest.N > 0 {
+		lat(lineMCPTool, "MCP exec tool call p50 within 2 ms of the REST exec", p50, rest.P50+2, "issue")
+	}
 	if py := r.Find(lineE2BPython); py != nil && py.N > 0 {
 		lat(lineE2BJS, "e2b SDK create+run+kill p50 within 1.3x agentbox's Python SDK", p50, 1.3*py.P50, "issue")
 	}
