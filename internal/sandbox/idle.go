@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/closer"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/tenancy"
 	"github.com/agentbox/agentbox/internal/tracing"
@@ -81,35 +81,8 @@ func (t activeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		act()
 		return nil, err
 	}
-	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
-		// An upgraded connection (PTY, port dial): keep it writable.
-		resp.Body = &endRWC{ReadWriteCloser: rwc, end: end}
-	} else {
-		resp.Body = &endRC{ReadCloser: resp.Body, end: end}
-	}
+	resp.Body = closer.Body(resp.Body, end) // an upgraded one stays writable
 	return resp, nil
-}
-
-type endRC struct {
-	io.ReadCloser
-	end func()
-}
-
-func (b *endRC) Close() error {
-	err := b.ReadCloser.Close()
-	b.end()
-	return err
-}
-
-type endRWC struct {
-	io.ReadWriteCloser
-	end func()
-}
-
-func (b *endRWC) Close() error {
-	err := b.ReadWriteCloser.Close()
-	b.end()
-	return err
 }
 
 // activeConn is a proxied preview connection: its traffic is activity.

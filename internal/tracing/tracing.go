@@ -14,7 +14,6 @@ package tracing
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/agentbox/agentbox/internal/closer"
 	"github.com/agentbox/agentbox/internal/config"
 )
 
@@ -113,33 +113,6 @@ func RoundTrip(rt http.RoundTripper, r *http.Request) (*http.Response, error) {
 	if resp.StatusCode >= 500 {
 		sp.SetStatus(codes.Error, resp.Status)
 	}
-	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
-		resp.Body = &spanRWC{ReadWriteCloser: rwc, sp: sp}
-	} else {
-		resp.Body = &spanRC{ReadCloser: resp.Body, sp: sp}
-	}
+	resp.Body = closer.Body(resp.Body, func() { sp.End() }) // a second End is ignored
 	return resp, nil
-}
-
-// spanRC ends its span when the body is closed.
-type spanRC struct {
-	io.ReadCloser
-	sp trace.Span
-}
-
-func (b *spanRC) Close() error {
-	err := b.ReadCloser.Close()
-	b.sp.End() // a second End is ignored
-	return err
-}
-
-type spanRWC struct {
-	io.ReadWriteCloser
-	sp trace.Span
-}
-
-func (b *spanRWC) Close() error {
-	err := b.ReadWriteCloser.Close()
-	b.sp.End()
-	return err
 }
