@@ -24,13 +24,20 @@ func TestValidateMetrics(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default()
 			c.Metrics = tt.m
-			err := c.Validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Errorf("Validate = %v, want nil", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Errorf("Validate = %v, want an error containing %q", err, tt.want)
-			}
+			checkValidate(t, c, tt.want)
 		})
+	}
+}
+
+// checkValidate fails t unless c.Validate answers nil (want "") or an
+// error containing want.
+func checkValidate(t *testing.T, c Config, want string) {
+	t.Helper()
+	err := c.Validate()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("Validate = %v, want nil", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Errorf("Validate = %v, want an error containing %q", err, want)
 	}
 }

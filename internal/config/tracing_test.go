@@ -1,7 +1,6 @@
 package config
 
 import (
-	"strings"
 	"testing"
 )
 
@@ -23,13 +22,7 @@ func TestValidateTracing(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default()
 			c.Tracing = tt.tr
-			err := c.Validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Errorf("Validate = %v, want nil", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Errorf("Validate = %v, want an error containing %q", err, tt.want)
-			}
+			checkValidate(t, c, tt.want)
 		})
 	}
 }
