@@ -14,12 +14,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/client"
@@ -56,22 +53,10 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-// keepInheritedFDs marks every descriptor the tests inherited (beyond
-// stdio) close-on-exec. `flock integ.lock go test ...` hands its lock to
-// the test binary as such a descriptor, and the lxcfs the daemon starts
-// (which outlives the tests, by design) would keep it: the lock then
-// stayed held after the run, and every later run waited for ever.
-func keepInheritedFDs() {
-	ents, _ := os.ReadDir("/proc/self/fd")
-	for _, e := range ents {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
-			unix.CloseOnExec(fd)
-		}
-	}
-}
-
 func run(m *testing.M) int {
-	keepInheritedFDs()
+	// Descriptors this binary inherited (a `flock` around `go test`) are
+	// made close-on-exec by daemon.Serve below, before the daemon starts
+	// lxcfs, which outlives the tests.
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "integration tests create real sandboxes and must run as root (make test does)")
 		return 1
