@@ -99,6 +99,10 @@ type UpdateSandboxRequest struct {
 // ListSandboxesResponse is the body of GET /v1/sandboxes.
 type ListSandboxesResponse struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
+	// NextCursor, on a page asked for with limit, is the cursor of the
+	// next page: pass it as cursor= with the same limit and filters. It is
+	// empty on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // Template is what the API shows of a template.

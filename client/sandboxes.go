@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/url"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -44,11 +45,34 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (*api.Sandbox, error
 type ListOptions struct {
 	State    string            // e.g. api.StateRunning
 	Metadata map[string]string // every pair must match
+	// Limit and Cursor ask ListSandboxesPage for one page: at most Limit
+	// sandboxes (1-1000), after Cursor (a page's NextCursor). ListSandboxes
+	// ignores them and returns every sandbox.
+	Limit  int
+	Cursor string
 }
 
 // ListSandboxes lists the sandboxes the key can see.
 func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) ([]api.Sandbox, error) {
+	opts.Limit, opts.Cursor = 0, ""
+	page, err := c.ListSandboxesPage(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return page.Sandboxes, nil
+}
+
+// ListSandboxesPage returns one page of the sandboxes the key can see,
+// oldest first; its NextCursor, passed as opts.Cursor with the same
+// filters and limit, gives the next page ("" on the last).
+func (c *Client) ListSandboxesPage(ctx context.Context, opts ListOptions) (*api.ListSandboxesResponse, error) {
 	q := url.Values{}
+	if opts.Limit != 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Cursor != "" {
+		q.Set("cursor", opts.Cursor)
+	}
 	if opts.State != "" {
 		q.Set("state", opts.State)
 	}
@@ -64,7 +88,7 @@ func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) ([]api.San
 	if err := c.doJSON(ctx, "GET", "/v1/sandboxes", q, nil, &out); err != nil {
 		return nil, err
 	}
-	return out.Sandboxes, nil
+	return &out, nil
 }
 
 // UpdateSandbox changes a sandbox's settings.

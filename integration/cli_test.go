@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,29 @@ func TestCLI(t *testing.T) {
 		var sb api.Sandbox
 		if err := json.Unmarshal([]byte(out), &sb); err != nil || sb.ID != id || sb.Resources.MemoryMB != 256 || sb.Metadata["suite"] != "cli" {
 			t.Fatalf("inspect: %v %+v", err, sb)
+		}
+	})
+	t.Run("ls pages", func(t *testing.T) {
+		var ids []string
+		for range 2 {
+			out, e, code := cli(t, "", "create", "--template", "busybox", "--ttl", "5m", "--meta", "suite=cli-pages")
+			if code != 0 {
+				t.Fatalf("create: %s", e)
+			}
+			ids = append(ids, strings.TrimSpace(out))
+			defer cli(t, "", "rm", strings.TrimSpace(out))
+		}
+		out, e, code := cli(t, "", "ls", "-q", "--limit", "1", "--meta", "suite=cli-pages")
+		more := regexp.MustCompile(`more: agentbox ls --limit 1 --cursor (\S+)`).FindStringSubmatch(e)
+		if code != 0 || strings.TrimSpace(out) != ids[0] || more == nil {
+			t.Fatalf("first page: exit %d, out %q, stderr %q; want %s and a cursor", code, out, e, ids[0])
+		}
+		out, e, code = cli(t, "", "ls", "-q", "--limit", "1", "--cursor", more[1], "--meta", "suite=cli-pages")
+		if code != 0 || strings.TrimSpace(out) != ids[1] || strings.Contains(e, "more:") {
+			t.Fatalf("last page: exit %d, out %q, stderr %q; want %s and no cursor", code, out, e, ids[1])
+		}
+		if _, e, code := cli(t, "", "ls", "--limit", "1", "--cursor", "bogus"); code == 0 || !strings.Contains(e, "next_cursor") {
+			t.Fatalf("a bad cursor: exit %d, stderr %q", code, e)
 		}
 	})
 	t.Run("errors", func(t *testing.T) {

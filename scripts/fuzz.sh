@@ -24,6 +24,7 @@ FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-10s}
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 targets="
+./internal/sandbox FuzzDecodeCursor 5000x
 ./internal/server FuzzDecodeRequest 2000x
 ./internal/server FuzzDecodeCreateSandbox 2000x
 ./internal/server FuzzDecodeExec 2000x

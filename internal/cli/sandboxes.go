@@ -20,9 +20,11 @@ func newLsCommand(g *globals) *cobra.Command {
 		asJSON, quiet bool
 		state         string
 		meta          []string
+		limit         int
+		cursor        string
 	)
 	c := &cobra.Command{
-		Use:   "ls [--json | -q] [--state S] [--meta K=V]...",
+		Use:   "ls [--json | -q] [--state S] [--meta K=V]... [--limit N [--cursor C]]",
 		Short: "List sandboxes",
 		Args:  exactArgs(0),
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -34,9 +36,18 @@ func newLsCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sbs, err := cl.ListSandboxes(c.Context(), client.ListOptions{State: state, Metadata: md})
+			if cursor != "" && limit == 0 {
+				return usageErrorf("--cursor needs --limit: pass the same --limit as the command that printed the cursor")
+			}
+			page, err := cl.ListSandboxesPage(c.Context(), client.ListOptions{State: state, Metadata: md, Limit: limit, Cursor: cursor})
 			if err != nil {
 				return err
+			}
+			sbs := page.Sandboxes
+			if page.NextCursor != "" {
+				// The table, ids or JSON stay what scripts parse; the way
+				// on goes to stderr.
+				fmt.Fprintf(c.ErrOrStderr(), "more: agentbox ls --limit %d --cursor %s (and the same filters)\n", limit, page.NextCursor)
 			}
 			if asJSON {
 				if sbs == nil {
@@ -57,6 +68,8 @@ func newLsCommand(g *globals) *cobra.Command {
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print the ids only, one a line")
 	c.Flags().StringVar(&state, "state", "", "only sandboxes in this state (creating, running, paused, stopped, failed, ...)")
 	c.Flags().StringArrayVar(&meta, "meta", nil, "only sandboxes with this metadata KEY=VALUE (repeatable; all must match)")
+	c.Flags().IntVar(&limit, "limit", 0, "at most N sandboxes (1-1000), oldest first; a cursor to the rest goes to stderr")
+	c.Flags().StringVar(&cursor, "cursor", "", "the page after this cursor (printed by ls --limit)")
 	return c
 }
 

@@ -607,31 +607,6 @@ func (s *Service) Get(ctx context.Context, scope tenancy.Scope, id string) (*api
 	return s.withDisk(toAPI(rec)), nil
 }
 
-// ListFilter selects sandboxes.
-type ListFilter struct {
-	States   []string
-	Metadata map[string]string
-	// All includes destroyed sandboxes, which are hidden by default.
-	All bool
-}
-
-// List returns the sandboxes in scope.
-func (s *Service) List(ctx context.Context, scope tenancy.Scope, f ListFilter) ([]api.Sandbox, error) {
-	states := f.States
-	if len(states) == 0 && !f.All {
-		states = []string{api.StateCreating, api.StateRunning, api.StatePaused, api.StateStopped, api.StateDestroying, api.StateFailed}
-	}
-	recs, err := s.st.ListSandboxes(ctx, store.Filter{Scope: scope, States: states, Metadata: f.Metadata})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]api.Sandbox, 0, len(recs))
-	for _, r := range recs {
-		out = append(out, *s.withDisk(toAPI(r)))
-	}
-	return out, nil
-}
-
 // SetTTL makes a sandbox expire ttl from now (0: never).
 func (s *Service) SetTTL(ctx context.Context, scope tenancy.Scope, id string, ttlSeconds int64) (*api.Sandbox, error) {
 	if _, err := s.lookup(ctx, scope, id); err != nil {

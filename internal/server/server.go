@@ -346,10 +346,19 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 			}
 		case k == "all":
 			f.All = vs[0] == "true" || vs[0] == "1"
+		case k == "limit":
+			n, err := strconv.Atoi(vs[0])
+			if err != nil || n < 1 || n > sandbox.MaxListLimit {
+				writeError(w, errdefs.Invalid("limit must be a number from 1 to %d, got %q", sandbox.MaxListLimit, vs[0]))
+				return
+			}
+			f.Limit = n
+		case k == "cursor":
+			f.Cursor = vs[0]
 		case strings.HasPrefix(k, "metadata."):
 			f.Metadata[strings.TrimPrefix(k, "metadata.")] = vs[0]
 		default:
-			writeError(w, errdefs.Invalid("unknown query parameter %q; use state=, all= or metadata.KEY=", k))
+			writeError(w, errdefs.Invalid("unknown query parameter %q; use state=, all=, limit=, cursor= or metadata.KEY=", k))
 			return
 		}
 	}
@@ -362,12 +371,16 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	list, err := s.svc.List(r.Context(), scope(r), f)
+	if f.Cursor != "" && f.Limit == 0 {
+		writeError(w, errdefs.Invalid("cursor needs limit: pass the same limit= as the request that gave the cursor"))
+		return
+	}
+	list, next, err := s.svc.ListPage(r.Context(), scope(r), f)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.ListSandboxesResponse{Sandboxes: list})
+	writeJSON(w, http.StatusOK, api.ListSandboxesResponse{Sandboxes: list, NextCursor: next})
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
 // BenchmarkCreateAndUpdate is what a sandbox create costs the store: one
@@ -93,5 +94,39 @@ func BenchmarkAppendAudit(b *testing.B) {
 		if err := s.AppendAudit(ctx, []AuditRecord{rec}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkListSandboxes: the whole list of 2,000 sandboxes against one
+// page of 100 from its middle (issue 22: a page costs its own rows).
+func BenchmarkListSandboxes(b *testing.B) {
+	ctx := context.Background()
+	s := openTest(b)
+	base := time.Now().Add(-time.Hour)
+	for i := range 2000 {
+		rec := sampleRecord(fmt.Sprintf("sb%05d", i))
+		rec.CreatedAt = base.Add(time.Duration(i) * time.Millisecond)
+		if err := s.CreateSandbox(ctx, rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mid := &Position{CreatedAt: base.Add(1000 * time.Millisecond), ID: "sb01000"}
+	for _, bc := range []struct {
+		name string
+		f    Filter
+		want int
+	}{
+		{"all-2000", Filter{Scope: tenancy.AllTenants()}, 2000},
+		{"page-100-of-2000", Filter{Scope: tenancy.AllTenants(), After: mid, Limit: 100}, 100},
+		{"tenant-page-100-of-2000", Filter{Scope: tenancy.Only(sampleRecord("x").Tenant), After: mid, Limit: 100}, 100},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				recs, err := s.ListSandboxes(ctx, bc.f)
+				if err != nil || len(recs) != bc.want {
+					b.Fatalf("%d records, %v; want %d", len(recs), err, bc.want)
+				}
+			}
+		})
 	}
 }

@@ -52,6 +52,18 @@ type Filter struct {
 	States []string
 	// Metadata pairs must all match exactly.
 	Metadata map[string]string
+	// After, when set, starts the list after this position of the list's
+	// order (created_at, id): the position of the last sandbox of the
+	// previous page.
+	After *Position
+	// Limit caps the number of sandboxes returned; 0 returns all.
+	Limit int
+}
+
+// Position is a place in the sandbox list's order.
+type Position struct {
+	CreatedAt time.Time
+	ID        string
 }
 
 // CreateSandbox inserts rec. A zero CreatedAt becomes now; UpdatedAt is set
@@ -201,7 +213,18 @@ func (s *Store) ListSandboxes(ctx context.Context, f Filter) ([]*SandboxRecord, 
 		q.WriteString(" AND EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) m WHERE m.key = ? AND m.type = 'text' AND m.value = ?)")
 		args = append(args, k, v)
 	}
+	if f.After != nil {
+		ms := toMS(f.After.CreatedAt)
+		// A row value, so that SQLite reads the (created_at, id) index
+		// from the position on.
+		q.WriteString(" AND (created_at, id) > (?, ?)")
+		args = append(args, ms, f.After.ID)
+	}
 	q.WriteString(" ORDER BY created_at, id")
+	if f.Limit > 0 {
+		q.WriteString(" LIMIT ?")
+		args = append(args, f.Limit)
+	}
 	rows, err := s.r.QueryContext(ctx, q.String(), args...)
 	if err != nil {
 		return nil, dbErr("listing sandboxes", err)

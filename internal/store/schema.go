@@ -112,6 +112,11 @@ CREATE INDEX audit_time ON audit (time);
 	`
 ALTER TABLE tenants ADD COLUMN pids INTEGER NOT NULL DEFAULT 0; -- 0: no limit
 `,
+	// 5: the list order (created_at, id) indexed for every scope, so a page
+	// of the list reads only its own rows (issue 22: paginated lists).
+	`
+CREATE INDEX sandboxes_created ON sandboxes (created_at, id);
+`,
 }
 
 // SchemaVersion is the schema version this binary writes.

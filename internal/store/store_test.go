@@ -185,6 +185,12 @@ func TestListSandboxes(t *testing.T) {
 		{"metadata quoted key", Filter{Scope: all, Metadata: map[string]string{`we"ird`: "v"}}, []string{"b1"}},
 		{"metadata injection attempt", Filter{Scope: all, Metadata: map[string]string{"env') OR 1=1 --": "x"}}, nil},
 		{"everything", Filter{Scope: tenancy.Only("acme"), States: []string{api.StatePaused}, Metadata: map[string]string{"env": "dev"}}, []string{"a2"}},
+		{"limit", Filter{Scope: all, Limit: 2}, []string{"b1", "a1"}},
+		{"after", Filter{Scope: all, After: &Position{CreatedAt: base.Add(time.Second), ID: "a1"}}, []string{"a2", "a3"}},
+		{"after and limit", Filter{Scope: all, After: &Position{CreatedAt: base.Add(time.Second), ID: "a1"}, Limit: 1}, []string{"a2"}},
+		{"after the last", Filter{Scope: all, After: &Position{CreatedAt: base.Add(3 * time.Second), ID: "a3"}}, nil},
+		{"after, same time, next id", Filter{Scope: all, After: &Position{CreatedAt: base.Add(time.Second), ID: "a0"}}, []string{"a1", "a2", "a3"}},
+		{"after and tenant", Filter{Scope: tenancy.Only("beta"), After: &Position{CreatedAt: base, ID: "b1"}}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,7 +18,7 @@ from .errors import (AgentboxError, ConflictError, InternalError, InvalidArgumen
                      NotSupportedError, PermissionDeniedError, ResourceExhaustedError, TimeoutError,
                      UnauthorizedError, UnavailableError)
 from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, Resources, SandboxInfo,
-                     Snapshot, Template)
+                     SandboxPage, Snapshot, Template)
 from .sandbox import Client, Files, Process, Sandbox
 from .code import CodeContext, Execution, ExecutionError, Logs, Result
 
@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "AsyncSandbox", "Client", "AsyncClient", "Files", "AsyncFiles", "Process", "AsyncProcess",
     "Pty", "AsyncPty", "ExecResult", "FileInfo", "Health", "PoolStatus", "ProcessInfo", "ProcessOutput", "Resources",
-    "SandboxInfo", "Snapshot", "Template", "AgentboxError", "NotFoundError", "InvalidArgumentError",
+    "SandboxInfo", "SandboxPage", "Snapshot", "Template", "AgentboxError", "NotFoundError", "InvalidArgumentError",
     "UnauthorizedError", "PermissionDeniedError", "TimeoutError", "ConflictError", "ResourceExhaustedError",
     "UnavailableError", "InternalError", "NotSupportedError",
     "CodeContext", "Execution", "ExecutionError", "Logs", "Result",

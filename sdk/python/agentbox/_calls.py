@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from ._common import Command, Data, exec_body, limits_body, list_params, sandbox_path, signal_name, to_bytes
 from .errors import InvalidArgumentError
-from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
+from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, SandboxPage, Snapshot,
                      Template)
 
 Decode = Callable[[Any], Any]
@@ -99,6 +99,17 @@ def create(body: Dict[str, Any]) -> Call:
 def sandboxes(metadata: Optional[Dict[str, str]], state: Optional[str]) -> Call:
     return Call("GET", "/v1/sandboxes", params=list_params(metadata, state),
                 decode=_list_of("sandboxes", SandboxInfo.from_dict))
+
+
+def sandbox_page(metadata: Optional[Dict[str, str]], state: Optional[str], limit: int,
+                 cursor: Optional[str]) -> Call:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+        raise ValueError(f"limit must be a number from 1 to 1000, got {limit!r}")
+    q = list_params(metadata, state)
+    q["limit"] = str(limit)
+    if cursor:
+        q["cursor"] = cursor
+    return Call("GET", "/v1/sandboxes", params=q, decode=SandboxPage.from_dict)
 
 
 def info(sandbox_id: str) -> Call:

@@ -121,6 +121,20 @@ class SandboxInfo:
 
 
 @dataclass
+class SandboxPage:
+    """A page of ``Sandbox.list_page``: the sandboxes, oldest first, and
+    the cursor of the next page (None on the last one)."""
+
+    sandboxes: List[SandboxInfo]
+    next_cursor: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "SandboxPage":
+        return cls(sandboxes=[SandboxInfo.from_dict(x) for x in d.get("sandboxes") or []],
+                   next_cursor=d.get("next_cursor") or None)
+
+
+@dataclass
 class FileInfo:
     """One file inside a sandbox. ``type`` is "file", "dir", "symlink" or
     "other"; ``mode`` the octal permission bits as a string, e.g. "0644"."""

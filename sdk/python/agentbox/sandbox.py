@@ -20,7 +20,7 @@ from ._http import SyncHTTP
 from ._pty import Pty, pty_body
 from .code import CodeContext, ContextRef, Execution, Handler, _ctx_id, _Decoder, _run_body
 from .errors import NotFoundError, TimeoutError
-from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, Snapshot,
+from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, SandboxPage, Snapshot,
                      Template)
 
 # True in async_sandbox.py, False in sandbox.py: scripts/gen_sync.py keeps
@@ -366,6 +366,20 @@ class Sandbox(CodeInterpreter):
         http = SyncHTTP.open(api_key, base_url, None)
         try:
             return http.call(calls.sandboxes(metadata, state))
+        finally:
+            http.close()
+
+    @classmethod
+    def list_page(cls, metadata: Optional[Dict[str, str]] = None, *, state: Optional[str] = None,
+                  limit: int = 100, cursor: Optional[str] = None, api_key: Optional[str] = None,
+                  base_url: Optional[str] = None) -> SandboxPage:
+        """A page of at most ``limit`` sandboxes (1-1000), oldest first,
+        filtered like ``list``; pass its ``next_cursor`` as ``cursor`` (with
+        the same filters and limit) for the next page."""
+        call = calls.sandbox_page(metadata, state, limit, cursor)
+        http = SyncHTTP.open(api_key, base_url, None)
+        try:
+            return http.call(call)
         finally:
             http.close()
 

@@ -285,3 +285,28 @@ def test_connect_destroyed_is_not_found():
     with pytest.raises(NotFoundError) as e:
         Sandbox.connect(sid)
     assert e.value.status == 404 and "destroyed" in str(e.value)
+
+
+def test_list_pages():
+    """list_page walks the sandboxes a page at a time, oldest first, each
+    once; a bad limit is refused before any request."""
+    label = "pages-" + uuid.uuid4().hex[:8]
+    made = [Sandbox.create(template=TEMPLATE, ttl_seconds=300, metadata={"label": label}) for _ in range(3)]
+    try:
+        seen, cursor, pages = [], None, 0
+        while True:
+            page = Sandbox.list_page(metadata={"label": label}, limit=2, cursor=cursor)
+            pages += 1
+            seen += [s.id for s in page.sandboxes]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert pages == 2
+        assert seen == [s.id for s in Sandbox.list(metadata={"label": label})]
+        assert sorted(seen) == sorted(s.id for s in made)
+        with pytest.raises(ValueError):
+            Sandbox.list_page(limit=0)
+    finally:
+        for s in made:
+            s.destroy()
+            s.close()
