@@ -1,11 +1,16 @@
-"""The HTTP layer: one httpx client per connection, with errors typed."""
+"""The HTTP layer: one httpx client (a connection pool) per configuration,
+shared by every Sandbox of the process, with errors typed."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
+import threading
+import weakref
 from collections.abc import Iterator as _Iterator
-from typing import Any, AsyncIterator, Dict, Iterator, Optional
+from typing import Any, AsyncIterator, Dict, Iterator, Optional, Tuple
 
 import httpx
 
@@ -20,14 +25,53 @@ def _client_args(cfg: Config, timeout: Optional[float]) -> Dict[str, Any]:
     return {"base_url": cfg.base_url, "headers": headers(cfg), "timeout": t, "trust_env": cfg.socket is None}
 
 
+# Making an httpx client costs tens of milliseconds (its TLS context), more
+# than a create: Sandbox objects of one configuration share one client and
+# its connections. Clients are per process (a forked child makes its own)
+# and, for asyncio, per event loop (connections belong to their loop).
+_Key = Tuple[Config, Optional[float], int]
+_sync_clients: Dict[_Key, httpx.Client] = {}
+_async_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[_Key, httpx.AsyncClient]]" = \
+    weakref.WeakKeyDictionary()
+_clients_lock = threading.Lock()
+
+
+def _sync_client(cfg: Config, timeout: Optional[float]) -> httpx.Client:
+    key = (cfg, timeout, os.getpid())
+    with _clients_lock:
+        c = _sync_clients.get(key)
+        if c is None or c.is_closed:
+            transport = httpx.HTTPTransport(uds=cfg.socket) if cfg.socket else None
+            c = _sync_clients[key] = httpx.Client(transport=transport, **_client_args(cfg, timeout))
+        return c
+
+
+def _async_client(cfg: Config, timeout: Optional[float]) -> "Tuple[httpx.AsyncClient, bool]":
+    """The loop's shared client, or a private one (True) outside a loop."""
+    def make() -> httpx.AsyncClient:
+        transport = httpx.AsyncHTTPTransport(uds=cfg.socket) if cfg.socket else None
+        return httpx.AsyncClient(transport=transport, **_client_args(cfg, timeout))
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return make(), True
+    key = (cfg, timeout, os.getpid())
+    with _clients_lock:
+        clients = _async_clients.setdefault(loop, {})
+        c = clients.get(key)
+        if c is None or c.is_closed:
+            c = clients[key] = make()
+        return c, False
+
+
 class SyncHTTP:
-    """Blocking requests to one daemon."""
+    """Blocking requests to one daemon, over the configuration's shared
+    connection pool."""
 
     def __init__(self, cfg: Config, timeout: Optional[float] = None) -> None:
         self.cfg = cfg
         self.timeout = timeout
-        transport = httpx.HTTPTransport(uds=cfg.socket) if cfg.socket else None
-        self.client = httpx.Client(transport=transport, **_client_args(cfg, timeout))
+        self.client = _sync_client(cfg, timeout)
 
     @classmethod
     def open(cls, api_key: Optional[str], base_url: Optional[str], timeout: Optional[float]) -> "SyncHTTP":
@@ -37,7 +81,8 @@ class SyncHTTP:
         return SyncHTTP(self.cfg, self.timeout)
 
     def close(self) -> None:
-        self.client.close()
+        """Nothing to release: the pool is shared and lives with the
+        process; its idle connections close on their own."""
 
     def request(self, method: str, path: str, *, params: Optional[Dict[str, Any]] = None,
                 json_body: Any = None, content: Any = None, content_type: Optional[str] = None) -> bytes:
@@ -88,13 +133,13 @@ async def _aiterate(it: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 
 class AsyncHTTP:
-    """Asynchronous requests to one daemon."""
+    """Asynchronous requests to one daemon, over the configuration's
+    shared connection pool of the running event loop."""
 
     def __init__(self, cfg: Config, timeout: Optional[float] = None) -> None:
         self.cfg = cfg
         self.timeout = timeout
-        transport = httpx.AsyncHTTPTransport(uds=cfg.socket) if cfg.socket else None
-        self.client = httpx.AsyncClient(transport=transport, **_client_args(cfg, timeout))
+        self.client, self._private = _async_client(cfg, timeout)
 
     @classmethod
     def open(cls, api_key: Optional[str], base_url: Optional[str], timeout: Optional[float]) -> "AsyncHTTP":
@@ -104,7 +149,8 @@ class AsyncHTTP:
         return AsyncHTTP(self.cfg, self.timeout)
 
     async def close(self) -> None:
-        await self.client.aclose()
+        if self._private:
+            await self.client.aclose()
 
     async def request(self, method: str, path: str, *, params: Optional[Dict[str, Any]] = None,
                       json_body: Any = None, content: Any = None, content_type: Optional[str] = None) -> bytes:

@@ -296,3 +296,31 @@ def test_sandbox_info_time_left():
     assert SandboxInfo.from_dict({"id": "x", "state": "running"}).time_left is None
     past = SandboxInfo.from_dict({"id": "x", "state": "running", "expires_at": "2020-01-01T00:00:00Z"})
     assert past.time_left == 0.0
+
+
+def test_one_pool_per_configuration():
+    """Every Sandbox of one configuration shares one httpx client (making
+    one costs more than a create); another key, another loop or a closed
+    Sandbox's close() does not disturb it (issue 22)."""
+    import asyncio
+
+    from agentbox._config import Config
+    from agentbox._http import AsyncHTTP, SyncHTTP
+
+    cfg = Config(base_url="http://127.0.0.1:9", socket=None, host="127.0.0.1:9", api_key="k1")
+    a, b = SyncHTTP(cfg), SyncHTTP(cfg)
+    assert a.client is b.client
+    a.close()
+    assert not b.client.is_closed
+    other = SyncHTTP(Config(base_url="http://127.0.0.1:9", socket=None, host="127.0.0.1:9", api_key="k2"))
+    assert other.client is not a.client
+    assert SyncHTTP(cfg, timeout=5.0).client is not a.client
+
+    async def pair():
+        x, y = AsyncHTTP(cfg), AsyncHTTP(cfg)
+        await x.close()
+        assert x.client is y.client and not y.client.is_closed
+        return x.client
+
+    first, second = asyncio.run(pair()), asyncio.run(pair())
+    assert first is not second  # each loop its own
