@@ -5,7 +5,8 @@
 # Prometheus on loopback). About 19 MB to download, 96 MB installed, 18 s
 # here. Where the package's service started (systemd), it is stopped and
 # disabled: the test runs its own. Node.js and npm, which run the e2b SDK
-# tests (integration/e2b_test.go) and the MCP TypeScript client test.
+# tests (integration/e2b_test.go), the MCP TypeScript client test and the
+# TypeScript SDK (integration/typescript_sdk_test.go).
 set -euo pipefail
 PKGS=(prometheus)
 # Node.js and npm may come from elsewhere than Debian: only missing
