@@ -10,6 +10,9 @@ type PoolStatus struct {
 	Ready     int       `json:"ready"` // ready now
 	Resources Resources `json:"resources"`
 	Egress    string    `json:"egress"` // "none" or "internet"
+	// Code is the language whose kernel each ready sandbox has started
+	// as its default code context ("" for none).
+	Code string `json:"code,omitempty"`
 	// Served counts creates answered from the pool, Misses creates that
 	// matched it while it was empty, Booted the sandboxes it has made and
 	// Failures its failed boots, since the daemon started.

@@ -280,3 +280,44 @@ func TestWarmPool(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestWarmPoolCode: a pool with code = "python" serves creates whose
+// first cell runs in a kernel started while the sandbox waited (the
+// context is the default one, with no restart), and the create's env
+// reaches that kernel.
+func TestWarmPoolCode(t *testing.T) {
+	needPython(t)
+	ctx := context.Background()
+	restartDaemon(t, func() {
+		env.cfg.Pools = []config.WarmPool{{Template: "python", Size: 1, Code: "python", MemoryMB: 1024}}
+	})
+	t.Cleanup(func() { restartDaemon(t, func() { env.cfg.Pools = nil }) })
+	ps := waitPoolsFull(t)
+	if len(ps) != 1 || ps[0].Code != "python" {
+		t.Fatalf("pools = %+v, want one with code python", ps)
+	}
+	t0 := time.Now()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "python", MemoryMB: 1024, Env: map[string]string{"POOL_GREETING": "hello from the request"}})
+	created := time.Since(t0)
+	if got := pools(t)[0].Served; got != 1 {
+		t.Fatalf("served = %d, want the create served from the pool", got)
+	}
+	ex := runCode(t, id, api.RunCodeRequest{Code: "import os; os.environ.get('POOL_GREETING')"})
+	first := time.Since(t0)
+	if got := mainText(ex); got != "'hello from the request'" {
+		t.Errorf("the pool's kernel sees POOL_GREETING = %s, want the request's", got)
+	}
+	cc, err := env.client.ListCodeContexts(ctx, id)
+	if err != nil || len(cc) != 1 || cc[0].ID != "python" || cc[0].Restarts != 0 || cc[0].ExecutionCount != 1 {
+		t.Fatalf("contexts = %+v, %v; want the default python context, its kernel not restarted, one run", cc, err)
+	}
+	if !cc[0].StartedAt.Before(t0) {
+		t.Errorf("the kernel started at %v, after the create at %v: it was not the pool's", cc[0].StartedAt, t0)
+	}
+	// A process the kernel starts inherits the variable too.
+	ex = runCode(t, id, api.RunCodeRequest{Code: "import subprocess; subprocess.run(['sh', '-c', 'echo $POOL_GREETING'], capture_output=True, text=True).stdout"})
+	if got := mainText(ex); got != "'hello from the request\\n'" {
+		t.Errorf("a child of the kernel sees %s", got)
+	}
+	t.Logf("create from the code pool %v, to the first cell's result %v", created, first)
+}

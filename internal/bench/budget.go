@@ -78,6 +78,11 @@ func judge(r *Report) []Budget {
 	if rest := r.Find(lineMCPREST); rest != nil && rest.N > 0 {
 		lat(lineMCPTool, "MCP exec tool call p50 within 2 ms of the REST exec", p50, rest.P50+2, "issue")
 	}
+	lat(lineCodeCold, "code interpreter create -> first 1+1 p50 (cold)", p50, 1500, "issue")
+	lat(lineCodePool, "code interpreter create -> first 1+1 p50 (pool of started kernels)", p50, 50, "issue")
+	if jc := r.Find(lineCodeJC); jc != nil && jc.N > 0 {
+		lat(lineCodeCell, "code interpreter cell p50 within 2 ms of jupyter_client's", p50, jc.P50+2, "issue")
+	}
 	if py := r.Find(lineE2BPython); py != nil && py.N > 0 {
 		lat(lineE2BJS, "e2b SDK create+run+kill p50 within 1.3x agentbox's Python SDK", p50, 1.3*py.P50, "issue")
 	}

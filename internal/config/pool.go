@@ -28,6 +28,11 @@ type WarmPool struct {
 	// and also serve requests for egress "custom" (the rules are swapped
 	// when one is handed out).
 	Egress string `toml:"egress"`
+	// Code (code) is a language, e.g. "python": each pool sandbox starts
+	// that language's kernel as its default code context while it waits,
+	// so a create served from the pool runs its first cell at once. ""
+	// (default) starts none.
+	Code string `toml:"code"`
 }
 
 // maxPoolSize bounds one pool.
@@ -91,9 +96,12 @@ func (c Config) validatePools(v *validator) {
 		if p.Egress != "none" && p.Egress != "internet" {
 			v.addf("%s.egress must be \"none\" or \"internet\", got %q", key, p.Egress)
 		}
-		id := fmt.Sprintf("%s/%s/%g/%d/%d/%d/%s", p.Template, p.Isolation, p.CPU, p.MemoryMB, p.DiskMB, p.Pids, p.Egress)
+		if p.Code != "" {
+			v.name(key+".code", p.Code)
+		}
+		id := fmt.Sprintf("%s/%s/%g/%d/%d/%d/%s/%s", p.Template, p.Isolation, p.CPU, p.MemoryMB, p.DiskMB, p.Pids, p.Egress, p.Code)
 		if j, dup := seen[id]; dup {
-			v.addf("%s repeats pool[%d] (same template, isolation, limits and egress); raise that one's size instead", key, j)
+			v.addf("%s repeats pool[%d] (same template, isolation, limits, egress and code); raise that one's size instead", key, j)
 		}
 		seen[id] = i
 	}

@@ -394,6 +394,13 @@ func errorDetail(err error) api.ErrorDetail {
 // serves, so no request reads the old one meanwhile.
 func (s *Server) SetEnv(env []string) {
 	s.mu.Lock()
+	old := s.cfg.Env
 	s.cfg.Env = env
 	s.mu.Unlock()
+	if s.code != nil {
+		// A warm pool's kernel started before this env was known.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.code.UpdateEnv(ctx, old, env)
+	}
 }

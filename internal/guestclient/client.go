@@ -314,6 +314,19 @@ func (c *Client) SetEnv(ctx context.Context, env []string) error {
 	return c.call(ctx, request{route: proto.SetEnv, body: body, ctype: "application/json"}, nil)
 }
 
+// CreateCodeContext starts a code context (a kernel) in the sandbox.
+func (c *Client) CreateCodeContext(ctx context.Context, req api.CreateCodeContextRequest) (*api.CodeContext, error) {
+	body, err := jsonBody(req)
+	if err != nil {
+		return nil, err
+	}
+	var out api.CodeContext
+	if err := c.call(ctx, request{route: proto.CodeContextCreate, body: body, ctype: "application/json"}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Checkpoint asks a gvisor sandbox's agent to close its channel for a
 // checkpoint; it answers first.
 func (c *Client) Checkpoint(ctx context.Context) error {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -465,6 +467,12 @@ func (s *Service) bootMember(c config.WarmPool) (*member, error) {
 	}
 	h := b.h
 	m := &member{booted: b, tpl: tpl, res: rec.Resources, lowers: rec.Lowers, made: time.Now()}
+	if c.Code != "" {
+		if err := s.startMemberKernel(ctx, m, c.Code); err != nil {
+			s.warm.dropMember(m, "kernel failed")
+			return nil, err
+		}
+	}
 	if c.Egress == api.EgressInternet {
 		pol, _ := network.ParsePolicy(api.EgressInternet, nil, nil)
 		if m.sub, err = s.net.Attach(m.id, h.Pid, pol, network.Subnet{}, network.Limits{}); err != nil {
@@ -570,6 +578,7 @@ func (w *warmPools) status() []api.PoolStatus {
 			Ready:     len(p.ready),
 			Resources: api.Resources{CPU: c.CPU, MemoryMB: c.MemoryMB, DiskMB: c.DiskMB, Pids: c.Pids},
 			Egress:    c.Egress,
+			Code:      c.Code,
 			Served:    p.served,
 			Misses:    p.misses,
 			Booted:    p.made,
@@ -582,6 +591,23 @@ func (w *warmPools) status() []api.PoolStatus {
 
 // setGuestEnv replaces the default env of m's guest agent (proto.SetEnv,
 // internal/guest/setenv.go), written on a fresh connection.
+// startMemberKernel starts the kernel of lang's default code context (its
+// id is the language, as for a run that names no context) in a member, so
+// that the first cell of the create it serves finds it up. The agent
+// passes a later SetEnv on to the waiting kernel.
+func (s *Service) startMemberKernel(ctx context.Context, m *member, lang string) error {
+	tr := &http.Transport{
+		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return m.drv.DialGuest(ctx, m.h) },
+		DisableKeepAlives: true,
+	}
+	defer tr.CloseIdleConnections()
+	_, err := guestclient.New(tr).CreateCodeContext(ctx, api.CreateCodeContextRequest{ID: lang, Language: lang})
+	if err != nil {
+		return fmt.Errorf("starting the pool's %s kernel: %w", lang, err)
+	}
+	return nil
+}
+
 func (s *Service) setGuestEnv(ctx context.Context, m *member, env []string) error {
 	c, err := m.drv.DialGuest(ctx, m.h)
 	if err != nil {
