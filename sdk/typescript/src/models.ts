@@ -9,6 +9,12 @@ export interface Resources {
 }
 
 /** What the API shows of a sandbox (GET /v1/sandboxes/{id}). */
+/** A page of `Sandbox.listPage`: `nextCursor` is null on the last one. */
+export interface SandboxPage {
+  sandboxes: SandboxInfo[];
+  nextCursor: string | null;
+}
+
 export interface SandboxInfo {
   id: string;
   state: string;

@@ -513,6 +513,28 @@ export class Sandbox {
     return (d?.sandboxes ?? []).map(m.sandboxInfo);
   }
 
+  /**
+   * A page of at most `limit` sandboxes (1-1000, default 100), oldest
+   * first, filtered like `list`; pass its `nextCursor` back as `cursor`
+   * (with the same filters and limit) for the next page.
+   */
+  static async listPage(
+    opts: ConnectionOptions &
+      CallOptions & { metadata?: Record<string, string>; state?: string; limit?: number; cursor?: string } = {},
+  ): Promise<m.SandboxPage> {
+    const limit = opts.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) {
+      throw new InvalidArgumentError(`limit must be a whole number from 1 to 1000, got ${limit}`);
+    }
+    const http = new Http(resolveConfig(opts));
+    const query: Record<string, string> = { limit: String(limit) };
+    for (const [k, v] of Object.entries(opts.metadata ?? {})) query["metadata." + k] = v;
+    if (opts.state) query.state = opts.state;
+    if (opts.cursor) query.cursor = opts.cursor;
+    const d = await http.json("GET", "/v1/sandboxes", { query, signal: opts.signal });
+    return { sandboxes: (d?.sandboxes ?? []).map(m.sandboxInfo), nextCursor: d?.next_cursor || null };
+  }
+
   /** The sandbox as the daemon sees it now. */
   async info(opts: CallOptions = {}): Promise<m.SandboxInfo> {
     return this.keep(await this.http.json("GET", sandboxPath(this.id), { signal: opts.signal }));

@@ -105,3 +105,27 @@ test("the Client: health, templates, events", async () => {
 test("a wrong key is UnauthorizedError", async () => {
   await assert.rejects(new Client({ apiKey: "ab_wrong" }).templates(), UnauthorizedError);
 });
+
+test("listPage walks the list a page at a time", async () => {
+  const label = "ts-pages-" + Math.random().toString(16).slice(2, 10);
+  const made = [];
+  for (let i = 0; i < 3; i++) made.push(await Sandbox.create({ template: "busybox", ttlSeconds: 300, metadata: { label } }));
+  try {
+    const seen = [];
+    let cursor = undefined;
+    let pages = 0;
+    for (;;) {
+      const page = await Sandbox.listPage({ metadata: { label }, limit: 2, cursor });
+      pages++;
+      seen.push(...page.sandboxes.map((s) => s.id));
+      if (page.nextCursor === null) break;
+      cursor = page.nextCursor;
+    }
+    assert.equal(pages, 2);
+    assert.deepEqual(seen, (await Sandbox.list({ metadata: { label } })).map((s) => s.id));
+    assert.deepEqual([...seen].sort(), made.map((s) => s.id).sort());
+    await assert.rejects(Sandbox.listPage({ limit: 0 }), /limit must be/);
+  } finally {
+    for (const s of made) await s.destroy();
+  }
+});
