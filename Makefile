@@ -9,10 +9,12 @@ LDFLAGS := -s -w -X github.com/agentbox/agentbox/internal/version.Version=$(VERS
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentboxd ./cmd/agentboxd
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox-guest ./cmd/agentbox-guest
 
 install: build
 	install -D -m 0755 $(BIN)/agentbox /usr/local/bin/agentbox
+	install -D -m 0755 $(BIN)/agentboxd /usr/local/bin/agentboxd
 	install -D -m 0755 $(BIN)/agentbox-guest /usr/local/lib/agentbox/agentbox-guest
 
 deps:

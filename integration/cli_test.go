@@ -136,6 +136,28 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("a bad cursor: exit %d, stderr %q", code, e)
 		}
 	})
+	t.Run("verbs run by agentboxd", func(t *testing.T) {
+		// agentbox links none of the daemon's packages: it execs agentboxd,
+		// beside it, for serve, bench and the MCP bridge.
+		out, e, code := cli(t, "", "bench", "--help")
+		if code != 0 || !strings.Contains(out, "--only") || !strings.Contains(out, "--density") {
+			t.Fatalf("bench --help: exit %d, stdout %q, stderr %q; want agentboxd's bench flags", code, out, e)
+		}
+		alone := filepath.Join(t.TempDir(), "agentbox")
+		b, err := os.ReadFile(env.cliBin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(alone, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(alone, "serve", "--config", "/nonexistent.toml")
+		cmd.Env = append(os.Environ(), "PATH=/usr/bin:/bin")
+		msg, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(msg), "agentboxd") {
+			t.Fatalf("serve without agentboxd: %v, %q; want an error naming agentboxd", err, msg)
+		}
+	})
 	t.Run("errors", func(t *testing.T) {
 		_, e, code := cli(t, "", "exec", "nosuchsandbox", "--", "true")
 		if code == 0 || !strings.Contains(e, "not found") {

@@ -129,6 +129,7 @@ func randHex(n int) string {
 func build(repo, bin string) error {
 	for _, b := range []struct{ out, pkg, cgo string }{
 		{"agentbox", "./cmd/agentbox", "1"},
+		{"agentboxd", "./cmd/agentboxd", "1"},
 		{"agentbox-guest", "./cmd/agentbox-guest", "0"},
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, b.out), b.pkg)

@@ -1,13 +1,14 @@
-// Command agentbox is both the daemon (`agentbox serve`) and its CLI.
+// Command agentbox is the CLI of the agentbox daemon. It links no package
+// of the daemon: `agentbox serve` and `agentbox bench` exec agentboxd
+// (cmd/agentboxd), installed beside it.
 package main
 
 import (
 	"os"
 
 	"github.com/agentbox/agentbox/internal/cli"
-	"github.com/agentbox/agentbox/internal/daemon"
 )
 
 func main() {
-	os.Exit(cli.Main(daemon.Run))
+	os.Exit(cli.Main(cli.Options{Daemon: "agentboxd"}))
 }

@@ -166,7 +166,7 @@ func (r *runner) daemonPID() int {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) >= 2 && filepath.Base(args[0]) == "agentbox" && args[1] == "serve" {
+		if len(args) >= 2 && (filepath.Base(args[0]) == "agentboxd" || filepath.Base(args[0]) == "agentbox") && args[1] == "serve" {
 			if found != 0 {
 				return 0 // more than one daemon: cannot tell which
 			}

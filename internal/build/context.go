@@ -115,21 +115,26 @@ func contextName(n string) (string, error) {
 	return clean, nil
 }
 
-// copyPlan says how a copy step maps context entries into the sandbox:
+// CopyPlan says how a copy step maps context entries into the sandbox:
 // entries under prefix go, renamed, into the sandbox directory dir.
-type copyPlan struct {
+type CopyPlan struct {
 	src     string
 	dir     string // the sandbox directory the tar is extracted into
 	single  string // for a file or symlink source: its name in dir
 	srcType byte
 }
 
-func (c *Context) plan(cp *Copy, destDir bool) (*copyPlan, error) {
+// Dir is the sandbox directory the plan's tar is extracted into.
+func (p *CopyPlan) Dir() string { return p.dir }
+
+// Plan maps copy step cp onto the context's entries (destDir: the
+// destination is a directory).
+func (c *Context) Plan(cp *Copy, destDir bool) (*CopyPlan, error) {
 	if c == nil {
 		return nil, errdefs.Invalid("copy %s: the build has no context: pass --context DIR", cp.Src)
 	}
 	if cp.Src == "." {
-		return &copyPlan{src: ".", dir: cp.Dest, srcType: tar.TypeDir}, nil
+		return &CopyPlan{src: ".", dir: cp.Dest, srcType: tar.TypeDir}, nil
 	}
 	t, ok := c.entries[cp.Src]
 	if !ok {
@@ -144,7 +149,7 @@ func (c *Context) plan(cp *Copy, destDir bool) (*copyPlan, error) {
 	if !ok {
 		return nil, errdefs.Invalid("copy %s: no such file or directory in the build context (symlinks in the context are not followed)", cp.Src)
 	}
-	p := &copyPlan{src: cp.Src, srcType: t}
+	p := &CopyPlan{src: cp.Src, srcType: t}
 	if t == tar.TypeDir {
 		p.dir = cp.Dest
 		return p, nil
@@ -157,10 +162,10 @@ func (c *Context) plan(cp *Copy, destDir bool) (*copyPlan, error) {
 	return p, nil
 }
 
-// writeTar writes the tar stream of p to w. With forHash, modification
+// WriteTar writes the tar stream of p to w. With forHash, modification
 // times are left out, so that touching a file without changing it does
 // not invalidate the cache.
-func (c *Context) writeTar(p *copyPlan, w io.Writer, forHash bool) error {
+func (c *Context) WriteTar(p *CopyPlan, w io.Writer, forHash bool) error {
 	tw := tar.NewWriter(w)
 	err := c.walk(func(name string, h *tar.Header, r io.Reader) error {
 		var out string

@@ -1,7 +1,7 @@
-// Package build turns a build spec (YAML) into a template: each step runs
-// in a real sandbox and is committed as a read-only layer, cached by the
-// hash of its parent layer, the step and the files it copies. See
-// docs/templates.md.
+// Package build reads template builds: the build spec (YAML) and the
+// build context, the files its copy steps take. It is what the CLI needs
+// of a build (which files to send) and imports nothing of the daemon; the
+// build itself runs in package builder. See docs/templates.md.
 package build
 
 import (
@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -160,12 +161,18 @@ func oneLine(s string) string {
 	return s
 }
 
+// The patterns compile on first use: the CLI links this package for
+// every command and parses a spec for one.
 var (
-	envNameRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	userRE       = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$`)
-	templateRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}(@[1-9][0-9]{0,8})?$`)
-	packageBadRE = regexp.MustCompile(`[\x00-\x1f\x7f]`)
+	envNameRE    = lazyRE(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	userRE       = lazyRE(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$`)
+	templateRE   = lazyRE(`^[a-z0-9][a-z0-9._-]{0,62}(@[1-9][0-9]{0,8})?$`)
+	packageBadRE = lazyRE(`[\x00-\x1f\x7f]`)
 )
+
+func lazyRE(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 func errAt(line int, format string, args ...any) error {
 	return errdefs.Invalid("build spec line %d: %s", line, fmt.Sprintf(format, args...))
@@ -217,7 +224,7 @@ func Parse(data []byte) (*Spec, error) {
 			if s == "" {
 				return errAt(v.Line, "from is empty: name a template (like base) or an image file in the build context")
 			}
-			if !isImageRef(s) && !templateRE.MatchString(s) {
+			if !isImageRef(s) && !templateRE().MatchString(s) {
 				return errAt(v.Line, "from %q is neither a template name (NAME or NAME@VERSION) nor an image file (a path with '/' or ending in .tar, .tar.gz, .tgz)", s)
 			}
 			if isImageRef(s) {
@@ -363,7 +370,7 @@ func stringList(v *yaml.Node, what string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s == "" || packageBadRE.MatchString(s) || strings.ContainsAny(s, " \t") {
+		if s == "" || packageBadRE().MatchString(s) || strings.ContainsAny(s, " \t") {
 			return nil, errAt(n.Line, "%s entry %q is not a package name: no spaces or control characters", what, s)
 		}
 		out = append(out, s)
@@ -384,7 +391,7 @@ func parseStep(n *yaml.Node, num int) (*Step, error) {
 			if err != nil {
 				return err
 			}
-			if !userRE.MatchString(s) {
+			if !userRE().MatchString(s) {
 				return errAt(v.Line, "as %q is not a user name or uid", s)
 			}
 			st.As, asLine = s, k.Line
@@ -421,7 +428,7 @@ func parseStep(n *yaml.Node, num int) (*Step, error) {
 				if err != nil {
 					return err
 				}
-				if !envNameRE.MatchString(name) {
+				if !envNameRE().MatchString(name) {
 					return errAt(kn.Line, "env name %q is not valid: letters, digits and _, not starting with a digit", name)
 				}
 				if seen[name] {
@@ -448,7 +455,7 @@ func parseStep(n *yaml.Node, num int) (*Step, error) {
 			if err != nil {
 				return err
 			}
-			if !userRE.MatchString(s) {
+			if !userRE().MatchString(s) {
 				return errAt(v.Line, "user %q is not a user name or uid (NAME, UID or UID:GID)", s)
 			}
 			st.User = s
@@ -509,7 +516,7 @@ func parseCopy(v *yaml.Node) (*Copy, error) {
 			case "dest":
 				c.Dest = s
 			case "chown":
-				if !userRE.MatchString(s) {
+				if !userRE().MatchString(s) {
 					return errAt(vv.Line, "copy chown %q is not a user or USER:GROUP", s)
 				}
 				c.Chown = s

@@ -26,7 +26,7 @@ func TestDocsNameRealCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := NewRootCommand(nil)
+	root := NewRoot(Options{Daemon: "agentboxd"})
 	seen := 0
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join("../..", f))

@@ -6,13 +6,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/client"
-	"github.com/agentbox/agentbox/internal/mcpserver"
 )
 
 // The MCP commands (docs/mcp.md).
@@ -34,7 +32,7 @@ stdout. See docs/mcp.md.`,
 			if err != nil {
 				return err
 			}
-			return serveStdio(c, cl, "/mcp")
+			return serveStdio(c, g, cl, "/mcp")
 		},
 	}
 	c.AddCommand(newMCPHostCommand(g), newMCPLsCommand(g), newMCPRmCommand(g))
@@ -42,11 +40,14 @@ stdout. See docs/mcp.md.`,
 }
 
 // serveStdio bridges the command's stdin and stdout to the daemon's MCP
-// endpoint at path.
-func serveStdio(c *cobra.Command, cl *client.Client, path string) error {
+// endpoint at path. A binary without the MCP SDK (agentbox) runs the
+// same command line in agentboxd instead.
+func serveStdio(c *cobra.Command, g *globals, cl *client.Client, path string) error {
+	if g.opts.MCPStdio == nil {
+		return reexecDaemon(g, "mcp")
+	}
 	endpoint, hc := cl.MCPEndpoint(path)
-	t := &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc}
-	return mcpserver.ServeStdio(c.Context(), t, io.NopCloser(c.InOrStdin()), nopWriteCloser{c.OutOrStdout()})
+	return g.opts.MCPStdio(c.Context(), endpoint, hc, io.NopCloser(c.InOrStdin()), nopWriteCloser{c.OutOrStdout()})
 }
 
 type nopWriteCloser struct{ io.Writer }
@@ -118,7 +119,7 @@ sandbox it created is destroyed when the client goes away.`,
 			}
 			if stdio {
 				defer cleanup()
-				return serveStdio(c, cl, srv.Endpoint)
+				return serveStdio(c, g, cl, srv.Endpoint)
 			}
 			endpoint, _ := cl.MCPEndpoint(srv.Endpoint)
 			fmt.Fprintf(c.OutOrStdout(), "%s\n", endpoint)

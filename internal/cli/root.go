@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -48,11 +49,38 @@ func usageErrorf(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
+// Options says how a binary runs the verbs whose code is not in package
+// cli. agentboxd (cmd/agentboxd) links the daemon and the benchmark;
+// agentbox (cmd/agentbox), the CLI users run many times a minute, links
+// neither, so that it starts in milliseconds, and hands serve and bench
+// to agentboxd.
+type Options struct {
+	// Serve runs the daemon for `serve`.
+	Serve ServeFunc
+	// Bench makes the bench verb.
+	Bench func(Env) *cobra.Command
+	// MCPStdio bridges stdin and stdout to an MCP endpoint (agentbox mcp,
+	// mcp host --stdio): mcpserver.BridgeStdio.
+	MCPStdio func(ctx context.Context, endpoint string, hc *http.Client, in io.ReadCloser, out io.WriteCloser) error
+	// Daemon, when set, is the binary that serve and bench are handed to
+	// (exec'd in this process, with the same arguments) where Serve or
+	// Bench is nil: a bare name is looked for next to this executable,
+	// then on PATH.
+	Daemon string
+}
+
+// Env is what a verb defined outside package cli gets of the root
+// command: its --host and a client for it.
+type Env interface {
+	Host() string
+	Client() (*client.Client, error)
+}
+
 // Main runs the command line with os.Args and returns the exit status.
-func Main(serve ServeFunc) int {
+func Main(o Options) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := NewRootCommand(serve)
+	root := NewRoot(o)
 	return Execute(ctx, root, os.Args[1:], os.Stderr)
 }
 
@@ -102,7 +130,12 @@ func isCobraUsageError(err error) bool {
 // globals are the flags every client command shares.
 type globals struct {
 	host string
+	opts Options
 }
+
+func (g *globals) Host() string { return g.host }
+
+func (g *globals) Client() (*client.Client, error) { return g.client() }
 
 func (g *globals) client() (*client.Client, error) {
 	var opts []client.Option
@@ -113,9 +146,15 @@ func (g *globals) client() (*client.Client, error) {
 }
 
 // NewRootCommand returns the `agentbox` command with every verb. serve runs
-// the daemon for `agentbox serve`.
+// the daemon for `agentbox serve`; there is no bench verb.
 func NewRootCommand(serve ServeFunc) *cobra.Command {
-	g := &globals{}
+	return NewRoot(Options{Serve: serve})
+}
+
+// NewRoot returns the `agentbox` command with every verb, serve and bench
+// as o says.
+func NewRoot(o Options) *cobra.Command {
+	g := &globals{opts: o}
 	root := &cobra.Command{
 		Use:   "agentbox",
 		Short: "Disposable, isolated Linux sandboxes for AI agents",
@@ -146,7 +185,7 @@ uses the local socket and the admin key by default.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 
 	root.AddCommand(
-		newServeCommand(serve),
+		newServeCommand(g, o),
 		newCreateCommand(g),
 		newExecCommand(g),
 		newRunCommand(g),
@@ -157,7 +196,6 @@ uses the local socket and the admin key by default.`,
 		newTTLCommand(g),
 		newTemplateCommand(g),
 		newVersionCommand(g), newInfoCommand(g),
-		newBenchCommand(g),
 		newShellCommand(g), newAttachCommand(g), newPsCommand(g), newLogsCommand(g), newKillCommand(g),
 	)
 	// State (docs/state.md).
@@ -175,8 +213,22 @@ uses the local socket and the admin key by default.`,
 	root.AddCommand(newCodeCommand(g))
 	// Usage and events (docs/observability.md).
 	root.AddCommand(newStatsCommand(g), newEventsCommand(g))
+	// The benchmark (docs/PERFORMANCE.md).
+	switch {
+	case o.Bench != nil:
+		root.AddCommand(o.Bench(g))
+	case o.Daemon != "":
+		root.AddCommand(forwardCommand(g, o.Daemon, "bench", "Measure a running daemon against the performance budget"))
+	}
 	return root
 }
+
+// ExactArgs is cobra.ExactArgs with a usage error that shows the usage
+// line, for verbs defined outside package cli.
+func ExactArgs(n int) cobra.PositionalArgs { return exactArgs(n) }
+
+// UsageErrorf is a mistake in the command line (exit status 2).
+func UsageErrorf(format string, args ...any) error { return usageErrorf(format, args...) }
 
 // exactArgs is cobra.ExactArgs with a usage error that shows the usage line.
 func exactArgs(n int) cobra.PositionalArgs {
@@ -197,7 +249,11 @@ func minArgs(n int) cobra.PositionalArgs {
 	}
 }
 
-func newServeCommand(serve ServeFunc) *cobra.Command {
+func newServeCommand(g *globals, o Options) *cobra.Command {
+	if o.Serve == nil && o.Daemon != "" {
+		return forwardCommand(g, o.Daemon, "serve", "Run the agentbox daemon")
+	}
+	serve := o.Serve
 	var configPath string
 	c := &cobra.Command{
 		Use:   "serve [--config PATH]",

@@ -4,11 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/internal/version"
 )
+
+// BridgeStdio is ServeStdio of the streamable HTTP endpoint at endpoint,
+// reached with hc: what `agentbox mcp` and `agentbox mcp host --stdio` run.
+func BridgeStdio(ctx context.Context, endpoint string, hc *http.Client, in io.ReadCloser, out io.WriteCloser) error {
+	return ServeStdio(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc}, in, out)
+}
 
 // ServeStdio connects to the MCP server at upstream and offers its tools
 // as a server on in and out (a client that launches a command speaks MCP

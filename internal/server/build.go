@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/build"
+	"github.com/agentbox/agentbox/internal/build/builder"
 )
 
 // buildTemplate is POST /v1/templates/build?name=N: a multipart/form-data
@@ -60,7 +61,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%s: %w", specName, err))
 		return
 	}
-	req := &build.Request{Name: name, Spec: spec, SpecName: specName}
+	req := &builder.Request{Name: name, Spec: spec, SpecName: specName}
 	part, err = mr.NextPart()
 	switch {
 	case errors.Is(err, io.EOF):
@@ -145,7 +146,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		code, _ := errdefs.Code(err)
 		ev := api.BuildEvent{Type: api.BuildEventError, Error: &api.ErrorDetail{Code: code, Message: err.Error()}}
-		var se *build.StepError
+		var se *builder.StepError
 		if errors.As(err, &se) {
 			ev.Step, ev.ExitCode = se.Step, &se.ExitCode
 		}

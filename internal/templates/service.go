@@ -21,7 +21,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
-	"github.com/agentbox/agentbox/internal/build"
+	"github.com/agentbox/agentbox/internal/build/builder"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
@@ -122,7 +122,7 @@ func (s *Service) Upload(ctx context.Context, req api.ImportTemplateRequest, bod
 // count). ready, if not nil, is called once every check that can refuse
 // the build at once has passed, before any step runs: errors Build
 // returns before it are the request's, those after it the build's.
-func (s *Service) Build(ctx context.Context, req *build.Request, ready func()) (*storage.Template, error) {
+func (s *Service) Build(ctx context.Context, req *builder.Request, ready func()) (*storage.Template, error) {
 	who, err := tenancy.From(ctx)
 	if err != nil {
 		return nil, err
@@ -138,7 +138,7 @@ func (s *Service) Build(ctx context.Context, req *build.Request, ready func()) (
 	if ready != nil {
 		ready()
 	}
-	b := &build.Builder{Pool: s.pool, Boxes: s.boxes, Log: s.log}
+	b := &builder.Builder{Pool: s.pool, Boxes: s.boxes, Log: s.log}
 	t, err := b.Build(ctx, req)
 	if err != nil && !who.Admin && errors.Is(err, errdefs.ErrResourceExhausted) {
 		// A layer past the quota is unused cache: it goes now, not at

@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/build"
+	"github.com/agentbox/agentbox/internal/build/builder"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenancy"
@@ -74,7 +75,7 @@ func TestNoPrincipalRefused(t *testing.T) {
 			return err
 		},
 		"Build": func() error {
-			_, err := s.Build(none, &build.Request{Name: "new", Spec: &build.Spec{From: "pub"}}, func() { t.Error("Build without a principal got as far as running") })
+			_, err := s.Build(none, &builder.Request{Name: "new", Spec: &build.Spec{From: "pub"}}, func() { t.Error("Build without a principal got as far as running") })
 			return err
 		},
 		"Remove":  func() error { return s.Remove(none, "pub") },

@@ -1,8 +1,9 @@
-package build
+package builder
 
 import (
 	"testing"
 
+	"github.com/agentbox/agentbox/internal/build"
 	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
@@ -12,7 +13,7 @@ func TestKey(t *testing.T) {
 	b := &Builder{}
 	key := func(scope, parent, run string, env map[string]string) string {
 		t.Helper()
-		k, _, err := b.key(scope, &state{parent: parent, env: env}, &Step{Kind: KindRun, Run: run}, nil)
+		k, _, err := b.key(scope, &state{parent: parent, env: env}, &build.Step{Kind: build.KindRun, Run: run}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

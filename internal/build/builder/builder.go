@@ -1,4 +1,8 @@
-package build
+// Package builder runs template builds: each step of a build spec runs in
+// a real sandbox and is committed as a read-only layer, cached by the hash
+// of its parent layer, the step and the files it copies. See
+// docs/templates.md.
+package builder
 
 import (
 	"bytes"
@@ -18,6 +22,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/build"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/tenancy"
@@ -38,9 +43,9 @@ type Builder struct {
 // Request is one build.
 type Request struct {
 	Name     string
-	Spec     *Spec
-	SpecName string   // shown in the template's source
-	Context  *Context // nil: no build context
+	Spec     *build.Spec
+	SpecName string         // shown in the template's source
+	Context  *build.Context // nil: no build context
 	// Emit receives the build's events as they happen (never "done" or
 	// "error": Build returns those).
 	Emit func(api.BuildEvent)
@@ -248,19 +253,19 @@ func (b *Builder) lowers(st *state) []string {
 	return out
 }
 
-func applyConfig(st *state, step *Step) {
+func applyConfig(st *state, step *build.Step) {
 	switch step.Kind {
-	case KindEnv:
+	case build.KindEnv:
 		for _, e := range step.Env {
 			st.env[e.Name] = e.Value
 		}
-	case KindWorkdir:
+	case build.KindWorkdir:
 		st.workdir, st.mkWorkdir = step.Workdir, true
-	case KindUser:
+	case build.KindUser:
 		st.user = step.User
-	case KindStart:
+	case build.KindStart:
 		st.start = step.Start
-	case KindReady:
+	case build.KindReady:
 		st.ready = &api.ReadyCheck{Cmd: step.Ready.Cmd, Port: step.Ready.Port, TimeoutMs: step.Ready.Timeout.Milliseconds()}
 	}
 }
@@ -296,17 +301,17 @@ func (b *Builder) checkQuota(ctx context.Context, layers []string, extra int64) 
 // key is a layered step's cache key: the hash of the cache scope, its
 // parent, the step, the env, user and workdir it runs with, and (copy)
 // the files it copies.
-func (b *Builder) key(scope string, st *state, step *Step, bc *Context) (string, *copyPlan, error) {
+func (b *Builder) key(scope string, st *state, step *build.Step, bc *build.Context) (string, *build.CopyPlan, error) {
 	h := sha256.New()
-	var plan *copyPlan
+	var plan *build.CopyPlan
 	copyHash := ""
-	if step.Kind == KindCopy {
+	if step.Kind == build.KindCopy {
 		var err error
-		if plan, err = bc.plan(step.Copy, step.Copy.ToDir); err != nil {
+		if plan, err = bc.Plan(step.Copy, step.Copy.ToDir); err != nil {
 			return "", nil, err
 		}
 		ch := sha256.New()
-		if err := bc.writeTar(plan, ch, true); err != nil {
+		if err := bc.WriteTar(plan, ch, true); err != nil {
 			return "", nil, err
 		}
 		copyHash = hex.EncodeToString(ch.Sum(nil))
@@ -317,7 +322,7 @@ func (b *Builder) key(scope string, st *state, step *Step, bc *Context) (string,
 		Kind     string            `json:"kind"`
 		Run      string            `json:"run,omitempty"`
 		As       string            `json:"as,omitempty"`
-		Copy     *Copy             `json:"copy,omitempty"`
+		Copy     *build.Copy       `json:"copy,omitempty"`
 		Packages []string          `json:"packages,omitempty"`
 		Env      map[string]string `json:"env"`
 		User     string            `json:"user"`
@@ -334,7 +339,7 @@ var stepSlots = make(chan struct{}, max(2, runtime.NumCPU()))
 
 // runStep runs a layered step in a fresh build sandbox and commits its
 // writable layer as layer id.
-func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *Step, num int, id string, lowers []string, plan *copyPlan, emit func(api.BuildEvent)) (int, error) {
+func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *build.Step, num int, id string, lowers []string, plan *build.CopyPlan, emit func(api.BuildEvent)) (int, error) {
 	select {
 	case stepSlots <- struct{}{}:
 	case <-ctx.Done():
@@ -355,7 +360,7 @@ func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *St
 	}}
 	run := func(pr api.StartProcessRequest) (int, error) {
 		if pr.TimeoutMs == 0 {
-			pr.TimeoutMs = DefaultTimeout.Milliseconds()
+			pr.TimeoutMs = build.DefaultTimeout.Milliseconds()
 		}
 		code, err := box.Run(ctx, pr, lines.write)
 		lines.flush()
@@ -364,7 +369,7 @@ func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *St
 	fail := func(code int) (int, error) {
 		se := &StepError{Step: num, Text: step.String(), ExitCode: code, Output: lines.tail()}
 		switch {
-		case (step.Kind == KindApt || step.Kind == KindPip || step.Kind == KindNpm) && req.Spec.Network != "internet":
+		case (step.Kind == build.KindApt || step.Kind == build.KindPip || step.Kind == build.KindNpm) && req.Spec.Network != "internet":
 			se.Hint = fmt.Sprintf("hint: this build's network is %q, so a %s step cannot fetch packages; put `network: internet` at the top of the spec", orNone(req.Spec.Network), step.Kind)
 		}
 		return code, se
@@ -380,25 +385,25 @@ func (b *Builder) runStep(ctx context.Context, req *Request, st *state, step *St
 	}
 	var pr *api.StartProcessRequest
 	switch step.Kind {
-	case KindRun:
+	case build.KindRun:
 		pr = &api.StartProcessRequest{Cmd: []string{"/bin/sh", "-c", step.Run}, User: step.As, Cwd: st.workdir}
-	case KindApt:
+	case build.KindApt:
 		pr = &api.StartProcessRequest{Cmd: append([]string{"/bin/sh", "-c",
 			`set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update; apt-get install -y --no-install-recommends "$@"; rm -rf /var/lib/apt/lists/*`, "apt"},
 			step.Packages...), User: "root", Cwd: st.workdir}
-	case KindPip:
+	case build.KindPip:
 		pr = &api.StartProcessRequest{Cmd: append([]string{"python3", "-m", "pip", "install", "--no-cache-dir"}, step.Packages...),
 			User: step.As, Cwd: st.workdir, Env: map[string]string{"PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}}
-	case KindNpm:
+	case build.KindNpm:
 		pr = &api.StartProcessRequest{Cmd: append([]string{"npm", "install", "-g"}, step.Packages...), User: step.As, Cwd: st.workdir}
-	case KindCopy:
+	case build.KindCopy:
 		owner := step.Copy.Chown
 		if owner == "" {
 			owner = "root"
 		}
 		pr2, pw := io.Pipe()
-		go func() { pw.CloseWithError(req.Context.writeTar(plan, pw, false)) }()
-		err := box.PutArchive(ctx, plan.dir, owner, pr2)
+		go func() { pw.CloseWithError(req.Context.WriteTar(plan, pw, false)) }()
+		err := box.PutArchive(ctx, plan.Dir(), owner, pr2)
 		pr2.CloseWithError(io.ErrClosedPipe)
 		if err != nil {
 			lines.emit("stderr", err.Error())

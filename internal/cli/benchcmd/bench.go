@@ -1,4 +1,8 @@
-package cli
+// Package benchcmd is the bench verb (`agentbox bench`), kept out of
+// package cli so that the CLI's own binary does not link the benchmark's
+// dependencies (the gvisor driver's defaults, the MCP SDK); agentboxd
+// links it, and agentbox hands `bench` to agentboxd.
+package benchcmd
 
 import (
 	"errors"
@@ -12,9 +16,11 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/bench"
+	"github.com/agentbox/agentbox/internal/cli"
 )
 
-func newBenchCommand(g *globals) *cobra.Command {
+// New returns the bench verb; env gives the root command's --host.
+func New(env cli.Env) *cobra.Command {
 	var (
 		opts     bench.Options
 		only     string
@@ -31,24 +37,24 @@ sandbox and sustained creates and execs per second, the n, p50, p90, p99
 and max, next to floors measured in the same run (fork+exec, namespaces,
 unshare, runc), and judges them against the budget (docs/PERFORMANCE.md).
 It needs root on the daemon's host for the memory and baseline lines.`,
-		Args: exactArgs(0),
+		Args: cli.ExactArgs(0),
 		RunE: func(c *cobra.Command, _ []string) error {
 			if only != "" {
 				re, err := regexp.Compile(only)
 				if err != nil {
-					return usageErrorf("--only: %v", err)
+					return cli.UsageErrorf("--only: %v", err)
 				}
 				opts.Only = re
 			}
-			cl, err := g.client()
+			cl, err := env.Client()
 			if err != nil {
 				return err
 			}
 			opts.Client = cl
-			if opts.FreshClient, err = bench.FreshConnClient(g.host); err != nil {
+			if opts.FreshClient, err = bench.FreshConnClient(env.Host()); err != nil {
 				return err
 			}
-			opts.E2B = e2bBenchOptions(g.host, e2bURL)
+			opts.E2B = e2bBenchOptions(env.Host(), e2bURL)
 			opts.Progress = c.ErrOrStderr()
 			opts.Log = slog.New(slog.NewTextHandler(c.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
 			rep, err := bench.Run(c.Context(), opts)
