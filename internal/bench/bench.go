@@ -157,6 +157,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.execs(ctx)
 		r.mcpLines(ctx)
 		r.files(ctx)
+		r.workloadLines(ctx)
 		r.density(ctx)
 		r.throughput(ctx)
 		r.e2b(ctx)
