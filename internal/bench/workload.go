@@ -143,9 +143,9 @@ func (r *runner) workloadTier(ctx context.Context, tier string, n int, archive [
 			continue
 		}
 		// The p50 of three runs leaves out the first, which may find
-		// the template's files outside the host's page cache; a quick
-		// run's single sample follows an untimed warm-up run.
-		res := r.sampleT(ctx, name, GroupWorkload, n, r.opts.Quick, workloadTimeout, func(ctx context.Context) (time.Duration, error) {
+		// the template's files outside the host's page cache (a quick
+		// run's single sample may not: it is a smoke test).
+		res := r.sampleT(ctx, name, GroupWorkload, n, false, workloadTimeout, func(ctx context.Context) (time.Duration, error) {
 			return r.timeInside(ctx, sb.ID, w.script)
 		})
 		if tier != "container" {
