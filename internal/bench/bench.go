@@ -158,6 +158,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.mcpLines(ctx)
 		r.code(ctx)
 		r.files(ctx)
+		r.workloadLines(ctx)
 		r.density(ctx)
 		r.throughput(ctx)
 		r.e2b(ctx)

@@ -64,6 +64,19 @@ func judge(r *Report) []Budget {
 			lat(res.Name, "create p50 (gvisor tier, cold)", p50, 150, "issue")
 		}
 	}
+	// Issue 29: every tier's real work within 1.5x of the container
+	// tier's (fork+exec within 2.5x).
+	for _, res := range r.Results {
+		if res.Group != GroupWorkload || res.Ratio == 0 {
+			continue
+		}
+		limit := 1.5
+		if strings.HasPrefix(res.Name, "workload/fork-exec ") {
+			limit = 2.5
+		}
+		out = append(out, Budget{What: res.Name + " vs container", Limit: fmt.Sprintf("<= %.1fx", limit),
+			Value: res.Ratio, Unit: "x", Pass: res.Ratio <= limit, Source: "issue 29"})
+	}
 	lat("pause", "pause p50", p50, 5, "issue")
 	lat("resume", "resume p50", p50, 5, "issue")
 	lat("fork/1", "fork p50 (1 child)", p50, 50, "issue")
