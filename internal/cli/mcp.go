@@ -83,6 +83,11 @@ sandbox it created is destroyed when the client goes away.`,
 			if name == "" {
 				return usageErrorf("--name is required: the server's name in its endpoint's path, like fs")
 			}
+			if stdio && g.opts.MCPStdio == nil {
+				// The bridge is agentboxd's: it must make the sandbox
+				// too, so hand it the command line before doing anything.
+				return reexecDaemon(g, "mcp host --stdio")
+			}
 			cl, err := g.client()
 			if err != nil {
 				return err
