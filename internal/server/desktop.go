@@ -1,0 +1,159 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/guestclient"
+)
+
+// The desktop's routes are the guest's (forwarded), but for its live
+// view's URL: only the daemon knows the preview domain and the sandbox's
+// token.
+
+// DesktopVNCPasswords is the file in which the guest agent keeps the
+// desktop's two RFB passwords, in x11vnc's -passwdfile format: the
+// interactive password on the first line, then a line
+// "__BEGIN_VIEWONLY__", then the view-only password. x11vnc enforces
+// view-only itself: a viewer that logs in with the view-only password
+// cannot send input, whatever the page asks.
+const DesktopVNCPasswords = "/run/agentbox/desktop/vncpasswd"
+
+func (s *Server) desktopHandlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"GET " + api.SandboxPrefix + "/desktop/stream": s.desktopStream,
+	}
+}
+
+// desktopStream answers GET /v1/sandboxes/{id}/desktop/stream: the
+// noVNC page of the sandbox's port 6080 through the preview proxy, with
+// the sandbox's preview token and the RFB password of the access asked
+// for (view_only=true, the default, or false).
+func (s *Server) desktopStream(w http.ResponseWriter, r *http.Request) {
+	viewOnly := true
+	if v := r.URL.Query().Get("view_only"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, errdefs.Invalid("view_only must be true or false, got %q", v))
+			return
+		}
+		viewOnly = b
+	}
+	id := r.PathValue("id")
+	sb, err := s.svc.Get(r.Context(), scope(r), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rt, err := s.svc.Guest(r.Context(), scope(r), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	d, err := guestDesktop(r.Context(), rt)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if d.State != api.DesktopRunning {
+		writeError(w, errdefs.Precondition("sandbox %s's desktop is %s; start it first (POST /v1/sandboxes/%s/desktop, `agentbox desktop start %s`)", id, d.State, id, id))
+		return
+	}
+	b, err := guestclient.New(rt).ReadFile(r.Context(), DesktopVNCPasswords, 4096)
+	if err != nil {
+		writeError(w, fmt.Errorf("reading the desktop's VNC passwords: %w", err))
+		return
+	}
+	pw, err := vncPassword(string(b), viewOnly)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	port := d.StreamPort
+	if port == 0 {
+		port = api.DesktopStreamPort
+	}
+	u, err := streamURL(sb, port, pw, viewOnly)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.DesktopStream{URL: u, ViewOnly: viewOnly})
+}
+
+// guestDesktop asks the guest agent for the desktop's state.
+func guestDesktop(ctx context.Context, rt http.RoundTripper) (*api.Desktop, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://guest/desktop", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return nil, errdefs.Unavailable("guest agent: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return nil, guestclient.StatusError(resp)
+	}
+	var d api.Desktop
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		return nil, errdefs.Unavailable("reading the guest agent's desktop state: %v", err)
+	}
+	return &d, nil
+}
+
+// vncPassword picks the interactive or the view-only password out of
+// an x11vnc -passwdfile.
+func vncPassword(file string, viewOnly bool) (string, error) {
+	var full, view string
+	inView := false
+	for _, line := range strings.Split(file, "\n") {
+		line = strings.TrimRight(line, "\r")
+		switch {
+		case line == "":
+		case line == "__BEGIN_VIEWONLY__":
+			inView = true
+		case inView && view == "":
+			view = line
+		case !inView && full == "":
+			full = line
+		}
+	}
+	pw := full
+	if viewOnly {
+		pw = view
+	}
+	if pw == "" {
+		return "", errdefs.Unavailable("the desktop's VNC password file has no %s password", map[bool]string{true: "view-only", false: "interactive"}[viewOnly])
+	}
+	return pw, nil
+}
+
+// streamURL is the noVNC page's URL on sb's preview port.
+func streamURL(sb *api.Sandbox, port int, password string, viewOnly bool) (string, error) {
+	base, err := client.PreviewURL(sb, port)
+	if err != nil {
+		return "", errdefs.Precondition("%v", err)
+	}
+	pu, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	q := pu.Query() // the token, when the preview needs one
+	q.Set("autoconnect", "true")
+	q.Set("resize", "scale")
+	q.Set("path", "websockify")
+	q.Set("view_only", strconv.FormatBool(viewOnly))
+	q.Set("password", password)
+	pu.Path = "/vnc.html"
+	pu.RawQuery = q.Encode()
+	return pu.String(), nil
+}
