@@ -432,3 +432,31 @@ func startHostXvfb(t *testing.T, ctx context.Context, n string) {
 		return err == nil, fmt.Sprint(err)
 	})
 }
+
+// TestExampleComputerUse runs examples/computer_use.py: the scripted
+// screenshot -> decide -> act loop fills and submits the form.
+func TestExampleComputerUse(t *testing.T) {
+	needDesktopTemplate(t)
+	out := filepath.Join(t.TempDir(), "final.png")
+	text, err := runExample(t, "computer_use.py", "--out", out)
+	if err != nil {
+		t.Fatalf("computer_use.py failed: %v", err)
+	}
+	for _, want := range []string{"the name field is empty", "the email field is empty", "the button is at",
+		"submitted", "window title: submitted:Ada Lovelace <ada@example.org>"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the final screenshot is not a PNG: %v", err)
+	}
+	if box, ok := findColour(img, color.RGBA{0, 170, 0, 255}); !ok || box.Dx() < 200 {
+		t.Errorf("the final screenshot is not green where the page is: %v", box)
+	}
+}

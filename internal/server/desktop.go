@@ -3,11 +3,9 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/client"
@@ -19,14 +17,6 @@ import (
 // view's URL: only the daemon knows the preview domain and the sandbox's
 // token.
 
-// DesktopVNCPasswords is the file in which the guest agent keeps the
-// desktop's two RFB passwords, in x11vnc's -passwdfile format: the
-// interactive password on the first line, then a line
-// "__BEGIN_VIEWONLY__", then the view-only password. x11vnc enforces
-// view-only itself: a viewer that logs in with the view-only password
-// cannot send input, whatever the page asks.
-const DesktopVNCPasswords = "/run/agentbox/desktop/vncpasswd"
-
 func (s *Server) desktopHandlers() map[string]http.HandlerFunc {
 	return map[string]http.HandlerFunc{
 		"GET " + api.SandboxPrefix + "/desktop/stream": s.desktopStream,
@@ -36,7 +26,8 @@ func (s *Server) desktopHandlers() map[string]http.HandlerFunc {
 // desktopStream answers GET /v1/sandboxes/{id}/desktop/stream: the
 // noVNC page of the sandbox's port 6080 through the preview proxy, with
 // the sandbox's preview token and the RFB password of the access asked
-// for (view_only=true, the default, or false).
+// for (view_only=true, the default, or false), which the guest agent
+// reports in its desktop state.
 func (s *Server) desktopStream(w http.ResponseWriter, r *http.Request) {
 	viewOnly := true
 	if v := r.URL.Query().Get("view_only"); v != "" {
@@ -67,14 +58,15 @@ func (s *Server) desktopStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Precondition("sandbox %s's desktop is %s; start it first (POST /v1/sandboxes/%s/desktop, `agentbox desktop start %s`)", id, d.State, id, id))
 		return
 	}
-	b, err := guestclient.New(rt).ReadFile(r.Context(), DesktopVNCPasswords, 4096)
-	if err != nil {
-		writeError(w, fmt.Errorf("reading the desktop's VNC passwords: %w", err))
-		return
+	// x11vnc holds both passwords and enforces view-only itself: a viewer
+	// that logs in with the view-only one cannot send input, whatever the
+	// page asks.
+	pw := d.VNCPassword
+	if viewOnly {
+		pw = d.VNCViewPassword
 	}
-	pw, err := vncPassword(string(b), viewOnly)
-	if err != nil {
-		writeError(w, err)
+	if pw == "" {
+		writeError(w, errdefs.Unavailable("sandbox %s's guest agent gave no VNC password for the live view", id))
 		return
 	}
 	port := d.StreamPort
@@ -108,33 +100,6 @@ func guestDesktop(ctx context.Context, rt http.RoundTripper) (*api.Desktop, erro
 		return nil, errdefs.Unavailable("reading the guest agent's desktop state: %v", err)
 	}
 	return &d, nil
-}
-
-// vncPassword picks the interactive or the view-only password out of
-// an x11vnc -passwdfile.
-func vncPassword(file string, viewOnly bool) (string, error) {
-	var full, view string
-	inView := false
-	for _, line := range strings.Split(file, "\n") {
-		line = strings.TrimRight(line, "\r")
-		switch {
-		case line == "":
-		case line == "__BEGIN_VIEWONLY__":
-			inView = true
-		case inView && view == "":
-			view = line
-		case !inView && full == "":
-			full = line
-		}
-	}
-	pw := full
-	if viewOnly {
-		pw = view
-	}
-	if pw == "" {
-		return "", errdefs.Unavailable("the desktop's VNC password file has no %s password", map[bool]string{true: "view-only", false: "interactive"}[viewOnly])
-	}
-	return pw, nil
 }
 
 // streamURL is the noVNC page's URL on sb's preview port.

@@ -7,22 +7,6 @@ import (
 	"github.com/agentbox/agentbox/api"
 )
 
-func TestVNCPassword(t *testing.T) {
-	file := "full1234\n__BEGIN_VIEWONLY__\nview5678\n"
-	for _, tt := range []struct {
-		viewOnly bool
-		want     string
-	}{{true, "view5678"}, {false, "full1234"}} {
-		got, err := vncPassword(file, tt.viewOnly)
-		if err != nil || got != tt.want {
-			t.Errorf("vncPassword(view_only=%v) = %q, %v; want %q", tt.viewOnly, got, err, tt.want)
-		}
-	}
-	if _, err := vncPassword("full1234\n", true); err == nil {
-		t.Error("a file without a view-only password gave one")
-	}
-}
-
 func TestStreamURL(t *testing.T) {
 	sb := &api.Sandbox{ID: "sb1", Network: &api.Network{PreviewDomain: "localhost:7423", PreviewToken: "tok"}}
 	got, err := streamURL(sb, 6080, "pw&x", true)
