@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
+from itertools import accumulate
 from datetime import datetime
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import InvalidArgumentError
 from .models import parse_time
+
+_ADD = bytes(range(256)) * 2  # (a + b) & 255 for a + b < 512
 
 Point = Union[Tuple[int, int], Dict[str, int]]
 ScreenshotSpec = Union[bool, Dict[str, Any]]
@@ -236,10 +239,10 @@ class PNGImage:
             f = raw[y * (stride + 1)]
             line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
             if f == 1:
-                for i in range(bpp, stride):
-                    line[i] = (line[i] + line[i - bpp]) & 255
+                for c in range(bpp):
+                    line[c::bpp] = bytes(accumulate(line[c::bpp], lambda a, b: (a + b) & 255))
             elif f == 2:
-                line = bytearray((a + b) & 255 for a, b in zip(line, prev))
+                line = bytearray(map(_ADD.__getitem__, map(int.__add__, line, prev)))
             elif f == 3:
                 for i in range(stride):
                     left = line[i - bpp] if i >= bpp else 0
@@ -266,15 +269,26 @@ class PNGImage:
     def find(self, rgb: Tuple[int, int, int], tolerance: int = 12) -> Optional[Tuple[int, int, int, int]]:
         """The bounding box (x0, y0, x1, y1), x1 and y1 exclusive, of the
         pixels within ``tolerance`` of ``rgb`` in each channel; None if none."""
+        # Per row, three byte masks (near R, near G, near B) as integers,
+        # shifted so that a pixel's three bytes line up: the rows without
+        # a match cost a few C-level operations, not a loop over pixels.
+        tables = [bytes(1 if abs(v - want) < tolerance else 0 for v in range(256)) for want in rgb[:3]]
+        ch = self._channels
         box = None
         for y, row in enumerate(self._rows):
-            for x in range(self.width):
-                i = x * self._channels
-                if (abs(row[i] - rgb[0]) < tolerance and abs(row[i + 1] - rgb[1]) < tolerance
-                        and abs(row[i + 2] - rgb[2]) < tolerance):
-                    if box is None:
-                        box = [x, y, x + 1, y + 1]
-                    else:
-                        box[0], box[1] = min(box[0], x), min(box[1], y)
-                        box[2], box[3] = max(box[2], x + 1), max(box[3], y + 1)
+            n = len(row)
+            m = (int.from_bytes(row.translate(tables[0]), "big")
+                 & (int.from_bytes(row.translate(tables[1]), "big") << 8)
+                 & (int.from_bytes(row.translate(tables[2]), "big") << 16))
+            if not m:
+                continue
+            hits = m.to_bytes(n, "big")
+            xs = [i // ch for i in range(0, n, ch) if hits[i]]
+            if not xs:
+                continue
+            if box is None:
+                box = [xs[0], y, xs[-1] + 1, y + 1]
+            else:
+                box[0], box[2] = min(box[0], xs[0]), max(box[2], xs[-1] + 1)
+                box[3] = y + 1
         return tuple(box) if box else None  # type: ignore[return-value]
