@@ -291,7 +291,6 @@ func testDesktop(t *testing.T, tier string) {
 	}
 	waitTitle(t, d, "before")
 	btn := waitColour(t, d, "button (magenta)", pageButton)
-	keepShot(t, d, "desktop-page.png")
 
 	// A click on the button: the title changes and the page turns green.
 	bx, by := center(btn)
