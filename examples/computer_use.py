@@ -66,7 +66,8 @@ class ScriptedModel:
 
     def __init__(self, name, email):
         self.values = {"name": name, "email": email}
-        self.typed = set()
+        self.typed = {}  # field -> how many times it was typed
+        self.waited = 0
 
     def decide(self, img):
         """Return (why, [actions]) or (why, None) when the task is done."""
@@ -78,15 +79,24 @@ class ScriptedModel:
             return "the page is green: submitted", None
         for colour, field in ((RED, "name"), (BLUE, "email")):
             box = img.find(colour)
-            if box and field not in self.typed:
-                self.typed.add(field)
-                x, y = at(box)
-                return f"the {field} field is empty at {x},{y}", [
-                    {"type": "click", "x": x, "y": y},
-                    {"type": "type", "text": self.values[field]},
-                ]
-            if box:
+            if not box:
+                continue
+            x, y = at(box)
+            tries = self.typed.get(field, 0)
+            if tries and self.waited < 5:
+                self.waited += 1
                 return f"the {field} field still looks empty; waiting", [{"type": "wait", "ms": 200}]
+            # First try, or the text did not arrive: click the field (which
+            # also gives the browser's window the focus), let the click
+            # land, clear what is there and type.
+            self.typed[field] = tries + 1
+            self.waited = 0
+            return f"the {field} field is empty at {x},{y} (try {tries + 1})", [
+                {"type": "click", "x": x, "y": y},
+                {"type": "wait", "ms": 100},
+                {"type": "key", "keys": "ctrl+a"},
+                {"type": "type", "text": self.values[field]},
+            ]
         box = img.find(ORANGE)
         if box and len(self.typed) == 2:
             x, y = at(box)
@@ -99,7 +109,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--template", default="desktop")
     ap.add_argument("--out", default="final.png")
-    ap.add_argument("--max-steps", type=int, default=30)
+    ap.add_argument("--max-steps", type=int, default=40)
     args = ap.parse_args()
     name, email = "Ada Lovelace", "ada@example.org"
 
@@ -133,7 +143,9 @@ def main():
             res = sbx.desktop.actions(actions, screenshot={"scale": 1 / SCALE})
             img = PNGImage.decode(res.screenshot)
         else:
-            sys.exit(f"computer_use: not done after {args.max_steps} steps")
+            with open(args.out, "wb") as f:
+                f.write(sbx.desktop.screenshot())
+            sys.exit(f"computer_use: not done after {args.max_steps} steps; last screenshot: {args.out}")
 
         titles = [w.title for w in sbx.desktop.windows() if w.title.startswith("submitted:")]
         print(f"window title: {titles[0] if titles else '(none)'}")

@@ -456,9 +456,12 @@ func startHostXvfb(t *testing.T, ctx context.Context, n string) {
 func TestExampleComputerUse(t *testing.T) {
 	needDesktopTemplate(t)
 	out := filepath.Join(t.TempDir(), "final.png")
+	if dir := os.Getenv("AGENTBOX_TEST_ARTIFACTS"); dir != "" {
+		out = filepath.Join(dir, "computer_use.png")
+	}
 	text, err := runExample(t, "computer_use.py", "--out", out)
 	if err != nil {
-		t.Fatalf("computer_use.py failed: %v", err)
+		t.Fatalf("computer_use.py failed: %v (its last screenshot: %s)", err, out)
 	}
 	for _, want := range []string{"the name field is empty", "the email field is empty", "the button is at",
 		"submitted", "window title: submitted:Ada Lovelace <ada@example.org>"} {
