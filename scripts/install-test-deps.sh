@@ -6,8 +6,10 @@
 # here. Where the package's service started (systemd), it is stopped and
 # disabled: the test runs its own. Node.js and npm, which run the e2b SDK
 # tests (integration/e2b_test.go) and the MCP TypeScript client test.
+# Debian's chromium, which the desktop's live-view test drives headless
+# through chromedp (integration/liveview_test.go): noVNC in a real browser.
 set -euo pipefail
-PKGS=(prometheus)
+PKGS=(prometheus chromium)
 # Node.js and npm may come from elsewhere than Debian: only missing
 # commands are installed.
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
