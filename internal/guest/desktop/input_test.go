@@ -232,7 +232,7 @@ func TestWindows(t *testing.T) {
 	if err != nil || p.Pid == 0 || p.Tag != "desktop-app-1" {
 		t.Fatalf("launch: %+v, %v", p, err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		l, err := m.Windows()
 		if err != nil {
@@ -247,7 +247,7 @@ func TestWindows(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("xev's window is not listed and focused within 30 s: %+v", l)
+			t.Fatalf("xev's window is not listed and focused within 90 s: %+v", l)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
