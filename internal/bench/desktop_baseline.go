@@ -9,10 +9,6 @@ import (
 	"github.com/agentbox/agentbox/api"
 )
 
-// GroupDesktop holds the desktop lines (issue 18): the API's screenshot
-// and actions, and the baselines they are judged against.
-const GroupDesktop = "desktop"
-
 // The desktop baselines: what an agent pays when it scripts the desktop
 // through exec, as E2B Desktop and Anthropic's computer-use reference
 // container do (a process per action or screenshot). Each sample is one
