@@ -8,9 +8,11 @@
 # tests (integration/e2b_test.go) and the MCP TypeScript client test.
 # Xvfb, openbox, x11vnc and x11-utils, which the desktop's unit tests
 # (internal/guest/desktop) run on the host: a real X server, started by the
-# test itself, never the host's display.
+# test itself, never the host's display. Debian's chromium, which the
+# desktop's live-view test drives headless through chromedp
+# (integration/liveview_test.go): noVNC in a real browser.
 set -euo pipefail
-PKGS=(prometheus xvfb openbox x11vnc x11-utils)
+PKGS=(prometheus xvfb openbox x11vnc x11-utils chromium)
 # Node.js and npm may come from elsewhere than Debian: only missing
 # commands are installed.
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)

@@ -161,6 +161,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.density(ctx)
 		r.throughput(ctx)
 		r.e2b(ctx)
+		r.desktopBaselines(ctx)
 	}
 	if err := ctx.Err(); err != nil {
 		return r.report, err

@@ -315,7 +315,7 @@ func (m *Manager) wmArgv() []string { return []string{"openbox"} }
 func (m *Manager) vncArgv() []string {
 	return []string{"x11vnc", "-display", m.DisplayName(), "-auth", m.xauthPath(),
 		"-localhost", "-rfbport", strconv.Itoa(m.opt.VNCPort), "-forever", "-shared",
-		"-passwdfile", filepath.Join(m.opt.Dir, "vncpasswd"), "-quiet", "-nossl"}
+		"-passwdfile", filepath.Join(m.opt.Dir, "vncpasswd"), "-quiet"}
 }
 
 // spawn starts a piece of the desktop and records it under name.

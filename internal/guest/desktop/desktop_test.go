@@ -47,3 +47,42 @@ func TestStartScreenshotClick(t *testing.T) {
 		t.Errorf("cursor after the click %+v, want 100,200", res.Cursor)
 	}
 }
+
+// TestScreenshotPixels paints a page on the root window and checks that
+// the PNG (the agent's own encoder) and a region of it decode to exactly
+// the painted pixels.
+func TestScreenshotPixels(t *testing.T) {
+	m := startDesktop(t, 1024, 768)
+	paintPage(t, m.x)
+	m.x.shotMu.Lock()
+	px, err := m.x.grab(rect{0, 0, 1024, 768})
+	want := append([]byte(nil), px...)
+	m.x.shotMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string, o api.ScreenshotOptions, r rect) {
+		var buf bytes.Buffer
+		if _, _, _, _, _, err := m.Screenshot(&buf, o); err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(&buf)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if img.Bounds() != image.Rect(0, 0, r.W, r.H) {
+			t.Fatalf("%s: bounds %v", name, img.Bounds())
+		}
+		for y := range r.H {
+			for x := range r.W {
+				i := 4 * ((r.Y+y)*1024 + r.X + x)
+				cr, cg, cb, _ := img.At(x, y).RGBA()
+				if byte(cr>>8) != want[i+2] || byte(cg>>8) != want[i+1] || byte(cb>>8) != want[i] {
+					t.Fatalf("%s: pixel %d,%d is %d,%d,%d, want %d,%d,%d", name, x, y, cr>>8, cg>>8, cb>>8, want[i+2], want[i+1], want[i])
+				}
+			}
+		}
+	}
+	check("full", api.ScreenshotOptions{}, rect{0, 0, 1024, 768})
+	check("region", api.ScreenshotOptions{Region: &api.Region{X: 700, Y: 100, W: 300, H: 200}}, rect{700, 100, 300, 200})
+}

@@ -87,9 +87,14 @@ func (s *streamServer) relay(w http.ResponseWriter, r *http.Request, vnc string,
 		return
 	}
 	defer s.untrack(c, up)
-	// The request as it came (x11vnc reads the handshake headers).
+	// The request as it came (x11vnc reads the handshake headers). Its
+	// WebSocket code refuses a handshake without Origin, which browsers
+	// always send and other clients may not: one is added then.
 	var b strings.Builder
 	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: %s\r\n", r.URL.RequestURI(), r.Host)
+	if r.Header.Get("Origin") == "" {
+		fmt.Fprintf(&b, "Origin: http://%s\r\n", r.Host)
+	}
 	r.Header.Write(&b)
 	b.WriteString("\r\n")
 	if _, err := io.WriteString(up, b.String()); err != nil {
