@@ -28,7 +28,9 @@ func TestDesktopBenchLines(t *testing.T) {
 	for _, r := range rep.Results {
 		got[r.Name] = r
 	}
-	for _, name := range []string{"desktop/baseline xdotool click", "desktop/baseline scrot + read"} {
+	for _, name := range []string{"desktop/baseline xdotool click", "desktop/baseline scrot + read",
+		"desktop/screenshot png 1024x768", "desktop/screenshot jpeg q80 1024x768", "desktop/actions one click",
+		"desktop/create->desktop ready"} {
 		r, ok := got[name]
 		if !ok {
 			t.Errorf("no line %q; notes: %q", name, rep.Notes)

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/client"
-	"github.com/agentbox/agentbox/internal/bench"
 )
 
 // The desktop (docs/desktop.md) on the desktop template, end to end: a
@@ -488,31 +486,4 @@ func median(ds []time.Duration) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	slices.Sort(s)
 	return s[len(s)/2].Round(10 * time.Microsecond)
-}
-
-// TestBenchDesktop runs make bench's desktop lines (internal/bench) on the
-// test daemon: each line gets its samples, and the numbers are logged
-// with their budgets (judged by make bench, not here: this machine is
-// loaded by the other tests).
-func TestBenchDesktop(t *testing.T) {
-	needDesktopTemplate(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	rep, err := bench.Run(ctx, bench.Options{Client: env.client, N: 8, Only: regexp.MustCompile(`^desktop/`),
-		Templates: []string{"base"}, Log: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"desktop/screenshot png 1024x768", "desktop/screenshot jpeg q80 1024x768",
-		"desktop/actions one click", "desktop/create->desktop ready"} {
-		res := rep.Find(name)
-		if res == nil || res.N == 0 || res.Errors > 0 {
-			t.Errorf("bench line %s: %+v (notes %v)", name, res, rep.Notes)
-			continue
-		}
-		t.Logf("%-40s p50 %8.2f ms  p99 %8.2f ms  (n %d)", name, res.P50, res.P99, res.N)
-	}
-	for _, b := range rep.Budgets {
-		t.Logf("budget %s %s: %.2f %s, pass %v", b.What, b.Limit, b.Value, b.Unit, b.Pass)
-	}
 }
