@@ -147,7 +147,13 @@ def main():
                 f.write(sbx.desktop.screenshot())
             sys.exit(f"computer_use: not done after {args.max_steps} steps; last screenshot: {args.out}")
 
-        titles = [w.title for w in sbx.desktop.windows() if w.title.startswith("submitted:")]
+        # The window's title follows the page's paint a moment later.
+        deadline = time.monotonic() + 30
+        titles = []
+        while not titles and time.monotonic() < deadline:
+            titles = [w.title for w in sbx.desktop.windows() if w.title.startswith("submitted:")]
+            if not titles:
+                time.sleep(0.1)
         print(f"window title: {titles[0] if titles else '(none)'}")
         with open(args.out, "wb") as f:
             f.write(sbx.desktop.screenshot())
