@@ -54,6 +54,12 @@ type Desktop struct {
 	Error string `json:"error,omitempty"`
 	// Processes are the pids of the desktop's pieces by name (x, wm, vnc).
 	Processes map[string]int `json:"processes,omitempty"`
+	// VNCPassword and VNCViewPassword are x11vnc's passwords for the live
+	// view, made by the agent at each start: the first can send input,
+	// the second only watch (x11vnc enforces it). GET /desktop/stream
+	// puts one of them in the noVNC URL it makes (password=).
+	VNCPassword     string `json:"vnc_password,omitempty"`
+	VNCViewPassword string `json:"vnc_view_password,omitempty"`
 }
 
 // Screenshot query parameters of GET /desktop/screenshot: format (png, the

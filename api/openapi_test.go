@@ -200,6 +200,22 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		"CodeLogs":                 CodeLogs{},
 		"Execution":                Execution{},
 		"CodeEvent":                CodeEvent{},
+
+		// The desktop (api/desktop.go).
+		"StartDesktopRequest":   StartDesktopRequest{},
+		"Desktop":               Desktop{},
+		"Point":                 Point{},
+		"Region":                Region{},
+		"DesktopAction":         DesktopAction{},
+		"ScreenshotOptions":     ScreenshotOptions{},
+		"DesktopActionsRequest": DesktopActionsRequest{},
+		"ScreenshotData":        ScreenshotData{},
+		"DesktopActionsResult":  DesktopActionsResult{},
+		"DesktopWindow":         DesktopWindow{},
+		"DesktopWindowList":     DesktopWindowList{},
+		"DesktopLaunchRequest":  DesktopLaunchRequest{},
+		"DesktopOpenRequest":    DesktopOpenRequest{},
+		"DesktopStream":         DesktopStream{},
 	}
 	for name, v := range types {
 		t.Run(name, func(t *testing.T) {

@@ -75,6 +75,19 @@ var Routes = []Route{
 	{"POST", SandboxPrefix + "/code/contexts/{ctx}/restart"},
 	{"POST", SandboxPrefix + "/code/run"},
 	{"POST", SandboxPrefix + "/code/run/stream"},
+	// The desktop (api/desktop.go): all forwarded to the guest but
+	// /desktop/stream, which the daemon answers (it knows the preview
+	// domain and the sandbox's token).
+	{"POST", SandboxPrefix + "/desktop"},
+	{"GET", SandboxPrefix + "/desktop"},
+	{"DELETE", SandboxPrefix + "/desktop"},
+	{"GET", SandboxPrefix + "/desktop/screenshot"},
+	{"POST", SandboxPrefix + "/desktop/actions"},
+	{"GET", SandboxPrefix + "/desktop/cursor"},
+	{"GET", SandboxPrefix + "/desktop/windows"},
+	{"POST", SandboxPrefix + "/desktop/launch"},
+	{"POST", SandboxPrefix + "/desktop/open"},
+	{"GET", SandboxPrefix + "/desktop/stream"},
 
 	{"GET", "/v1/templates"},
 	{"GET", "/v1/templates/{name}"},

@@ -171,10 +171,10 @@ func waitForDaemon(done <-chan error) error {
 
 // importTemplates builds (or takes from the build cache) the busybox and
 // base root filesystems and imports them into the test daemon, and python
-// when the build cache has it (scripts/test.sh builds it).
+// and desktop when the build cache has them (scripts/test.sh builds them).
 func importTemplates() error {
 	ctx := context.Background()
-	for _, name := range []string{"busybox", "base", "python"} {
+	for _, name := range []string{"busybox", "base", "python", "desktop"} {
 		if name == "busybox" {
 			cmd := exec.Command(filepath.Join(env.repo, "scripts/build-template.sh"), "busybox", "--no-import")
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -190,6 +190,10 @@ func importTemplates() error {
 		if _, err := os.Stat(filepath.Join(dir, "bin")); err != nil {
 			if name == "base" {
 				fmt.Fprintln(os.Stderr, "note: no base rootfs in /var/lib/agentbox/build/base (run scripts/build-template.sh base --no-import); base-template tests will fail")
+				continue
+			}
+			if name == "desktop" {
+				fmt.Fprintln(os.Stderr, "note: no desktop rootfs in /var/lib/agentbox/build/desktop (run scripts/build-template.sh desktop --no-import); desktop tests will fail")
 				continue
 			}
 			if name == "python" {

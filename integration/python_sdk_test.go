@@ -24,7 +24,7 @@ func TestPythonSDK(t *testing.T) {
 	tests, _ := filepath.Glob(filepath.Join(env.repo, "sdk/python/tests/test_*.py"))
 	args := []string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="}
 	for _, f := range tests {
-		if !pendingTest(f) {
+		if !pendingTest(f) && filepath.Base(f) != pythonDesktopTest {
 			args = append(args, f)
 		}
 	}
@@ -51,6 +51,31 @@ func TestPythonSDK(t *testing.T) {
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest (%s):\n%s", time.Since(start).Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatalf("pytest failed: %v", err)
+	}
+}
+
+// pythonDesktopTest needs the desktop template: TestPythonSDKDesktop runs
+// it, on its own.
+const pythonDesktopTest = "test_desktop.py"
+
+// TestPythonSDKDesktop runs the Python SDK's desktop test (sbx.desktop,
+// blocking and asyncio) on the desktop template.
+func TestPythonSDKDesktop(t *testing.T) {
+	needDesktopTemplate(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+		filepath.Join(env.repo, "sdk/python/tests", pythonDesktopTest))
+	cmd.Dir = env.repo
+	cmd.Env = append(os.Environ(),
+		"AGENTBOX_HOST=unix://"+env.cfg.Socket,
+		"AGENTBOX_API_KEY="+env.key,
+		"PYTHONDONTWRITEBYTECODE=1",
+	)
+	out, err := cmd.CombinedOutput()
+	t.Logf("pytest %s:\n%s", pythonDesktopTest, out)
 	if err != nil {
 		t.Fatalf("pytest failed: %v", err)
 	}

@@ -16,6 +16,10 @@
 #            first if needed) and adds the packages with apt in a chroot.
 #   node     base plus Debian's nodejs, npm and node-typescript (`tsc`),
 #            built the same way as python from base's cached rootfs.
+#   desktop  base plus a graphical desktop for computer-use agents: Xvfb,
+#            openbox, x11vnc, Chromium, xterm, xdotool, scrot, fonts
+#            (CJK and emoji too) and noVNC's static files, built the
+#            same way (docs/templates.md).
 #
 # The rootfs is built under $AGENTBOX_BUILD_DIR/NAME (default
 # /var/lib/agentbox/build/NAME) and imported with
@@ -28,7 +32,7 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: $0 base|busybox|python|node [--force] [--no-import]" >&2
+	echo "usage: $0 base|busybox|python|node|desktop [--force] [--no-import]" >&2
 	exit 2
 }
 
@@ -71,8 +75,8 @@ for arg in "$@"; do
 	esac
 done
 case $NAME in
-base | busybox | python | node) ;;
-*) die "unknown template \"$NAME\": this script builds \"base\", \"busybox\", \"python\" or \"node\"" ;;
+base | busybox | python | node | desktop) ;;
+*) die "unknown template \"$NAME\": this script builds \"base\", \"busybox\", \"python\", \"node\" or \"desktop\"" ;;
 esac
 [[ $(id -u) -eq 0 ]] || die "run as root (debootstrap, chroot and file ownership need it)"
 
@@ -108,7 +112,7 @@ flock 9
 # and node, base's) changes what the rootfs holds, so that a machine's
 # cached rootfs from an older recipe is rebuilt (CI keeps its cache).
 # NAME.recipe beside the rootfs says which version built it; none is 1.
-declare -A RECIPE=([busybox]=1 [base]=1 [python]=2 [node]=1)
+declare -A RECIPE=([busybox]=1 [base]=1 [python]=2 [node]=1 [desktop]=1)
 # 2: python3-munkres instead of scipy (1.7 -> 1.1 GB), and R's kernel.
 recipe_of() {
 	local v=1
@@ -144,9 +148,11 @@ trap cleanup EXIT
 cleanup
 rm -rf --one-file-system "$NEW"
 
-# debian_mirror prints the Debian mirror apt is configured with.
+# debian_mirror [SUITE] prints the Debian mirror apt is configured with for
+# SUITE (default bookworm; DEBIAN_MIRROR overrides that one only).
 debian_mirror() {
-	if [[ -n ${DEBIAN_MIRROR:-} ]]; then
+	local suite=${1:-bookworm}
+	if [[ $suite == bookworm && -n ${DEBIAN_MIRROR:-} ]]; then
 		echo "$DEBIAN_MIRROR"
 		return
 	fi
@@ -154,13 +160,16 @@ debian_mirror() {
 	# deb822 sources: the URIs of a stanza whose Suites has plain bookworm.
 	for f in /etc/apt/sources.list.d/*.sources; do
 		[[ -e $f ]] || continue
-		uri=$(awk '
+		uri=$(awk -v suite="$suite" '
 			BEGIN { RS = ""; FS = "\n" }
 			{
 				u = ""; s = 0
 				for (i = 1; i <= NF; i++) {
 					if ($i ~ /^URIs:/) { sub(/^URIs:[ \t]*/, "", $i); split($i, a, /[ \t]+/); u = a[1] }
-					if ($i ~ /^Suites:/ && $i ~ /[ \t]bookworm([ \t]|$)/) s = 1
+					if ($i ~ /^Suites:/) {
+						n = split($i, w, /[ \t]+/)
+						for (j = 2; j <= n; j++) if (w[j] == suite) s = 1
+					}
 				}
 				if (s && u != "") { print u; exit }
 			}' "$f")
@@ -172,7 +181,7 @@ debian_mirror() {
 	# One-line sources: deb [options] URI bookworm ...
 	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
 		[[ -e $f ]] || continue
-		uri=$(sed -E 's/\[[^]]*\]//' "$f" | awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }')
+		uri=$(sed -E 's/\[[^]]*\]//' "$f" | awk -v suite="$suite" '$1 == "deb" && $3 == suite { print $2; exit }')
 		if [[ -n $uri ]]; then
 			echo "$uri"
 			return
@@ -289,6 +298,100 @@ build_node() {
 	chroot "$NEW" /bin/sh -c 'cd /tmp && echo "const n: number = 6 * 7; console.log(n);" >t.ts && tsc t.ts && test "$(node t.js)" = 42' \
 		>>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 || die "tsc or node do not work in the new rootfs; see $BUILD_ROOT/$NAME.debootstrap.log"
 	rm -rf "$NEW"/tmp/* "$NEW"/root/.npm
+}
+
+# chroot_kill ROOT ends the processes whose root directory is ROOT (started
+# by this script in a chroot) and waits until none is left.
+chroot_kill() {
+	local root p left n
+	root=$(readlink -f "$1")
+	for n in $(seq 50); do
+		left=0
+		for p in /proc/[0-9]*; do
+			if [[ $(readlink "$p/root" 2>/dev/null) == "$root" ]]; then
+				kill -9 "${p#/proc/}" 2>/dev/null || true
+				left=1
+			fi
+		done
+		((left)) || return 0
+		sleep 0.2
+	done
+	die "processes in $root do not end"
+}
+
+build_desktop() {
+	# Spec 3.4 of the desktop design: an X server (Xvfb), a window
+	# manager, a VNC server for the live view, a browser and a terminal,
+	# the command-line tools agents script (xdotool, scrot, xclip), and
+	# fonts for Latin, CJK and emoji text.
+	local pkgs=(xvfb x11vnc openbox xterm xdotool scrot x11-utils xauth xclip chromium
+		fonts-dejavu-core fonts-liberation2 fonts-noto-cjk fonts-noto-color-emoji)
+	copy_base
+	# A browser that opens arbitrary pages takes Debian's security updates
+	# (bookworm's point release lags them by several Chromium versions):
+	# the host's bookworm-security source, when it has one, is kept in the
+	# template so that apt upgrades in a sandbox see it too.
+	local sec
+	if sec=$(debian_mirror bookworm-security); then
+		echo "deb $sec bookworm-security main" >"$NEW/etc/apt/sources.list.d/security.list"
+	else
+		log "warning: the host's apt has no bookworm-security source: Chromium comes from the point release, without the latest security fixes"
+	fi
+	log "installing ${pkgs[*]} with apt inside the rootfs"
+	apt_install_in "$NEW" "${pkgs[@]}"
+	# npm and the 350 packages it pulls in (node-gyp, libssl-dev, webpack,
+	# ...) are 150 MB that would put the template over 1.2 GiB; nodejs
+	# stays. Sandboxes have no registry to use npm with by default anyway.
+	log "removing npm (nodejs stays) to keep the template under 1.2 GiB"
+	progress "$BUILD_ROOT/$NAME.debootstrap.log" env DEBIAN_FRONTEND=noninteractive chroot "$NEW" /usr/bin/apt-get purge -y --autoremove npm ||
+		die "apt-get purge npm failed; see $BUILD_ROOT/$NAME.debootstrap.log"
+
+	# noVNC's static files only: Debian's novnc package depends on
+	# websockify, numpy and nodejs (about 80 MiB) for its proxy, which the
+	# guest agent replaces with a byte relay to x11vnc's own WebSocket.
+	log "extracting noVNC's files from Debian's novnc package"
+	local tmp
+	tmp=$(mktemp -d)
+	(cd "$tmp" && apt-get download novnc >>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1) ||
+		die "could not download the novnc package; see $BUILD_ROOT/$NAME.debootstrap.log"
+	dpkg-deb -x "$tmp"/novnc_*.deb "$tmp/x"
+	[[ -f $tmp/x/usr/share/novnc/vnc.html ]] || die "the novnc package has no usr/share/novnc/vnc.html"
+	rm -rf "$NEW/usr/share/novnc"
+	cp -a "$tmp/x/usr/share/novnc" "$NEW/usr/share/novnc"
+	mkdir -p "$NEW/usr/share/doc/novnc"
+	cp "$tmp/x/usr/share/doc/novnc/copyright" "$NEW/usr/share/doc/novnc/copyright"
+	rm -rf "$tmp"
+
+	# Chromium's wrapper (/usr/bin/chromium) reads /etc/chromium.d/*.
+	# --no-sandbox: Chromium's own sandbox needs user namespaces, which
+	# agentbox's seccomp policy denies; the agentbox sandbox is the
+	# boundary (docs/SECURITY.md). --disable-dev-shm-usage: /dev/shm is
+	# small when a sandbox's memory is unset.
+	cat >"$NEW/etc/chromium.d/agentbox" <<-'EOT'
+		# agentbox: Chromium inside a sandbox (docs/templates.md).
+		export CHROMIUM_FLAGS="$CHROMIUM_FLAGS --no-sandbox --disable-dev-shm-usage --no-first-run --no-default-browser-check --password-store=basic --disable-gpu --disable-features=Translate,MediaRouter --disable-background-networking"
+	EOT
+
+	# Trim what a sandbox never reads: manuals, docs (copyright files
+	# kept), translations other than English, Chromium's other UI locales.
+	rm -rf "$NEW"/usr/share/man/* "$NEW"/usr/share/info/*
+	find "$NEW/usr/share/doc" -mindepth 2 ! -name copyright ! -type d -delete
+	find "$NEW/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'en*' ! -name locale.alias -exec rm -rf {} +
+	find "$NEW/usr/lib/chromium/locales" -name '*.pak' ! -name 'en-US.pak' -delete
+
+	# A template whose tools are missing or whose browser cannot render a
+	# page is not kept: Chromium's headless dump of a page needs no display
+	# (integration/desktop_template_test.go starts the real desktop).
+	mount -t proc proc "$NEW/proc"
+	mount --bind /dev "$NEW/dev"
+	chroot "$NEW" /bin/sh -c 'command -v Xvfb x11vnc openbox xdotool scrot xterm xdpyinfo xauth xclip >/dev/null &&
+		chromium --headless=new --no-sandbox --disable-gpu --dump-dom "data:text/html,<title>ok</title>" 2>/dev/null | grep -q "<title>ok</title>"' \
+		>>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 || die "the desktop tools or Chromium do not work in the new rootfs; see $BUILD_ROOT/$NAME.debootstrap.log"
+	# Chromium's crash handler outlives the browser for a moment; no
+	# process may keep the chroot's mounts busy.
+	chroot_kill "$NEW"
+	umount "$NEW/dev" "$NEW/proc"
+	rm -rf "$NEW"/tmp/* "$NEW"/root/.cache "$NEW"/root/.config "$NEW"/root/.pki
 }
 
 build_busybox() {

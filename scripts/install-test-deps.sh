@@ -7,8 +7,13 @@
 # disabled: the test runs its own. Node.js and npm, which run the e2b SDK
 # tests (integration/e2b_test.go), the MCP TypeScript client test and the
 # TypeScript SDK (integration/typescript_sdk_test.go).
+# Xvfb, openbox, x11vnc and x11-utils, which the desktop's unit tests
+# (internal/guest/desktop) run on the host: a real X server, started by the
+# test itself, never the host's display. Debian's chromium, which the
+# desktop's live-view test drives headless through chromedp
+# (integration/liveview_test.go): noVNC in a real browser.
 set -euo pipefail
-PKGS=(prometheus)
+PKGS=(prometheus xvfb openbox x11vnc x11-utils chromium)
 # Node.js and npm may come from elsewhere than Debian: only missing
 # commands are installed.
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)

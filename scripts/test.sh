@@ -9,14 +9,16 @@ scripts/install-deps.sh
 scripts/install-test-deps.sh # prometheus and promtool for the metrics test
 make -s build
 # The integration tests build their own templates in their own data dir,
-# except base, python and node, which they take from the build cache of
-# scripts/build-template.sh (python: examples/data_analysis.py's pandas and
-# matplotlib; node: TestBuiltinTemplates' tsc; both built from base's rootfs,
+# except base, python, node and desktop, which they take from the build
+# cache of scripts/build-template.sh (python: examples/data_analysis.py's
+# pandas and matplotlib; node: TestBuiltinTemplates' tsc; desktop: Xvfb,
+# Chromium and x11vnc for the desktop tests; all built from base's rootfs,
 # a few minutes once per machine).
 scripts/build-template.sh busybox --no-import
 scripts/build-template.sh base --no-import
 scripts/build-template.sh python --no-import
 scripts/build-template.sh node --no-import
+scripts/build-template.sh desktop --no-import
 echo "==> go vet"
 go vet ./...
 echo "==> go test"

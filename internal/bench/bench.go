@@ -157,11 +157,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.execs(ctx)
 		r.mcpLines(ctx)
 		r.code(ctx)
+		r.desktopLines(ctx)
 		r.files(ctx)
 		r.workloadLines(ctx)
 		r.density(ctx)
 		r.throughput(ctx)
 		r.e2b(ctx)
+		r.desktopBaselines(ctx)
 	}
 	if err := ctx.Err(); err != nil {
 		return r.report, err

@@ -88,6 +88,9 @@ func judge(r *Report) []Budget {
 	if fe := r.Find("baseline/fork-exec"); fe != nil && fe.N > 0 {
 		lat("exec/true", "exec p50 within 1.5x fork+exec", p50, 1.5*fe.P50, "ARCHITECTURE")
 	}
+	lat(lineDesktopPNG, "desktop screenshot PNG p50 (1024x768)", p50, 30, "issue")
+	lat(lineDesktopClick, "desktop action batch of one click p50", p50, 10, "issue")
+	lat(lineDesktopReady, "create -> desktop ready p50 (cold)", p50, 2000, "issue")
 	if rest := r.Find(lineMCPREST); rest != nil && rest.N > 0 {
 		lat(lineMCPTool, "MCP exec tool call p50 within 2 ms of the REST exec", p50, rest.P50+2, "issue")
 	}

@@ -31,6 +31,12 @@ var sandboxArgs = map[string]string{
 	"agentbox snapshot": "first", "agentbox fork": "first", "agentbox reset": "first",
 	"agentbox url": "first", "agentbox attach": "first", "agentbox egress": "first", "agentbox egress log": "first",
 	"agentbox rm": "all", "agentbox cp": "cp",
+	"agentbox desktop start": "first", "agentbox desktop status": "first", "agentbox desktop stop": "first",
+	"agentbox desktop screenshot": "first", "agentbox desktop click": "first", "agentbox desktop move": "first",
+	"agentbox desktop drag": "first", "agentbox desktop scroll": "first", "agentbox desktop type": "first",
+	"agentbox desktop key": "first", "agentbox desktop actions": "first", "agentbox desktop windows": "first",
+	"agentbox desktop cursor": "first", "agentbox desktop launch": "first", "agentbox desktop open": "first",
+	"agentbox desktop url": "first",
 }
 
 // resolveSandboxArgs rewrites, in place, the arguments of c that name a

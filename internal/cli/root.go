@@ -211,6 +211,8 @@ uses the local socket and the admin key by default.`,
 	root.AddCommand(newMCPCommand(g))
 	// The code interpreter (docs/interpreter.md).
 	root.AddCommand(newCodeCommand(g))
+	// The desktop for computer-use agents (docs/desktop.md).
+	root.AddCommand(newDesktopCommand(g))
 	// Usage and events (docs/observability.md).
 	root.AddCommand(newStatsCommand(g), newEventsCommand(g))
 	// The benchmark (docs/PERFORMANCE.md).

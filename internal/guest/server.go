@@ -33,6 +33,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/code"
+	"github.com/agentbox/agentbox/internal/guest/desktop"
 	"github.com/agentbox/agentbox/internal/guest/files"
 	"github.com/agentbox/agentbox/internal/guest/proto"
 )
@@ -84,6 +85,8 @@ type Server struct {
 	ptys  ptyTable
 	// code runs the code interpreter's kernels (code.go).
 	code *code.Manager
+	// desktop runs the X display for computer use (desktop.go).
+	desktop *desktop.Manager
 
 	// mu guards live and servers.
 	mu      sync.Mutex
@@ -141,6 +144,8 @@ func NewServer(cfg Config) *Server {
 	files.Register(mux, files.Options{DefaultUser: cfg.User, Logger: s.log})
 	s.code = code.NewManager(code.Options{Spawner: kernelSpawner{s}, Logger: s.log})
 	s.code.Register(mux)
+	s.desktop = desktop.NewManager(desktop.Options{Spawner: desktopSpawner{s}, Logger: s.log})
+	s.desktop.Register(mux)
 	s.handler = mux
 	return s
 }

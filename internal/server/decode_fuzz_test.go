@@ -100,6 +100,12 @@ var jsonBodies = map[string]func(t *testing.T, body []byte){
 	"POST /v1/sandboxes/{id}/code/contexts":   fuzzDecode[api.CreateCodeContextRequest],
 	"POST /v1/sandboxes/{id}/code/run":        fuzzDecode[api.RunCodeRequest],
 	"POST /v1/sandboxes/{id}/code/run/stream": fuzzDecode[api.RunCodeRequest],
+
+	// The desktop.
+	"POST /v1/sandboxes/{id}/desktop":         fuzzDecode[api.StartDesktopRequest],
+	"POST /v1/sandboxes/{id}/desktop/actions": fuzzDecode[api.DesktopActionsRequest],
+	"POST /v1/sandboxes/{id}/desktop/launch":  fuzzDecode[api.DesktopLaunchRequest],
+	"POST /v1/sandboxes/{id}/desktop/open":    fuzzDecode[api.DesktopOpenRequest],
 }
 
 // notJSONBodies are the state-changing routes without a JSON object body,
@@ -160,6 +166,13 @@ func FuzzDecodeRequest(f *testing.F) {
 		"PATCH /v1/tenants/{name}":                       {`{"quotas":{"memory_mb":null,"disk_mb":0}}`},
 		"PATCH /v1/sandboxes/{id}":                       {`{"ttl_seconds":60,"metadata":{"a":"b"}}`},
 		"POST /v1/templates":                             {`{"name":"t","rootfs":"/x","env":{"A":"1"}}`},
+		"POST /v1/sandboxes/{id}/desktop":                {`{"width":1024,"height":768,"dpi":96}`},
+		"POST /v1/sandboxes/{id}/desktop/actions": {
+			`{"actions":[{"type":"click","x":10,"y":20,"button":"right","double":true}]}`,
+			`{"actions":[{"type":"drag","path":[{"x":1,"y":2},{"x":3,"y":4}]},{"type":"type","text":"Grüße ✓"},{"type":"key","keys":"ctrl+l"}],"screenshot":{"format":"jpeg","quality":50,"scale":"0.5","region":{"x":0,"y":0,"w":10,"h":10}}}`,
+		},
+		"POST /v1/sandboxes/{id}/desktop/launch": {`{"app":"terminal"}`, `{"cmd":["xterm"],"env":{"A":"1"},"cwd":"/tmp"}`},
+		"POST /v1/sandboxes/{id}/desktop/open":   {`{"url":"http://127.0.0.1:8000/"}`},
 	}
 	for i, r := range routes {
 		f.Add(byte(i), []byte(`{}`))

@@ -83,7 +83,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	for _, h := range []string{"Content-Type", "Content-Length", "Content-Disposition"} {
+	for _, h := range forwardedHeaders {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}
@@ -116,6 +116,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// forwardedHeaders are the guest's answer headers that reach the
+// client: the body's, and a desktop screenshot's sizes.
+var forwardedHeaders = []string{"Content-Type", "Content-Length", "Content-Disposition",
+	"X-Screen-Width", "X-Screen-Height", "X-Image-Width", "X-Image-Height"}
 
 // copyBufs are forward's copy buffers: clearing a fresh 64 KiB for every
 // exec was 1% of the daemon's CPU during a run of execs (perf), besides

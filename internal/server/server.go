@@ -145,6 +145,7 @@ func (s *Server) routes() {
 		s.auditHandlers(),    // audit.go
 		s.observeHandlers(),  // observe.go
 		s.mcpRoutes(),        // mcp.go
+		s.desktopHandlers(),  // desktop.go
 	} {
 		for pattern, h := range group {
 			if _, dup := handlers[pattern]; dup {

@@ -108,6 +108,19 @@ var (
 	CodeRun              = Route{"POST", "/code/run", true}
 	CodeRunStream        = Route{"POST", "/code/run/stream", true}
 
+	// The desktop (api/desktop.go; internal/guest/desktop). Screenshot
+	// answers the image's bytes (query: format, quality, scale, x, y, w,
+	// h); GET /desktop/stream is the daemon's (it knows the preview URL).
+	DesktopStart      = Route{"POST", "/desktop", true}   // api.StartDesktopRequest -> api.Desktop
+	DesktopGet        = Route{"GET", "/desktop", true}    // -> api.Desktop
+	DesktopStop       = Route{"DELETE", "/desktop", true} // -> 204
+	DesktopScreenshot = Route{"GET", "/desktop/screenshot", true}
+	DesktopActions    = Route{"POST", "/desktop/actions", true} // api.DesktopActionsRequest -> api.DesktopActionsResult
+	DesktopCursor     = Route{"GET", "/desktop/cursor", true}   // -> api.Point
+	DesktopWindows    = Route{"GET", "/desktop/windows", true}  // -> api.DesktopWindowList
+	DesktopLaunch     = Route{"POST", "/desktop/launch", true}  // api.DesktopLaunchRequest -> 201 api.Process
+	DesktopOpen       = Route{"POST", "/desktop/open", true}    // api.DesktopOpenRequest -> 201 api.Process
+
 	// Dial turns its connection into a TCP tunnel to 127.0.0.1:{port}
 	// inside the sandbox's network namespace: send Connection: Upgrade
 	// and Upgrade: DialProtocol; after 101 the connection carries the
@@ -135,6 +148,8 @@ var Routes = []Route{
 	PTYCreate, PTYList, PTYSocket, PTYResize, PTYKill,
 	CodeContextCreate, CodeContextList, CodeContextGet, CodeContextDelete,
 	CodeContextInterrupt, CodeContextRestart, CodeRun, CodeRunStream,
+	DesktopStart, DesktopGet, DesktopStop, DesktopScreenshot, DesktopActions,
+	DesktopCursor, DesktopWindows, DesktopLaunch, DesktopOpen,
 	Dial, SetEnv, Checkpoint,
 }
 

@@ -20,7 +20,7 @@ func TestPublicRoutesAreForwarded(t *testing.T) {
 		"POST " + api.SandboxPrefix + "/snapshots": true, "POST " + api.SandboxPrefix + "/fork": true,
 		"POST " + api.SandboxPrefix + "/reset": true, "POST " + api.SandboxPrefix + "/egress": true,
 		"GET " + api.SandboxPrefix + "/egress/log": true, "GET " + api.SandboxPrefix + "/security": true,
-		"GET " + api.SandboxPrefix + "/metrics": true,
+		"GET " + api.SandboxPrefix + "/metrics": true, "GET " + api.SandboxPrefix + "/desktop/stream": true,
 	}
 	var forwarded, public []string
 	for _, r := range api.Routes {

@@ -12,15 +12,16 @@
 typed classes of ``agentbox.errors``.
 """
 
-from .async_sandbox import AsyncClient, AsyncFiles, AsyncProcess, AsyncSandbox
+from .async_sandbox import AsyncClient, AsyncDesktop, AsyncFiles, AsyncProcess, AsyncSandbox
 from ._pty import AsyncPty, Pty
 from .errors import (AgentboxError, ConflictError, InternalError, InvalidArgumentError, NotFoundError,
                      NotSupportedError, PermissionDeniedError, ResourceExhaustedError, TimeoutError,
                      UnauthorizedError, UnavailableError)
 from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, Resources, SandboxInfo,
                      SandboxPage, Snapshot, Template)
-from .sandbox import Client, Files, Process, Sandbox
+from .sandbox import Client, Desktop, Files, Process, Sandbox
 from .code import CodeContext, Execution, ExecutionError, Logs, Result
+from .desktop import ActionsResult, DesktopInfo, PNGImage, Window
 
 __version__ = "0.1.0"
 
@@ -31,4 +32,5 @@ __all__ = [
     "UnauthorizedError", "PermissionDeniedError", "TimeoutError", "ConflictError", "ResourceExhaustedError",
     "UnavailableError", "InternalError", "NotSupportedError",
     "CodeContext", "Execution", "ExecutionError", "Logs", "Result",
+    "Desktop", "AsyncDesktop", "DesktopInfo", "Window", "ActionsResult", "PNGImage",
 ]

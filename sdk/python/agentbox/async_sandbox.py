@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import IO, Any, Callable, Dict, List, Optional, TypeVar, Union
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _archive, _build, _calls as calls, _events, _pty
 from ._calls import file_query
@@ -28,7 +28,9 @@ from ._common import (Callback, Command, Data, StreamDecoder, create_body, exec_
                       to_bytes)
 from ._http import AsyncHTTP
 from ._pty import AsyncPty, pty_body
+from . import desktop
 from .code import CodeContext, ContextRef, Execution, Handler, _ctx_id, _Decoder, _run_body
+from .desktop import ActionsResult, DesktopInfo, Window
 from .errors import NotFoundError, TimeoutError
 from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, SandboxPage, Snapshot,
                      Template)
@@ -43,7 +45,7 @@ if _ASYNC:
 
     from ._common import async_doc, settle
 
-__all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncProcess"]
+__all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncProcess", "AsyncDesktop"]
 if not _ASYNC:
     __all__.append("Pty")
 
@@ -204,6 +206,111 @@ class AsyncFiles:
     async def rename(self, src: str, dst: str) -> None:
         """Move a file or directory inside the sandbox."""
         await self._http.call(calls.file_rename(self._id, src, dst))
+
+
+@async_doc("""A sandbox's desktop (``sbx.desktop``), asynchronously; see ``Desktop``.""")
+class AsyncDesktop:
+    """A sandbox's desktop for computer-use agents (``sbx.desktop``): an X
+    display (the ``desktop`` template) driven by screenshots and mouse and
+    keyboard actions, with a live view. Coordinates are screen pixels.
+    See docs/desktop.md."""
+
+    def __init__(self, http: AsyncHTTP, sandbox_id: str) -> None:
+        self._http = http
+        self._id = sandbox_id
+
+    def _path(self, rest: str = "") -> str:
+        return sandbox_path(self._id, "/desktop" + rest)
+
+    async def start(self, width: Optional[int] = None, height: Optional[int] = None,
+                    dpi: Optional[int] = None) -> DesktopInfo:
+        """Start the display (default 1024x768 at 96 dpi) and return once it
+        is ready; a no-op when it runs at that size."""
+        return DesktopInfo.from_dict(
+            await self._http.json("POST", self._path(), json_body=desktop.start_body(width, height, dpi)))
+
+    async def status(self) -> DesktopInfo:
+        """The display's state ("stopped" when it never started)."""
+        return DesktopInfo.from_dict(await self._http.json("GET", self._path()))
+
+    async def stop(self) -> None:
+        """Stop the display and the programs launched on it."""
+        await self._http.request("DELETE", self._path())
+
+    async def screenshot(self, format: str = "png", *, quality: Optional[int] = None,
+                         scale: "Union[None, str, float, Tuple[int, int]]" = None,
+                         region: Optional[Sequence[int]] = None) -> bytes:
+        """The screen as PNG (or ``format="jpeg"``, ``quality`` 1-100) bytes;
+        ``scale`` (w, h), "WxH" or a factor like 0.5; ``region`` (x, y, w, h)."""
+        return await self._http.request("GET", self._path("/screenshot"),
+                                        params=desktop.screenshot_params(format, quality, scale, region))
+
+    async def actions(self, actions: Sequence[Dict[str, Any]],
+                      screenshot: "desktop.ScreenshotSpec" = False) -> ActionsResult:
+        """Run actions in order, e.g. ``[{"type": "click", "x": 10, "y": 20},
+        {"type": "type", "text": "hi"}]`` (move, click, mouse_down, mouse_up,
+        drag, scroll, type, key, wait; see docs/desktop.md); the first
+        failing one stops the batch. ``screenshot=True`` (or the options of
+        ``screenshot`` as a dict) adds an image taken after the last one."""
+        body = desktop.actions_body(actions, screenshot)
+        return ActionsResult.from_dict(await self._http.json("POST", self._path("/actions"), json_body=body))
+
+    async def _act(self, action: Dict[str, Any]) -> None:
+        await self.actions([action])
+
+    async def click(self, x: Optional[int] = None, y: Optional[int] = None, button: str = "left",
+                    double: bool = False) -> None:
+        """Click ``button`` (left, right, middle, back, forward) at x, y (or
+        where the pointer is); ``double`` clicks twice."""
+        await self._act(desktop.click_action(x, y, button, double))
+
+    async def move(self, x: int, y: int) -> None:
+        """Move the pointer to x, y."""
+        await self._act({"type": "move", "x": int(x), "y": int(y)})
+
+    async def drag(self, path: Sequence["desktop.Point"]) -> None:
+        """Drag with the left button along ``path``, two or more (x, y)."""
+        await self._act({"type": "drag", "path": [desktop.point(p) for p in path]})
+
+    async def scroll(self, x: int, y: int, dx: int = 0, dy: int = 0) -> None:
+        """Scroll ``dx``, ``dy`` notches at x, y (positive ``dy`` scrolls down,
+        positive ``dx`` right)."""
+        await self._act({"type": "scroll", "x": int(x), "y": int(y), "dx": int(dx), "dy": int(dy)})
+
+    async def type(self, text: str) -> None:
+        """Type ``text`` (any Unicode) into the focused window."""
+        await self._act({"type": "type", "text": text})
+
+    async def press(self, keys: str) -> None:
+        """Press a key or a chord: "Return", "ctrl+l", "ctrl+shift+t"."""
+        await self._act({"type": "key", "keys": keys})
+
+    async def cursor(self) -> Tuple[int, int]:
+        """The pointer's position (x, y)."""
+        d = await self._http.json("GET", self._path("/cursor"))
+        return int(d.get("x", 0)), int(d.get("y", 0))
+
+    async def windows(self) -> List[Window]:
+        """The top-level windows: id, title, app, geometry, focused."""
+        return desktop.windows_of(await self._http.json("GET", self._path("/windows")))
+
+    async def launch(self, app: "Union[str, Sequence[str]]", *, env: Optional[Dict[str, str]] = None,
+                     cwd: Optional[str] = None) -> ProcessInfo:
+        """Start a program on the display: a known app ("chromium",
+        "terminal") or an argv list; a background process."""
+        body = desktop.launch_body(app, env, cwd)
+        return ProcessInfo.from_dict(await self._http.json("POST", self._path("/launch"), json_body=body))
+
+    async def open(self, url: str) -> ProcessInfo:
+        """Open ``url`` in Chromium on the display."""
+        return ProcessInfo.from_dict(await self._http.json("POST", self._path("/open"), json_body={"url": url}))
+
+    async def stream_url(self, view_only: bool = True) -> str:
+        """The live view's URL (noVNC, with the sandbox's token); view-only
+        unless ``view_only=False``. Whoever holds it can watch (or drive)."""
+        d = await self._http.json("GET", self._path("/stream"),
+                                  params={"view_only": "true" if view_only else "false"})
+        return d["url"]
 
 
 @async_doc("""A background process started with ``AsyncSandbox.start``; see ``Process``.""")
@@ -376,6 +483,7 @@ class AsyncSandbox(AsyncCodeInterpreter):
         self._info = info
         self._http = http
         self.files = AsyncFiles(http, info.id)
+        self.desktop = AsyncDesktop(http, info.id)
 
     def __repr__(self) -> str:
         return f"AsyncSandbox(id={self.id!r})"

@@ -39,6 +39,7 @@ TARGET = os.path.join(PKG, "sandbox.py")
 RENAMES = {
     "AsyncSandbox": "Sandbox",
     "AsyncFiles": "Files",
+    "AsyncDesktop": "Desktop",
     "AsyncProcess": "Process",
     "AsyncClient": "Client",
     "AsyncCodeInterpreter": "CodeInterpreter",

@@ -21,7 +21,7 @@ from agentbox.models import ProcessInfo, SandboxInfo  # noqa: E402
 
 # Blocking class, its asyncio twin.
 PAIRS = [("Sandbox", "AsyncSandbox"), ("Files", "AsyncFiles"), ("Process", "AsyncProcess"),
-         ("Client", "AsyncClient"), ("Pty", "AsyncPty")]
+         ("Client", "AsyncClient"), ("Pty", "AsyncPty"), ("Desktop", "AsyncDesktop")]
 DUNDERS = ("__init__", "__repr__", "__enter__", "__exit__", "__aenter__", "__aexit__", "__await__",
            "__iter__", "__next__", "__aiter__", "__anext__")
 
@@ -59,7 +59,7 @@ def _instance_attrs(cls):
     try:
         if cls.__name__ in ("Sandbox", "AsyncSandbox"):
             obj = cls(info, None)
-        elif cls.__name__ in ("Files", "AsyncFiles"):
+        elif cls.__name__ in ("Files", "AsyncFiles", "Desktop", "AsyncDesktop"):
             obj = cls(None, "sb")
         elif cls.__name__ in ("Process", "AsyncProcess"):
             obj = cls(None, "sb", ProcessInfo.from_dict({"pid": 1}))

@@ -1,0 +1,43 @@
+package integration
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/bench"
+)
+
+// The desktop lines of `agentbox bench` run against the test daemon (a
+// few samples each): the API's screenshot, click and start, and the
+// xdotool and scrot baselines next to them, every sample without error.
+func TestDesktopBenchLines(t *testing.T) {
+	importDesktop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	rep, err := bench.Run(ctx, bench.Options{Client: env.client, Quick: true, N: 5,
+		Only: regexp.MustCompile(`^desktop/`), Templates: []string{"busybox"}, Progress: &progress, Log: testLogger()})
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, progress.String())
+	}
+	t.Logf("bench:\n%s", progress.String())
+	got := map[string]bench.Result{}
+	for _, r := range rep.Results {
+		got[r.Name] = r
+	}
+	for _, name := range []string{"desktop/baseline xdotool click", "desktop/baseline scrot + read",
+		"desktop/screenshot png 1024x768", "desktop/screenshot jpeg q80 1024x768", "desktop/actions one click",
+		"desktop/create->desktop ready"} {
+		r, ok := got[name]
+		if !ok {
+			t.Errorf("no line %q; notes: %q", name, rep.Notes)
+			continue
+		}
+		if r.N == 0 || r.Errors != 0 || r.P50 <= 0 {
+			t.Errorf("%s: n=%d errors=%d p50=%.2f ms", name, r.N, r.Errors, r.P50)
+		}
+	}
+}
