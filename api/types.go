@@ -119,6 +119,9 @@ type Template struct {
 	// Tenant owns the template (only it and the admin see it); empty for
 	// a public template, made with an admin key.
 	Tenant string `json:"tenant,omitempty"`
+	// MemoryMB is the memory limit of sandboxes that ask for none (the
+	// daemon's default otherwise), e.g. 2048 for the desktop template.
+	MemoryMB int64 `json:"memory_mb,omitempty"`
 	// Built templates (see build.go): the template version this one
 	// stacks on (NAME@VERSION), its own layers (top first), the start
 	// command of every new sandbox and the readiness check create waits for.
@@ -145,6 +148,8 @@ type ImportTemplateRequest struct {
 	User    string            `json:"user,omitempty"`
 	Workdir string            `json:"workdir,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// MemoryMB is the template's default memory limit (0: the daemon's).
+	MemoryMB int64 `json:"memory_mb,omitempty"`
 }
 
 // ListTemplatesResponse is the body of GET /v1/templates.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/url"
 	"sort"
+	"strconv"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
@@ -29,6 +30,9 @@ func (c *Client) UploadTemplate(ctx context.Context, req api.ImportTemplateReque
 	}
 	if req.Workdir != "" {
 		q.Set("workdir", req.Workdir)
+	}
+	if req.MemoryMB != 0 {
+		q.Set("memory_mb", strconv.FormatInt(req.MemoryMB, 10))
 	}
 	keys := make([]string, 0, len(req.Env))
 	for k := range req.Env {

@@ -203,8 +203,12 @@ func importTemplates() error {
 			return err
 		}
 		user, workdir := "root", "/root"
+		var memMB int64
+		if name == "desktop" {
+			memMB = 2048 // as scripts/build-template.sh imports it
+		}
 		if _, err := env.client.ImportTemplate(ctx, api.ImportTemplateRequest{Name: name, Rootfs: dir, User: user, Workdir: workdir,
-			Env: builtinTemplateEnv()}); err != nil {
+			Env: builtinTemplateEnv(), MemoryMB: memMB}); err != nil {
 			return fmt.Errorf("importing %s: %w", name, err)
 		}
 		if name == "base" {

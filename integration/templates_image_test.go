@@ -143,3 +143,34 @@ func TestTemplateImageHostPath(t *testing.T) {
 		t.Errorf("a failed upload left template %s: %v", bad, err)
 	}
 }
+
+// TestTemplateDefaultMemory: a template imported with --memory gives its
+// sandboxes that limit when they ask for none, and a request's own limit
+// still wins (the desktop template is imported with 2G this way).
+func TestTemplateDefaultMemory(t *testing.T) {
+	name := "mem-" + randHex(3)
+	if _, e, code := cli(t, "", "template", "import", name, "--rootfs", "/var/lib/agentbox/build/busybox", "--memory", "300M"); code != 0 {
+		t.Fatalf("template import --memory: %s", e)
+	}
+	t.Cleanup(func() { cli(t, "", "template", "rm", name) })
+	ctx := context.Background()
+	tpl, err := env.client.GetTemplate(ctx, name)
+	if err != nil || tpl.MemoryMB != 300 {
+		t.Fatalf("template = %+v, %v; want memory_mb 300", tpl, err)
+	}
+	for _, c := range []struct {
+		ask, want int64
+	}{{0, 300}, {256, 256}} {
+		sb, err := env.client.CreateSandbox(ctx, api.CreateSandboxRequest{Template: name, MemoryMB: c.ask, TTLSeconds: 120})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = env.client.DestroySandbox(ctx, sb.ID)
+		if sb.Resources.MemoryMB != c.want {
+			t.Errorf("asking for %d MB gave %d, want %d", c.ask, sb.Resources.MemoryMB, c.want)
+		}
+	}
+	if _, e, code := cli(t, "", "template", "import", name+"x", "--rootfs", "/var/lib/agentbox/build/busybox", "--memory", "lots"); code == 0 || !strings.Contains(e, "memory") {
+		t.Errorf("--memory lots: exit %d, %q", code, e)
+	}
+}

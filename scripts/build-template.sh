@@ -451,6 +451,10 @@ fi
 # pay. integration/main_test.go imports with the same env (a test checks).
 ENV=(--env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 --env PYTHONDONTWRITEBYTECODE=1)
 log "importing $DIR as template \"$NAME\""
-"$AGENTBOX" template import "$NAME" --rootfs "$DIR" --user root --workdir /root "${ENV[@]}" ||
+# A template's default memory, where the daemon's is too small for it: a
+# desktop runs Xvfb, a window manager, x11vnc and Chromium.
+MEM=()
+[[ $NAME == desktop ]] && MEM=(--memory 2G)
+"$AGENTBOX" template import "$NAME" --rootfs "$DIR" --user root --workdir /root "${ENV[@]}" "${MEM[@]}" ||
 	die "import failed; the rootfs is kept in $DIR"
 log "template \"$NAME\" ready after $(elapsed)s"

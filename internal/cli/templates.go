@@ -55,10 +55,11 @@ func newTemplateLsCommand(g *globals) *cobra.Command {
 func newTemplateImportCommand(g *globals) *cobra.Command {
 	var (
 		rootfs, user, workdir, name string
+		memory                      string
 		env                         []string
 	)
 	c := &cobra.Command{
-		Use:   "import (FILE --name NAME | NAME --rootfs DIR) [--user U] [--workdir D] [--env K=V]...",
+		Use:   "import (FILE --name NAME | NAME --rootfs DIR) [--user U] [--workdir D] [--env K=V]... [--memory M]",
 		Short: "Make a template from an image archive (docker save or OCI layout) or a root filesystem directory on the daemon's host",
 		Long: `Make a new template version.
 
@@ -74,12 +75,19 @@ func newTemplateImportCommand(g *globals) *cobra.Command {
 			if rootfs != "" && name != "" {
 				return usageErrorf("template import takes either FILE --name NAME or NAME --rootfs DIR, not both")
 			}
+			var memMB int64
+			if memory != "" {
+				var err error
+				if memMB, err = parseSizeMB("memory", memory); err != nil {
+					return err
+				}
+			}
 			if name != "" {
 				envMap, err := parseKV("env", env)
 				if err != nil {
 					return err
 				}
-				return uploadTemplate(c, g, args[0], api.ImportTemplateRequest{Name: name, User: user, Workdir: workdir, Env: envMap})
+				return uploadTemplate(c, g, args[0], api.ImportTemplateRequest{Name: name, User: user, Workdir: workdir, Env: envMap, MemoryMB: memMB})
 			}
 			if rootfs == "" {
 				return usageErrorf("template import wants FILE --name NAME (an image archive) or NAME --rootfs DIR (a root filesystem directory on the daemon's host)")
@@ -96,7 +104,7 @@ func newTemplateImportCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err := cl.ImportTemplate(c.Context(), api.ImportTemplateRequest{Name: args[0], Rootfs: abs, User: user, Workdir: workdir, Env: envMap})
+			t, err := cl.ImportTemplate(c.Context(), api.ImportTemplateRequest{Name: args[0], Rootfs: abs, User: user, Workdir: workdir, Env: envMap, MemoryMB: memMB})
 			if err != nil {
 				return err
 			}
@@ -109,6 +117,7 @@ func newTemplateImportCommand(g *globals) *cobra.Command {
 	c.Flags().StringVar(&user, "user", "", "default user of the template's processes")
 	c.Flags().StringVar(&workdir, "workdir", "", "default working directory")
 	c.Flags().StringArrayVar(&env, "env", nil, "default environment KEY=VALUE (repeatable)")
+	c.Flags().StringVar(&memory, "memory", "", "default memory limit of its sandboxes, e.g. 2G (sandboxes that ask for none get it instead of the daemon's default)")
 	return c
 }
 

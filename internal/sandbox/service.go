@@ -194,6 +194,10 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	} else if tpl, err = s.pool.TemplateFor(ctx, r.Template); err != nil { // another tenant's: not found
 		return nil, err
 	}
+	if req.MemoryMB == 0 && tpl.MemoryMB > 0 {
+		// The template's own default: a desktop needs more than a shell.
+		r.Res.MemoryMB = min(tpl.MemoryMB, s.cfg.Limits.MemoryMB)
+	}
 	now := time.Now().UTC()
 	rec := &store.SandboxRecord{
 		ID:              newID(),

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/agentbox/agentbox/api"
@@ -20,6 +21,14 @@ func (s *Server) uploadTemplate(w http.ResponseWriter, r *http.Request) {
 	if req.Name == "" {
 		writeError(w, errdefs.Invalid("the name query parameter is required: POST /v1/templates/import?name=NAME"))
 		return
+	}
+	if m := q.Get("memory_mb"); m != "" {
+		n, err := strconv.ParseInt(m, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, errdefs.Invalid("memory_mb must be a number of MiB, got %q", m))
+			return
+		}
+		req.MemoryMB = n
 	}
 	for _, kv := range q["env"] {
 		k, v, ok := strings.Cut(kv, "=")

@@ -80,7 +80,10 @@ func (p *Pool) importImage(ctx context.Context, req api.ImportTemplateRequest, s
 	}
 	digest, _ := img.ConfigName()
 
-	t := &Template{Source: "image " + shown + "@" + digest.String()}
+	if req.MemoryMB < 0 {
+		return nil, errdefs.Invalid("memory_mb must be positive (or 0 for the daemon's default), got %d", req.MemoryMB)
+	}
+	t := &Template{Source: "image " + shown + "@" + digest.String(), MemoryMB: req.MemoryMB}
 	t.Env = map[string]string{}
 	for _, kv := range cfg.Config.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {

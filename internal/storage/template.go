@@ -33,6 +33,9 @@ type Template struct {
 	// Empty for a public template (made with an admin key). Every version
 	// of a name has the same owner; see owner.go.
 	Tenant string `json:"tenant,omitempty"`
+	// MemoryMB is the default memory limit of its sandboxes (0: the
+	// daemon's).
+	MemoryMB int64 `json:"memory_mb,omitempty"`
 	// BuildInfo: set on templates made by a build spec (build_linux.go).
 	BuildInfo
 }
@@ -50,6 +53,7 @@ func (t *Template) API() api.Template {
 		SizeBytes: t.SizeBytes,
 		CreatedAt: t.CreatedAt,
 		Tenant:    t.Tenant,
+		MemoryMB:  t.MemoryMB,
 		From:      t.From,
 		Layers:    t.Layers,
 		Start:     t.Start,
