@@ -13,6 +13,8 @@ type PoolStatus struct {
 	// Code is the language whose kernel each ready sandbox has started
 	// as its default code context ("" for none).
 	Code string `json:"code,omitempty"`
+	// Desktop says each ready sandbox has its display running.
+	Desktop bool `json:"desktop,omitempty"`
 	// Served counts creates answered from the pool, Misses creates that
 	// matched it while it was empty, Booted the sandboxes it has made and
 	// Failures its failed boots, since the daemon started.

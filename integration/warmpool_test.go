@@ -321,3 +321,39 @@ func TestWarmPoolCode(t *testing.T) {
 	}
 	t.Logf("create from the code pool %v, to the first cell's result %v", created, first)
 }
+
+// TestWarmPoolDesktop: a pool with desktop = true serves desktop sandboxes
+// whose display is running when the create returns: the start is a no-op
+// and a screenshot answers at once (issue 18: ready under 100 ms from a
+// pool).
+func TestWarmPoolDesktop(t *testing.T) {
+	needDesktopTemplate(t)
+	ctx := context.Background()
+	restartDaemon(t, func() {
+		env.cfg.Pools = []config.WarmPool{{Template: "desktop", Size: 1, Desktop: true, MemoryMB: 2048}}
+	})
+	t.Cleanup(func() { restartDaemon(t, func() { env.cfg.Pools = nil }) })
+	ps := waitPoolsFull(t)
+	if len(ps) != 1 || !ps[0].Desktop {
+		t.Fatalf("pools = %+v, want one with desktop", ps)
+	}
+	t0 := time.Now()
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "desktop"}) // the template's 2 GiB: the pool's
+	d := env.client.Desktop(id)
+	st, err := d.Start(ctx, api.StartDesktopRequest{})
+	ready := time.Since(t0)
+	if err != nil || st.State != api.DesktopRunning {
+		t.Fatalf("start on a pool sandbox: %+v, %v", st, err)
+	}
+	if got := pools(t)[0].Served; got != 1 {
+		t.Fatalf("served = %d, want the create served from the pool", got)
+	}
+	if st.StartedAt == nil || !st.StartedAt.Before(t0) {
+		t.Errorf("the display started at %v, not before the create at %v: not the pool's", st.StartedAt, t0)
+	}
+	shot, err := d.Screenshot(ctx, api.ScreenshotOptions{})
+	if err != nil || shot.Width != 1024 || shot.Height != 768 {
+		t.Fatalf("screenshot: %+v, %v", shot, err)
+	}
+	t.Logf("create from the desktop pool to a running desktop: %v", ready)
+}

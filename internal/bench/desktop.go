@@ -18,6 +18,7 @@ const (
 	lineDesktopJPEG  = "desktop/screenshot jpeg q80 1024x768"
 	lineDesktopClick = "desktop/actions one click"
 	lineDesktopReady = "desktop/create->desktop ready"
+	lineDesktopPool  = "desktop/create->desktop ready (pool)"
 )
 
 // desktopTemplate is the template the desktop lines run on.
@@ -26,7 +27,7 @@ const desktopTemplate = "desktop"
 // desktopLines measures the desktop on a plain display (openbox's empty
 // root window, 1024x768).
 func (r *runner) desktopLines(ctx context.Context) {
-	if !r.wantAny(lineDesktopPNG, lineDesktopJPEG, lineDesktopClick, lineDesktopReady) {
+	if !r.wantAny(lineDesktopPNG, lineDesktopJPEG, lineDesktopClick, lineDesktopReady, lineDesktopPool) {
 		return
 	}
 	if _, err := r.c.GetTemplate(ctx, desktopTemplate); err != nil {
@@ -56,6 +57,9 @@ func (r *runner) desktopLines(ctx context.Context) {
 			}
 			return d, err
 		}))
+	}
+	if r.want(lineDesktopPool) {
+		r.desktopPool(ctx)
 	}
 	if !r.wantAny(lineDesktopPNG, lineDesktopJPEG, lineDesktopClick) {
 		return
@@ -103,4 +107,58 @@ func (r *runner) desktopLines(ctx context.Context) {
 			})
 		}))
 	}
+}
+
+// desktopPool times create -> a running desktop served from a pool whose
+// sandboxes started their display while they waited ([[pool]] desktop =
+// true; docs/config.md).
+func (r *runner) desktopPool(ctx context.Context) {
+	ps, err := r.c.Pools(ctx)
+	if err != nil {
+		r.note("%s skipped: %v", lineDesktopPool, err)
+		return
+	}
+	i := -1
+	for j, p := range ps {
+		if p.Template == desktopTemplate && p.Desktop && p.Isolation == "container" && p.Egress == api.EgressNone {
+			i = j
+			break
+		}
+	}
+	if i < 0 {
+		r.note("%s skipped: the daemon has no pool of %s with the display started; add one to its config:"+
+			" [[pool]] template = %q desktop = true memory_mb = 2048 size = 2, and restart it (docs/config.md)", lineDesktopPool, desktopTemplate, desktopTemplate)
+		return
+	}
+	req := poolReq(desktopTemplate)
+	req.MemoryMB = ps[i].Resources.MemoryMB
+	n := max(r.opts.N/4, 3)
+	r.add(r.sampleT(ctx, lineDesktopPool, GroupDesktop, n, false, 2*time.Minute, func(ctx context.Context) (time.Duration, error) {
+		before, err := r.waitPoolFull(ctx, i)
+		if err != nil {
+			return 0, err
+		}
+		var id string
+		d, err := timed(func() error {
+			sb, err := r.c.CreateSandbox(ctx, req)
+			if err != nil {
+				return err
+			}
+			id = sb.ID
+			st, err := r.c.Desktop(id).Start(ctx, api.StartDesktopRequest{})
+			if err == nil && st.State != api.DesktopRunning {
+				err = fmt.Errorf("desktop %s after start", st.State)
+			}
+			return err
+		})
+		if id != "" {
+			_ = r.destroy(ctx, id)
+		}
+		if err == nil {
+			if ps, perr := r.c.Pools(ctx); perr != nil || ps[i].Served != before+1 {
+				err = fmt.Errorf("the create was not served from the pool (%v)", perr)
+			}
+		}
+		return d, err
+	}))
 }

@@ -33,6 +33,10 @@ type WarmPool struct {
 	// so a create served from the pool runs its first cell at once. ""
 	// (default) starts none.
 	Code string `toml:"code"`
+	// Desktop (desktop) starts each pool sandbox's display (Xvfb, the
+	// window manager, x11vnc; docs/desktop.md) at the default size while
+	// it waits, so a create served from the pool has its desktop running.
+	Desktop bool `toml:"desktop"`
 }
 
 // maxPoolSize bounds one pool.
@@ -99,9 +103,9 @@ func (c Config) validatePools(v *validator) {
 		if p.Code != "" {
 			v.name(key+".code", p.Code)
 		}
-		id := fmt.Sprintf("%s/%s/%g/%d/%d/%d/%s/%s", p.Template, p.Isolation, p.CPU, p.MemoryMB, p.DiskMB, p.Pids, p.Egress, p.Code)
+		id := fmt.Sprintf("%s/%s/%g/%d/%d/%d/%s/%s/%t", p.Template, p.Isolation, p.CPU, p.MemoryMB, p.DiskMB, p.Pids, p.Egress, p.Code, p.Desktop)
 		if j, dup := seen[id]; dup {
-			v.addf("%s repeats pool[%d] (same template, isolation, limits, egress and code); raise that one's size instead", key, j)
+			v.addf("%s repeats pool[%d] (same template, isolation, limits, egress, code and desktop); raise that one's size instead", key, j)
 		}
 		seen[id] = i
 	}

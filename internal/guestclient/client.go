@@ -327,6 +327,20 @@ func (c *Client) CreateCodeContext(ctx context.Context, req api.CreateCodeContex
 	return &out, nil
 }
 
+// StartDesktop starts the sandbox's display (api.StartDesktopRequest's
+// defaults for zero fields) and returns its state.
+func (c *Client) StartDesktop(ctx context.Context, req api.StartDesktopRequest) (*api.Desktop, error) {
+	body, err := jsonBody(req)
+	if err != nil {
+		return nil, err
+	}
+	var out api.Desktop
+	if err := c.call(ctx, request{route: proto.DesktopStart, body: body, ctype: "application/json"}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Checkpoint asks a gvisor sandbox's agent to close its channel for a
 // checkpoint; it answers first.
 func (c *Client) Checkpoint(ctx context.Context) error {

@@ -473,6 +473,12 @@ func (s *Service) bootMember(c config.WarmPool) (*member, error) {
 			return nil, err
 		}
 	}
+	if c.Desktop {
+		if err := s.startMemberDesktop(ctx, m); err != nil {
+			s.warm.dropMember(m, "desktop failed")
+			return nil, err
+		}
+	}
 	if c.Egress == api.EgressInternet {
 		pol, _ := network.ParsePolicy(api.EgressInternet, nil, nil)
 		if m.sub, err = s.net.Attach(m.id, h.Pid, pol, network.Subnet{}, network.Limits{}); err != nil {
@@ -579,6 +585,7 @@ func (w *warmPools) status() []api.PoolStatus {
 			Resources: api.Resources{CPU: c.CPU, MemoryMB: c.MemoryMB, DiskMB: c.DiskMB, Pids: c.Pids},
 			Egress:    c.Egress,
 			Code:      c.Code,
+			Desktop:   c.Desktop,
 			Served:    p.served,
 			Misses:    p.misses,
 			Booted:    p.made,
@@ -596,16 +603,33 @@ func (w *warmPools) status() []api.PoolStatus {
 // that the first cell of the create it serves finds it up. The agent
 // passes a later SetEnv on to the waiting kernel.
 func (s *Service) startMemberKernel(ctx context.Context, m *member, lang string) error {
-	tr := &http.Transport{
-		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return m.drv.DialGuest(ctx, m.h) },
-		DisableKeepAlives: true,
-	}
-	defer tr.CloseIdleConnections()
-	_, err := guestclient.New(tr).CreateCodeContext(ctx, api.CreateCodeContextRequest{ID: lang, Language: lang})
+	_, err := memberGuest(m).CreateCodeContext(ctx, api.CreateCodeContextRequest{ID: lang, Language: lang})
 	if err != nil {
 		return fmt.Errorf("starting the pool's %s kernel: %w", lang, err)
 	}
 	return nil
+}
+
+// startMemberDesktop starts a member's display at the default size; the
+// create it serves finds it running (POST /desktop of the same size is a
+// no-op).
+func (s *Service) startMemberDesktop(ctx context.Context, m *member) error {
+	d, err := memberGuest(m).StartDesktop(ctx, api.StartDesktopRequest{})
+	if err == nil && d.State != api.DesktopRunning {
+		err = fmt.Errorf("the display is %s: %s", d.State, d.Error)
+	}
+	if err != nil {
+		return fmt.Errorf("starting the pool's desktop: %w", err)
+	}
+	return nil
+}
+
+// memberGuest is a client of a member's agent, one connection per call.
+func memberGuest(m *member) *guestclient.Client {
+	return guestclient.New(&http.Transport{
+		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return m.drv.DialGuest(ctx, m.h) },
+		DisableKeepAlives: true,
+	})
 }
 
 func (s *Service) setGuestEnv(ctx context.Context, m *member, env []string) error {
