@@ -18,6 +18,8 @@ export type {
 export * from "./errors.js";
 export * from "./models.js";
 export { Execution, Result } from "./code.js";
+export { Desktop } from "./desktop.js";
+export type { ActionsResult, DesktopAction, DesktopInfo, Point, Screenshot, ScreenshotOptions, Window } from "./desktop.js";
 export type { CodeContext, CodeEvent, ContextRef, ExecutionError, RunCodeOptions } from "./code.js";
 export type { Command, Data, ProcessSpec } from "./common.js";
 export { resolveConfig, parseHost } from "./config.js";

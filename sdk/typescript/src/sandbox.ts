@@ -22,6 +22,7 @@ import {
 } from "./errors.js";
 import { Http, lines, sandboxPath, throwIfAborted, transportError, type CallOptions, type RequestBody } from "./http.js";
 import * as m from "./models.js";
+import { Desktop } from "./desktop.js";
 import {
   DEFAULT_TEMPLATE,
   commandFields,
@@ -471,12 +472,15 @@ async function deletePty(h: Http, sandboxId: string, pid: number, signal?: Abort
 export class Sandbox {
   /** Files inside the sandbox. */
   readonly files: Files;
+  /** The sandbox's desktop, on a template that has one (docs/desktop.md). */
+  readonly desktop: Desktop;
 
   private constructor(
     private _info: m.SandboxInfo,
     private readonly http: Http,
   ) {
     this.files = new Files(http, _info.id);
+    this.desktop = new Desktop(http, _info.id);
   }
 
   /** The sandbox's id. */

@@ -129,3 +129,35 @@ test("listPage walks the list a page at a time", async () => {
     for (const s of made) await s.destroy();
   }
 });
+
+test("desktop: start, screenshot, input, windows, live view", async () => {
+  const sbx = await Sandbox.create({ template: "desktop", ttlSeconds: 300 });
+  try {
+    const info = await sbx.desktop.start();
+    assert.equal(info.state, "running");
+    assert.equal(info.width, 1024);
+    const png = await sbx.desktop.screenshot();
+    assert.equal(png.format, "png");
+    assert.deepEqual(png.data.subarray(1, 4).toString(), "PNG");
+    assert.equal(png.width, 1024);
+    assert.equal(png.height, 768);
+    const jpeg = await sbx.desktop.screenshot({ format: "jpeg", scale: "512x384" });
+    assert.equal(jpeg.format, "jpeg");
+    assert.equal(jpeg.width, 512);
+    assert.equal(jpeg.screenWidth, 1024);
+    await sbx.desktop.click(100, 120);
+    assert.deepEqual(await sbx.desktop.cursor(), { x: 100, y: 120 });
+    const r = await sbx.desktop.actions([{ type: "move", x: 300, y: 200 }], { screenshot: true });
+    assert.deepEqual(r.cursor, { x: 300, y: 200 });
+    assert.equal(r.screenshot.width, 1024);
+    assert.ok(Array.isArray(await sbx.desktop.windows()));
+    const url = await sbx.desktop.streamUrl();
+    assert.match(url, /vnc\.html/);
+    assert.match(url, /view_only=true/);
+    await assert.rejects(sbx.desktop.drag([{ x: 1, y: 1 }]), /two points/);
+    await sbx.desktop.stop();
+    assert.equal((await sbx.desktop.status()).state, "stopped");
+  } finally {
+    await sbx.destroy();
+  }
+});
