@@ -106,3 +106,29 @@ type BootCgroup struct {
 	Controller string `json:"controller"`
 	NoChild    bool   `json:"no_child,omitempty"`
 }
+
+// The microvm tier (drivers/microvm): the guest kernel starts the agent as
+// the initramfs's /init with the argument VMMode. The agent's channel is
+// the virtio-serial port named VMPort, a single byte stream on which the
+// host opens one stream per connection with a multiplexer (yamux). Each
+// time the host connects to the port (at create, and again after a daemon
+// restart) it first writes one line, a VMHello as JSON, and then starts
+// the multiplexer's client; the agent answers with the server.
+const (
+	VMMode = "vm"
+	VMPort = "agent"
+	// VMLowersArg is the kernel argument giving the number of read-only
+	// layer disks (serial "agentbox-l<i>", topmost first); the writable
+	// disk's serial is VMUpperSerial. 0 (a trial boot) serves from the
+	// initramfs.
+	VMLowersArg   = "agentbox.lowers"
+	VMUpperSerial = "agentbox-rw"
+)
+
+// VMHello is the line that starts each host connection to a microvm
+// sandbox's agent: the first one carries the sandbox (its boot spec and
+// pids limit), later ones (a restarted daemon re-adopting it) nothing.
+type VMHello struct {
+	Boot *BootSpec `json:"boot,omitempty"`
+	Pids int64     `json:"pids,omitempty"`
+}
