@@ -349,7 +349,7 @@ func mountSpecial() error {
 		{"devpts", "/dev/pts", "devpts", "newinstance,ptmxmode=0666,mode=0620"},
 		{"shm", "/dev/shm", "tmpfs", "mode=1777"},
 		{"tmpfs", "/run", "tmpfs", "mode=0755"},
-		{"cgroup2", "/sys/fs/cgroup", "cgroup2", ""},
+		{"cgroup", "/sys/fs/cgroup", "tmpfs", "mode=0755"},
 	} {
 		if err := os.MkdirAll(m.dst, 0o755); err != nil {
 			return err
@@ -365,30 +365,12 @@ func mountSpecial() error {
 	return nil
 }
 
-// workloadCgroup makes the guest kernel's cgroup for every exec, its
-// pids limit the sandbox's; execs go into children of it.
+// workloadCgroup mounts the guest kernel's pids and cpuacct hierarchies,
+// each with the workload's cgroup, as the gvisor tier's agent does: v1,
+// because the exec path puts a child into a v2 cgroup with clone3, which
+// the seccomp filter refuses (ENOSYS, so that libc falls back to clone).
 func workloadCgroup(pids int64) ([]guest.CgroupDir, error) {
-	const root = "/sys/fs/cgroup"
-	if err := os.WriteFile(root+"/cgroup.subtree_control", []byte("+pids +memory"), 0); err != nil {
-		return nil, err
-	}
-	work := root + "/workload"
-	if err := os.Mkdir(work, 0o755); err != nil && !os.IsExist(err) {
-		return nil, err
-	}
-	if err := os.WriteFile(work+"/cgroup.subtree_control", []byte("+pids +memory"), 0); err != nil {
-		return nil, err
-	}
-	if pids > 0 {
-		if err := os.WriteFile(work+"/pids.max", []byte(strconv.FormatInt(pids, 10)), 0); err != nil {
-			return nil, err
-		}
-	}
-	fd, err := unix.Open(work, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	return []guest.CgroupDir{{FD: fd, V2: true}}, nil
+	return guest.MountOwnCgroups("/sys/fs/cgroup", pids)
 }
 
 // findPort finds the virtio-serial port called name.
