@@ -2,8 +2,8 @@ package microvm
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
