@@ -1,12 +1,17 @@
 package microvm
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/errdefs"
 )
 
 // TestModuleOrder resolves the guest's modules against the installed
@@ -82,5 +87,46 @@ func TestInitramfsIsNewcCpio(t *testing.T) {
 		if !strings.Contains(string(list), want) {
 			t.Errorf("the archive lacks %q:\n%s", want, list)
 		}
+	}
+}
+
+// TestNewSaysWhyNot: without the guest kernel the tier is not offered,
+// and the error says what is missing and how to install it, before any
+// VM is booted.
+func TestNewSaysWhyNot(t *testing.T) {
+	t.Setenv(DirEnv, t.TempDir())
+	t.Setenv(CacheEnv, t.TempDir())
+	guest := filepath.Join(t.TempDir(), "agentbox-guest")
+	if err := os.WriteFile(guest, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(driver.Options{GuestBinary: guest, UIDBase: 1000000})
+	if err == nil || !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "install-deps.sh") {
+		t.Fatalf("New without a kernel: %v", err)
+	}
+}
+
+// TestPruneCache removes another build's initramfs and trial result once
+// stale, and keeps the current one and fresh ones.
+func TestPruneCache(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-2 * staleAfter)
+	for _, n := range []string{"initramfs-a.cpio", "initramfs-b.cpio", "trial-a.ok", "initramfs-c.cpio", "other"} {
+		p := filepath.Join(dir, n)
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if n != "initramfs-c.cpio" {
+			_ = os.Chtimes(p, old, old)
+		}
+	}
+	pruneCache(dir, filepath.Join(dir, "initramfs-a.cpio"))
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if strings.Join(left, " ") != "initramfs-a.cpio initramfs-c.cpio other" {
+		t.Errorf("left %v", left)
 	}
 }

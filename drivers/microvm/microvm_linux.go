@@ -201,7 +201,10 @@ func (d *Driver) prepareInitramfs(dir string) error {
 		return err
 	}
 	d.initramfs = filepath.Join(d.cache, "initramfs-"+KernelRelease+"-"+sum[:16]+".cpio")
+	pruneCache(d.cache, d.initramfs)
 	if _, err := os.Stat(d.initramfs); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(d.initramfs, now, now) // in use: not pruned
 		return nil
 	}
 	mods, err := moduleOrder(filepath.Join(dir, "kernel-"+KernelRelease, "modules"), guestModules)
@@ -209,6 +212,25 @@ func (d *Driver) prepareInitramfs(dir string) error {
 		return err
 	}
 	return buildInitramfs(d.initramfs, d.opts.GuestBinary, mods)
+}
+
+// staleAfter is how long an initramfs (of another agent build) and its
+// trial result stay in the host cache unused: a running VM read its
+// initramfs at start, so only a daemon that starts within this time with
+// that build would want it again.
+const staleAfter = 24 * time.Hour
+
+// pruneCache removes initramfs files and trial results older than
+// staleAfter, but keep's.
+func pruneCache(dir, keep string) {
+	for _, pat := range []string{"initramfs-*.cpio", "trial-*.ok"} {
+		files, _ := filepath.Glob(filepath.Join(dir, pat))
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && f != keep && time.Since(fi.ModTime()) > staleAfter {
+				_ = os.Remove(f)
+			}
+		}
+	}
 }
 
 // trial boots a VM with no disks (the agent serves from its initramfs)
@@ -221,6 +243,8 @@ func (d *Driver) trial() error {
 	stamp := filepath.Join(d.cache, fmt.Sprintf("trial-%s-%s-%d-%d.ok", d.Accel,
 		strings.TrimSuffix(filepath.Base(d.initramfs), ".cpio"), qfi.Size(), qfi.ModTime().Unix()))
 	if _, err := os.Stat(stamp); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(stamp, now, now)
 		return nil
 	}
 	runDir, err := os.MkdirTemp("", "agentbox-microvm-trial-")
