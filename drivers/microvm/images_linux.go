@@ -46,18 +46,22 @@ func (d *Driver) layerImage(ctx context.Context, dir string) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(img), 0o755); err != nil {
 		return "", err
 	}
-	tmp := img + ".tmp"
-	_ = os.Remove(tmp)
 	// mkfs.erofs runs as the namespace's root, that is host uid_base,
 	// which may not search the directories above the layer or the cache:
 	// it gets both as descriptors opened here and reaches them through
 	// /proc/self/fd, which checks only the file itself.
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	// A file of its own, renamed into place: another daemon sharing the
+	// cache may build the same image at once.
+	out, err := os.CreateTemp(filepath.Dir(img), ".layer-*")
 	if err != nil {
 		return "", err
 	}
+	tmp := out.Name()
 	defer out.Close()
 	defer os.Remove(tmp)
+	if err := out.Chmod(0o644); err != nil {
+		return "", err
+	}
 	if err := out.Chown(d.opts.UIDBase, d.opts.UIDBase); err != nil {
 		return "", err
 	}

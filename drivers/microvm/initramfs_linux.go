@@ -144,13 +144,19 @@ func (c *cpio) close() error {
 // buildInitramfs writes the guest's initramfs to path: the agent as
 // /init, the modules (numbered, dependencies first) under /modules, and
 // /dev/console, which the kernel opens for init's stdio.
+// A file of its own, renamed into place: daemons sharing the cache may
+// build the same one at once.
 func buildInitramfs(path, guestBin string, modules []string) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.CreateTemp(filepath.Dir(path), ".initramfs-*")
 	if err != nil {
 		return err
 	}
+	tmp := f.Name()
 	defer os.Remove(tmp)
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
 	c := &cpio{w: f}
 	c.entry("dev", 0o040755, nil, 0, 0)
 	c.entry("dev/console", 0o020600, nil, 5, 1)

@@ -23,6 +23,7 @@
 package microvm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -412,13 +413,28 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 	return v, nil
 }
 
-// consoleTail is the end of a VM's serial console and QEMU's own output.
+// consoleTail is what a VM's serial console and QEMU's own output say
+// about a failed boot: the agent's last lines (its error, before the
+// kernel's panic), QEMU's, and the console's last lines.
 func consoleTail(runDir string) string {
 	b, _ := os.ReadFile(filepath.Join(runDir, "console.log"))
-	if s := lastLines(b, 8); s != "" {
-		return ": console: " + s
+	var said []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "agentbox-guest") || strings.Contains(l, "level=") ||
+			strings.Contains(l, "qemu-system") || strings.Contains(l, "Kernel panic") {
+			said = append(said, strings.TrimSpace(l))
+		}
 	}
-	return ""
+	if len(said) > 6 {
+		said = said[len(said)-6:]
+	}
+	if s := lastLines(b, 3); s != "" {
+		said = append(said, s)
+	}
+	if len(said) == 0 {
+		return ""
+	}
+	return ": console: " + strings.Join(said, " | ")
 }
 
 // sessions are the open multiplexed sessions, by agent socket: one per VM
@@ -431,7 +447,8 @@ var sessions sync.Map // string -> *yamux.Session
 // listens on, says hello, starts the multiplexer and waits until the
 // agent answers a ping.
 func (d *Driver) connect(ctx context.Context, v *vm, hello *proto.VMHello) error {
-	sess, err := dialSession(ctx, v.sock, hello)
+	// The first hello waits as long as the boot may take.
+	sess, err := dialSession(ctx, v.sock, hello, 0)
 	if err != nil {
 		return err
 	}
@@ -450,21 +467,73 @@ func (d *Driver) connect(ctx context.Context, v *vm, hello *proto.VMHello) error
 	return nil
 }
 
-func dialSession(ctx context.Context, sock string, hello *proto.VMHello) (*yamux.Session, error) {
+// dialSession connects to a VM's agent socket, says hello and waits for
+// the agent's ack (proto.VMAck) until ctx is done or, when ackWait is set,
+// that long; a guest that has not acked by then gets a new connection,
+// with twice the wait (up to 8 s), until ctx is done. That is the race the
+// ack closes (proto.VMHello): an agent that closes its old session's port
+// after the new host's hello arrived drops the hello with it.
+func dialSession(ctx context.Context, sock string, hello *proto.VMHello, ackWait time.Duration) (*yamux.Session, error) {
+	line, err := json.Marshal(hello)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		c, err := helloConn(ctx, sock, line, ackWait)
+		if err == nil {
+			return startClient(c)
+		}
+		if !errors.Is(err, errNoAck) || ctx.Err() != nil {
+			return nil, err
+		}
+		ackWait = min(2*ackWait, 8*time.Second)
+	}
+}
+
+var errNoAck = errors.New("the guest agent did not ack the hello")
+
+func helloConn(ctx context.Context, sock string, line []byte, ackWait time.Duration) (net.Conn, error) {
 	var dl net.Dialer
 	c, err := dl.DialContext(ctx, "unix", sock)
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
-	line, err := json.Marshal(hello)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
 	if _, err := c.Write(append(line, '\n')); err != nil {
 		c.Close()
 		return nil, err
 	}
+	deadline, _ := ctx.Deadline()
+	if ackWait > 0 && (deadline.IsZero() || time.Until(deadline) > ackWait) {
+		deadline = time.Now().Add(ackWait)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Now()) })
+	defer stop()
+	c.SetReadDeadline(deadline)
+	// Byte by byte up to the ack, so that nothing after it is taken from
+	// the multiplexer; what comes before it is an old session's.
+	var got []byte
+	b := make([]byte, 1)
+	for !bytes.HasSuffix(got, []byte(proto.VMAck)) {
+		if _, err := c.Read(b); err != nil {
+			c.Close()
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("guest agent did not answer: %w", ctx.Err())
+				}
+				return nil, errNoAck
+			}
+			return nil, fmt.Errorf("guest agent's hello: %v", err)
+		}
+		if got = append(got, b[0]); len(got) > 1<<20 {
+			c.Close()
+			return nil, errors.New("guest agent's hello: no ack in 1 MiB")
+		}
+	}
+	c.SetReadDeadline(time.Time{})
+	return c, nil
+}
+
+func startClient(c net.Conn) (*yamux.Session, error) {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
 	cfg.EnableKeepAlive = false
@@ -627,7 +696,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	if _, ok := sessions.Load(h.Socket); !ok {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		sess, err := dialSession(actx, h.Socket, &proto.VMHello{})
+		sess, err := dialSession(actx, h.Socket, &proto.VMHello{}, time.Second)
 		if err != nil {
 			return errdefs.NotFound("sandbox %s: %v", h.ID, err)
 		}

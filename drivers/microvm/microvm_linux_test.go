@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/yamux"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/driver"
@@ -119,6 +120,38 @@ func TestGuestKernelLimitsAndPosture(t *testing.T) {
 	}
 	if out, _ := exec.Command("cat", "/proc/"+strconv.Itoa(h.Pid)+"/cmdline").Output(); !bytes.Contains(out, []byte("-nodefaults")) || !bytes.Contains(out, []byte("-no-user-config")) {
 		t.Errorf("qemu runs without -nodefaults -no-user-config: %q", out)
+	}
+
+	// A daemon restart: the old process's connection goes, a new driver
+	// adopts the VM over a new session (the conformance suite's restart
+	// shares this process's session). Twice, at once: the agent may not
+	// have seen the old host go when the new one says hello.
+	if _, err := drivertest.Exec(ctx, d, h, "echo kept > /root/state"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		s, ok := sessions.LoadAndDelete(h.Socket)
+		if !ok {
+			t.Fatal("no session for the VM")
+		}
+		s.(*yamux.Session).Close()
+		d2, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, Seccomp: true, CacheDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := d2.Adopt(ctx, h); err != nil {
+			t.Fatalf("adopt %d: %v", i, err)
+		}
+		took := time.Since(start)
+		t.Logf("adopt %d over a new session: %v", i, took.Round(time.Millisecond))
+		if took > 3*time.Second {
+			b, _ := os.ReadFile(filepath.Join(spec.RunDir, "vm", "console.log"))
+			t.Logf("console: %s", b)
+		}
+		if res, err := drivertest.Exec(ctx, d2, h, "cat /root/state"); err != nil || strings.TrimSpace(res.Stdout) != "kept" {
+			t.Fatalf("after adopt %d: %v %+v", i, err, res)
+		}
 	}
 
 	writable := filepath.Join(spec.WorkDir, "microvm-rw.img")

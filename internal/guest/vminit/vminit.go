@@ -83,7 +83,11 @@ func Run() error {
 		return err
 	}
 	// The first host connection gives the sandbox.
-	f, hello, err := accept(port)
+	f, err := os.OpenFile(port, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", port, err)
+	}
+	hello, err := accept(f, log)
 	if err != nil {
 		return err
 	}
@@ -131,48 +135,57 @@ func Run() error {
 	})
 	for {
 		serveSession(srv, f, log)
-		_ = f.Close()
-		if f, _, err = accept(port); err != nil {
+		if _, err = accept(f, log); err != nil {
 			return err
 		}
 	}
 }
 
 // serveSession serves one host connection until it ends.
-func serveSession(srv *guest.Server, f *os.File, log *slog.Logger) {
+func serveSession(srv *guest.Server, port *os.File, log *slog.Logger) {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
 	cfg.EnableKeepAlive = false // the host notices a dead guest by its QEMU's exit
-	sess, err := yamux.Server(f, cfg)
+	sess, err := yamux.Server(keepOpen{port}, cfg)
 	if err != nil {
 		log.Warn("multiplexer", "err", err)
 		return
 	}
-	if err := srv.Serve(sess); err != nil && !errors.Is(err, yamux.ErrSessionShutdown) && !errors.Is(err, io.EOF) {
-		log.Info("host session ended", "err", err)
-	}
+	err = srv.Serve(sess)
+	log.Info("host session ended", "err", err)
 	_ = sess.Close()
 }
 
-// accept opens the port and waits for a host to connect and say hello.
-// While no host is connected the port reads EOF at once, so it retries
-// with a short sleep.
-func accept(port string) (*os.File, proto.VMHello, error) {
-	var hello proto.VMHello
+// keepOpen is the port for one session: the session's end does not close
+// it. The agent keeps the port open for the VM's life, because closing a
+// virtio-serial port drops what it holds, and a new host's hello may be
+// there already.
+type keepOpen struct{ *os.File }
+
+func (keepOpen) Close() error { return nil }
+
+// accept waits on the port for a host to connect and say hello, and acks
+// it (proto.VMAck). While no host is connected the port reads EOF at
+// once, so it retries with a short sleep. A line that is not a hello (a
+// former session's bytes) is skipped: the host, which got no ack, says
+// hello again.
+func accept(port *os.File, log *slog.Logger) (proto.VMHello, error) {
 	for delay := time.Millisecond; ; delay = min(delay*2, 20*time.Millisecond) {
-		f, err := os.OpenFile(port, os.O_RDWR, 0)
-		if err != nil {
-			return nil, hello, fmt.Errorf("opening %s: %w", port, err)
-		}
-		line, err := readLine(f, 1<<20)
+		var hello proto.VMHello
+		line, err := readLine(port, 1<<20)
 		if err == nil {
-			if err := json.Unmarshal(line, &hello); err != nil {
-				_ = f.Close()
-				return nil, hello, fmt.Errorf("the host's hello: %w", err)
+			if err = json.Unmarshal(line, &hello); err == nil {
+				if _, err = port.WriteString(proto.VMAck); err == nil {
+					log.Info("host connected")
+					return hello, nil
+				}
 			}
-			return f, hello, nil
+			log.Info("not a hello; waiting for the host again", "err", err)
+			continue
 		}
-		_ = f.Close()
+		if !errors.Is(err, io.EOF) {
+			return hello, fmt.Errorf("reading the agent's port: %w", err)
+		}
 		time.Sleep(delay)
 	}
 }
