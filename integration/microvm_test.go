@@ -2,8 +2,9 @@ package integration
 
 // The microvm tier end to end (its first milestone, docs/microvm.md): a
 // QEMU VM with Debian's guest kernel serving the same guest protocol, the
-// accelerator in inspect, what later milestones bring refused with a
-// clear error, and destroy leaving nothing on the host. Few tests on
+// accelerator in inspect, re-adoption after a daemon restart, what later
+// milestones bring refused with a clear error, and destroy leaving
+// nothing on the host. Few tests on
 // purpose: each VM boots in seconds under emulation (no /dev/kvm here).
 
 import (
@@ -96,6 +97,14 @@ func TestMicrovm(t *testing.T) {
 	}
 	if res := execReq(t, id, api.ExecRequest{Shell: "id -un", User: "user"}); strings.TrimSpace(res.Stdout) != "user" {
 		t.Errorf("exec as user: %+v", res)
+	}
+
+	// A daemon restart: the old daemon's sessions close with it, the VM
+	// runs on, and the new daemon adopts it over a new one.
+	mustSh(t, id, "sleep 600 >/dev/null 2>&1 &")
+	restartDaemon(t, func() {})
+	if out := mustSh(t, id, "cat /tmp/x/hello.txt; echo; ps -o args | grep -c '^sleep 600'"); out != body+"\n1" {
+		t.Errorf("after a daemon restart: %q, want the file and the sleeper", out)
 	}
 
 	// What later milestones bring is refused, saying so.

@@ -74,7 +74,10 @@ func init() {
 	driver.Register(Name, func(o driver.Options) (driver.Driver, error) { return New(o) })
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver = (*Driver)(nil)
+	_ io.Closer     = (*Driver)(nil)
+)
 
 // Driver is the microvm tier.
 type Driver struct {
@@ -98,6 +101,9 @@ type Driver struct {
 
 	seccompFilter []byte
 	exits         lifecycle.Exits
+
+	mu   sync.Mutex
+	mine map[string]*yamux.Session // sessions this instance opened, by socket
 }
 
 // private is the driver's part of a Handle.
@@ -463,7 +469,32 @@ func (d *Driver) connect(ctx context.Context, v *vm, hello *proto.VMHello) error
 		sess.Close()
 		return err
 	}
-	sessions.Store(v.sock, sess)
+	d.keep(v.sock, sess)
+	return nil
+}
+
+// keep records sess as the VM's session, opened by this instance.
+func (d *Driver) keep(sock string, sess *yamux.Session) {
+	sessions.Store(sock, sess)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mine == nil {
+		d.mine = map[string]*yamux.Session{}
+	}
+	d.mine[sock] = sess
+}
+
+// Close implements io.Closer (the daemon calls it when it stops): the
+// sessions this instance opened close, the VMs go on running, and their
+// agents wait for the next daemon, which adopts them over new sessions.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for sock, sess := range d.mine {
+		sessions.CompareAndDelete(sock, sess)
+		sess.Close()
+	}
+	d.mine = nil
 	return nil
 }
 
@@ -658,6 +689,9 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	if s, ok := sessions.LoadAndDelete(h.Socket); ok {
 		s.(*yamux.Session).Close()
 	}
+	d.mu.Lock()
+	delete(d.mine, h.Socket)
+	d.mu.Unlock()
 	if h.Pid > 0 && guestconn.Alive(h) {
 		_ = unix.Kill(h.Pid, unix.SIGKILL)
 	}
@@ -693,7 +727,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	if h.Pid <= 0 || !guestconn.Alive(h) {
 		return errdefs.NotFound("sandbox %s: qemu process %d is gone", h.ID, h.Pid)
 	}
-	if _, ok := sessions.Load(h.Socket); !ok {
+	if s, ok := sessions.Load(h.Socket); !ok || s.(*yamux.Session).IsClosed() {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		sess, err := dialSession(actx, h.Socket, &proto.VMHello{}, time.Second)
@@ -704,7 +738,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 			sess.Close()
 			return errdefs.NotFound("sandbox %s: %v", h.ID, err)
 		}
-		sessions.Store(h.Socket, sess)
+		d.keep(h.Socket, sess)
 	}
 	ch, _ := guestconn.WatchExit(h.Pid)
 	d.exits.Set(h.ID, ch)

@@ -129,12 +129,18 @@ func TestGuestKernelLimitsAndPosture(t *testing.T) {
 	if _, err := drivertest.Exec(ctx, d, h, "echo kept > /root/state"); err != nil {
 		t.Fatal(err)
 	}
+	cur := d
 	for i := range 2 {
-		s, ok := sessions.LoadAndDelete(h.Socket)
+		s, ok := sessions.Load(h.Socket)
 		if !ok {
 			t.Fatal("no session for the VM")
 		}
-		s.(*yamux.Session).Close()
+		if err := cur.Close(); err != nil { // what the daemon does when it stops
+			t.Fatal(err)
+		}
+		if !s.(*yamux.Session).IsClosed() {
+			t.Fatal("Close left the VM's session open")
+		}
 		d2, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, Seccomp: true, CacheDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
@@ -152,13 +158,14 @@ func TestGuestKernelLimitsAndPosture(t *testing.T) {
 		if res, err := drivertest.Exec(ctx, d2, h, "cat /root/state"); err != nil || strings.TrimSpace(res.Stdout) != "kept" {
 			t.Fatalf("after adopt %d: %v %+v", i, err, res)
 		}
+		cur = d2
 	}
 
 	writable := filepath.Join(spec.WorkDir, "microvm-rw.img")
 	if _, err := os.Stat(writable); err != nil {
 		t.Errorf("no writable disk in the writable layer: %v", err)
 	}
-	if err := d.Destroy(ctx, h); err != nil {
+	if err := cur.Destroy(ctx, h); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{writable, h.Socket} {
