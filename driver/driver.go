@@ -52,6 +52,10 @@ type Spec struct {
 	CPU      float64 // cores
 	MemoryMB int64
 	Pids     int64
+	// DiskMB is the disk limit storage put on the writable layer; a
+	// driver whose writable layer is a disk image (microvm) sizes the
+	// image by it, so the sandbox sees ENOSPC at its limit. 0: not given.
+	DiskMB int64
 	// RunDir is a private host directory for the driver (sockets, state);
 	// it exists and is removed by the service after Destroy.
 	RunDir string

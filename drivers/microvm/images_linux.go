@@ -90,19 +90,26 @@ func (d *Driver) layerImage(ctx context.Context, dir string) (string, error) {
 	return img, nil
 }
 
-// writableSize is the apparent size of a sandbox's writable disk. The
-// file is sparse and sits in the sandbox's writable layer, whose hard
-// disk limit (storage's) bounds what it can really take.
-const writableSize = 8 << 30
+// writableSize is the size of a sandbox's writable disk: its disk limit
+// less a margin, so that the guest's ext4 fills (ENOSPC inside) before
+// storage's limit on the writable layer the sparse file sits in would
+// fail its writes (I/O errors inside); 8 GiB when no limit is given.
+func writableSize(diskMB int64) int64 {
+	if diskMB <= 0 {
+		return 8 << 30
+	}
+	margin := max(8, diskMB/32)
+	return max(diskMB-margin, 32) << 20
+}
 
 // writableImage makes the sandbox's writable disk, an empty ext4 file
 // system in a sparse file (QEMU gets it as descriptors, never by path).
-func (d *Driver) writableImage(ctx context.Context, path string) error {
+func (d *Driver) writableImage(ctx context.Context, path string, diskMB int64) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("writable disk: %w", err)
 	}
-	err = f.Truncate(writableSize)
+	err = f.Truncate(writableSize(diskMB))
 	f.Close()
 	if err != nil {
 		return fmt.Errorf("writable disk: %w", err)

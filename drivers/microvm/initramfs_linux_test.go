@@ -130,3 +130,13 @@ func TestPruneCache(t *testing.T) {
 		t.Errorf("left %v", left)
 	}
 }
+
+// TestWritableSize: the writable disk is the disk limit less a margin
+// that keeps storage's limit out of reach; 8 GiB without a limit.
+func TestWritableSize(t *testing.T) {
+	for _, c := range []struct{ disk, want int64 }{{0, 8 << 30}, {2048, (2048 - 64) << 20}, {64, 56 << 20}, {10, 32 << 20}} {
+		if got := writableSize(c.disk); got != c.want {
+			t.Errorf("writableSize(%d) = %d, want %d", c.disk, got, c.want)
+		}
+	}
+}

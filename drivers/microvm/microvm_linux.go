@@ -618,7 +618,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	// directory, which no overlay uses on this tier), where storage's
 	// disk limit and removal apply.
 	writable := filepath.Join(spec.WorkDir, "microvm-rw.img")
-	if err := d.writableImage(ctx, writable); err != nil {
+	if err := d.writableImage(ctx, writable, spec.DiskMB); err != nil {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
 	undo.Add(func() { _ = os.Remove(writable) })

@@ -43,7 +43,7 @@ func TestGuestKernelLimitsAndPosture(t *testing.T) {
 		ID: "mvmtest" + strconv.Itoa(os.Getpid()), Hostname: "mvm-host", Layers: []string{layer},
 		UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"), RunDir: filepath.Join(tmp, "run"),
 		Env:  []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
-		User: "root", Workdir: "/", CPU: 1.5, MemoryMB: 200, Pids: 64,
+		User: "root", Workdir: "/", CPU: 1.5, MemoryMB: 200, Pids: 64, DiskMB: 64,
 	}
 	for _, dir := range []string{spec.UpperDir, spec.WorkDir, spec.RunDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -83,6 +83,13 @@ func TestGuestKernelLimitsAndPosture(t *testing.T) {
 	}
 	if lines[3] != "mvm-host" || lines[4] != "64" {
 		t.Errorf("hostname %q, pids.max %q", lines[3], lines[4])
+	}
+
+	// The disk limit is the writable disk's size: a full disk is ENOSPC
+	// inside, and the sandbox goes on.
+	res, err = drivertest.Exec(ctx, d, h, "dd if=/dev/zero of=/root/big bs=1M count=100 2>&1; rm /root/big; echo after")
+	if err != nil || !strings.Contains(res.Stdout, "No space left on device") || !strings.HasSuffix(strings.TrimSpace(res.Stdout), "after") {
+		t.Errorf("writing past the disk limit: %v %+v", err, res)
 	}
 
 	// QEMU's posture on the host.

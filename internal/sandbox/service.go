@@ -450,6 +450,7 @@ func (s *Service) driverSpec(rec *store.SandboxRecord, tpl *storage.Template, up
 		CPU:      rec.Resources.CPU,
 		MemoryMB: rec.Resources.MemoryMB,
 		Pids:     rec.Resources.Pids,
+		DiskMB:   rec.Resources.DiskMB,
 		RunDir:   dir,
 	}
 }
