@@ -67,6 +67,9 @@ type Sandbox struct {
 	ExpiresAt       *time.Time        `json:"expires_at,omitempty"`
 	Error           string            `json:"error,omitempty"` // why it failed, when state is failed
 	Pid             int               `json:"pid,omitempty"`   // host pid of the sandbox's init (admin view)
+	// Accelerator is the microvm tier's: "kvm", or "tcg" (QEMU's software
+	// emulation, on hosts without /dev/kvm); empty on the other tiers.
+	Accelerator string `json:"accelerator,omitempty"`
 	// Lineage: the sandbox this one was forked from, and the snapshot it
 	// started from.
 	Parent     string `json:"parent,omitempty"`

@@ -52,6 +52,10 @@ type Spec struct {
 	CPU      float64 // cores
 	MemoryMB int64
 	Pids     int64
+	// DiskMB is the disk limit storage put on the writable layer; a
+	// driver whose writable layer is a disk image (microvm) sizes the
+	// image by it, so the sandbox sees ENOSPC at its limit. 0: not given.
+	DiskMB int64
 	// RunDir is a private host directory for the driver (sockets, state);
 	// it exists and is removed by the service after Destroy.
 	RunDir string
@@ -90,6 +94,10 @@ type Handle struct {
 	PidStart uint64 `json:"pid_start"`
 	// Socket is the guest channel, for tiers that use a unix socket.
 	Socket string `json:"socket,omitempty"`
+	// Accelerator is what runs a virtual machine tier's sandbox ("kvm",
+	// or "tcg": QEMU's emulation); empty for tiers on the host's kernel.
+	// The API shows it.
+	Accelerator string `json:"accelerator,omitempty"`
 	// Private holds driver-specific state.
 	Private json.RawMessage `json:"private,omitempty"`
 }
@@ -139,6 +147,10 @@ type Options struct {
 	// ahead of a create keeps waiting (container tier; 0: none, each
 	// create starts its own).
 	Prespawn int
+	// CacheDir is a directory of this daemon's data where a driver may
+	// keep files it derives from templates (the microvm tier's disk
+	// images of template layers); "" for a driver's own default.
+	CacheDir string
 	// LxcfsDir is a mounted LXCFS whose proc files a tier that shares the
 	// host's kernel binds over its sandboxes' own (docs/sandbox-view.md);
 	// "" for none.
@@ -186,4 +198,36 @@ func New(name string, opts Options) (Driver, error) {
 		return nil, fmt.Errorf("unknown isolation %q (have %v)", name, Names())
 	}
 	return f(opts)
+}
+
+// Unsupported is implemented by a tier that cannot yet do some of what
+// the service offers on the others (the microvm tier's first milestone:
+// no network, snapshots, fork, pause or reset). The service asks with
+// Refuses before it starts such an operation and answers its error as is,
+// so the user reads what the tier lacks instead of a half-done result.
+// It is not an ability (abilities.go): those say what a tier can do.
+type Unsupported interface {
+	Unsupported(op Op) error
+}
+
+// Op is an operation a tier may refuse through Unsupported.
+type Op string
+
+// The operations the service asks about.
+const (
+	OpNetwork  Op = "network"  // egress other than none, at create or later
+	OpSnapshot Op = "snapshot" // snapshots (with or without memory), creates from one
+	OpFork     Op = "fork"     // fork, with or without memory
+	OpPause    Op = "pause"    // pause, and pause to disk
+	OpReset    Op = "reset"    // reset in place
+)
+
+// Refuses returns d's error for op when d (or the driver it wraps) is
+// Unsupported and refuses it; nil otherwise.
+func Refuses(d Driver, op Op) error {
+	u, ok := As[Unsupported](d)
+	if !ok {
+		return nil
+	}
+	return u.Unsupported(op)
 }

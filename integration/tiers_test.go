@@ -8,9 +8,12 @@ import (
 
 // optInTiers are isolation tiers that the battery and the posture test
 // run on only when AGENTBOX_TEST_TIERS names them (comma-separated), for a
-// tier whose items do not all pass yet. None today: every offered tier,
-// gvisor included, runs the whole battery in every CI run.
-var optInTiers = []string{}
+// tier whose items do not all pass yet: microvm, whose first milestone
+// has no network, pause or snapshots, and whose VMs boot in seconds under
+// emulation (docs/microvm.md; its CI tests are in microvm_test.go). Every
+// other offered tier, gvisor included, runs the whole battery in every CI
+// run.
+var optInTiers = []string{"microvm"}
 
 // testTiers filters the daemon's tiers to those the battery runs on: with
 // AGENTBOX_TEST_TIERS set, exactly the tiers it names (of those offered);

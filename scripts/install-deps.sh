@@ -19,3 +19,8 @@ grep -qw btrfs /proc/filesystems || { echo "agentbox: this kernel has no btrfs; 
 if [[ -z ${AGENTBOX_NO_GVISOR:-} ]]; then
 	"$(dirname "$0")/install-runsc.sh" || echo "agentbox: runsc could not be installed; the gvisor tier will be unavailable" >&2
 fi
+# QEMU, erofs-utils and the guest kernel for the microvm tier (skip with
+# AGENTBOX_NO_MICROVM=1).
+if [[ -z ${AGENTBOX_NO_MICROVM:-} ]]; then
+	"$(dirname "$0")/install-microvm.sh" || echo "agentbox: the microvm tier's packages could not be installed; the tier will be unavailable" >&2
+fi

@@ -4,7 +4,8 @@
 // sandbox's root, hardens itself and serves the guest protocol
 // (internal/guest/proto) on the socket it inherited. The container tier's
 // `init` is internal/guest/containerinit, the gvisor tier's `serve` and
-// `hook` internal/guest/gvisorserve, the host's `launcher`
+// `hook` internal/guest/gvisorserve, the microvm tier's `vm`
+// internal/guest/vminit, the host's `launcher`
 // internal/guest/launcher: this main only picks the mode.
 package main
 
@@ -16,6 +17,8 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/containerinit"
 	"github.com/agentbox/agentbox/internal/guest/gvisorserve"
 	"github.com/agentbox/agentbox/internal/guest/launcher"
+	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/guest/vminit"
 )
 
 // main runs on the main thread (see init), the one whose capability sets
@@ -32,6 +35,8 @@ func main() {
 		err = containerinit.Run()
 	case mode == "serve": // the agent of a gvisor sandbox
 		err = gvisorserve.Serve()
+	case mode == proto.VMMode: // PID 1 of a microvm guest (its initramfs's /init)
+		err = vminit.Run()
 	case mode == "hook" && len(os.Args) == 2:
 		// Run by runsc inside a gvisor sandbox around a checkpoint.
 		runtime.UnlockOSThread()
@@ -44,7 +49,7 @@ func main() {
 		usage()
 	}
 	if err != nil {
-		if os.Args[1] == "init" || os.Args[1] == "serve" {
+		if os.Args[1] == "init" || os.Args[1] == "serve" || os.Args[1] == proto.VMMode {
 			fmt.Fprintf(os.Stderr, "agentbox-guest: %v\n", err)
 		} else {
 			fmt.Fprintf(os.Stderr, "agentbox-guest %s: %v\n", os.Args[1], err)

@@ -34,6 +34,7 @@ import (
 	// The isolation tiers.
 	_ "github.com/agentbox/agentbox/drivers/container"
 	_ "github.com/agentbox/agentbox/drivers/gvisor"
+	_ "github.com/agentbox/agentbox/drivers/microvm"
 )
 
 // Run serves until ctx is done or SIGINT/SIGTERM arrives.
@@ -116,6 +117,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			RunRoot:      cfg.RunDir,
 			Prespawn:     cfg.PrespawnInits,
 			LxcfsDir:     lxcfs,
+			CacheDir:     filepath.Join(cfg.DataDir, "cache", name),
 			Logger:       log.With("driver", name),
 		})
 		if err != nil {

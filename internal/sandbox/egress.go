@@ -113,6 +113,11 @@ func (s *Service) SetEgress(ctx context.Context, scope tenancy.Scope, id string,
 	if err != nil {
 		return nil, err
 	}
+	if drv := s.drivers[rec.Isolation]; drv != nil && want.Egress != api.EgressNone {
+		if err := driver.Refuses(drv, driver.OpNetwork); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	e := s.live[id]
 	s.mu.Unlock()

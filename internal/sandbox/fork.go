@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenancy"
@@ -44,6 +45,9 @@ func (s *Service) fork(ctx context.Context, scope tenancy.Scope, id string, coun
 	}
 	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := driver.Refuses(e.drv, driver.OpFork); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 120*time.Second)

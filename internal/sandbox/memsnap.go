@@ -133,6 +133,9 @@ func (s *Service) PauseToDisk(ctx context.Context, scope tenancy.Scope, id strin
 	if err != nil {
 		return nil, err
 	}
+	if err := driver.Refuses(e.drv, driver.OpPause); err != nil {
+		return nil, err
+	}
 	cp, err := checkpointer(e.drv, "pause to disk")
 	if err != nil {
 		return nil, err
@@ -328,6 +331,9 @@ func (s *Service) SnapshotWithMemory(ctx context.Context, scope tenancy.Scope, i
 	if err != nil {
 		return nil, err
 	}
+	if err := driver.Refuses(e.drv, driver.OpSnapshot); err != nil {
+		return nil, err
+	}
 	rec, err := s.snapshotWith(ctx, e, name, false, true)
 	if err != nil {
 		return nil, err
@@ -384,6 +390,9 @@ func (s *Service) snapshotOut(r *store.SnapshotRecord) api.Snapshot {
 func (s *Service) ForkWithMemory(ctx context.Context, scope tenancy.Scope, id string, count int) ([]api.Sandbox, error) {
 	e, err := s.lookup(ctx, scope, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := driver.Refuses(e.drv, driver.OpFork); err != nil {
 		return nil, err
 	}
 	if !driver.Has[driver.Checkpointer](e.drv) {

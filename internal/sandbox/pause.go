@@ -26,6 +26,9 @@ import (
 // (a cold start: files survive, processes and memory do not).
 
 func pauser(e *entry) (driver.Pauser, error) {
+	if err := driver.Refuses(e.drv, driver.OpPause); err != nil {
+		return nil, err
+	}
 	p, ok := driver.As[driver.Pauser](e.drv)
 	if !ok {
 		return nil, errdefs.Precondition("isolation %s cannot pause sandboxes", e.drv.Name())

@@ -33,6 +33,9 @@ func (s *Service) Reset(ctx context.Context, scope tenancy.Scope, id, snapRef st
 	if err != nil {
 		return nil, err
 	}
+	if err := driver.Refuses(e.drv, driver.OpReset); err != nil {
+		return nil, err
+	}
 	if e.onDisk.Load() { // memsnap.go
 		return nil, errdefs.Precondition("sandbox %s is paused to disk; resume it (`agentbox resume %s`) before a reset, or destroy it", id, id)
 	}

@@ -169,6 +169,16 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	if !ok {
 		return nil, errdefs.Invalid("isolation %q is not available on this host; available: %s", r.Isolation, strings.Join(s.DriverNames(), ", "))
 	}
+	if netw.Egress != api.EgressNone {
+		if err := driver.Refuses(drv, driver.OpNetwork); err != nil {
+			return nil, err
+		}
+	}
+	if req.Snapshot != "" {
+		if err := driver.Refuses(drv, driver.OpSnapshot); err != nil {
+			return nil, err
+		}
+	}
 	var (
 		tpl  *storage.Template
 		snap *store.SnapshotRecord
@@ -444,6 +454,7 @@ func (s *Service) driverSpec(rec *store.SandboxRecord, tpl *storage.Template, up
 		CPU:      rec.Resources.CPU,
 		MemoryMB: rec.Resources.MemoryMB,
 		Pids:     rec.Resources.Pids,
+		DiskMB:   rec.Resources.DiskMB,
 		RunDir:   dir,
 	}
 }
@@ -744,6 +755,7 @@ func toAPI(r *store.SandboxRecord) *api.Sandbox {
 	sb.IdleTimeoutSeconds = r.Spec.IdleTimeoutSeconds
 	if r.Handle != nil {
 		sb.Pid = r.Handle.Pid
+		sb.Accelerator = r.Handle.Accelerator
 	}
 	return sb
 }

@@ -70,6 +70,9 @@ func (s *Service) snapshot(ctx context.Context, e *entry, name string, internal 
 // snapshotWith is snapshot, with e's processes and memory too when memory
 // is set (memsnap.go).
 func (s *Service) snapshotWith(ctx context.Context, e *entry, name string, internal, memory bool) (*store.SnapshotRecord, error) {
+	if err := driver.Refuses(e.drv, driver.OpSnapshot); err != nil {
+		return nil, err
+	}
 	p, err := pauser(e)
 	if err != nil {
 		return nil, errdefs.Precondition("isolation %s cannot freeze a sandbox for a consistent snapshot", e.drv.Name())

@@ -320,7 +320,7 @@ func Stage(dir, lxcfs string) error {
 	if err := limitUserNS(); err != nil { // ucounts_linux.go
 		return err
 	}
-	return loopbackUp()
+	return LoopbackUp()
 }
 
 // staged are the mounts Stage makes, moved into the root in this order.
@@ -456,8 +456,9 @@ func pivot(root string) error {
 	return nil
 }
 
-// loopbackUp brings up lo in the sandbox's network namespace.
-func loopbackUp() error {
+// LoopbackUp brings up lo in the sandbox's network namespace (or, on
+// the microvm tier, in the guest kernel).
+func LoopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socket: %w", err)

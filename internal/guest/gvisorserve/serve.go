@@ -59,7 +59,7 @@ func Serve() error {
 	}
 	pidsMax, _ := strconv.ParseInt(os.Getenv(proto.ServePidsEnv), 10, 64)
 	os.Unsetenv(proto.ServePidsEnv)
-	cgs, err := sandboxCgroups("/.agentbox/cgroup", pidsMax)
+	cgs, err := guest.MountOwnCgroups("/.agentbox/cgroup", pidsMax)
 	if err != nil {
 		// Without them a timeout kills only the exec's process group, and
 		// nothing bounds the number of processes: refuse to serve.

@@ -106,3 +106,36 @@ type BootCgroup struct {
 	Controller string `json:"controller"`
 	NoChild    bool   `json:"no_child,omitempty"`
 }
+
+// The microvm tier (drivers/microvm): the guest kernel starts the agent as
+// the initramfs's /init with the argument VMMode. The agent's channel is
+// the virtio-serial port named VMPort, a single byte stream on which the
+// host opens one stream per connection with a multiplexer (yamux). Each
+// time the host connects to the port (at create, and again after a daemon
+// restart) it first writes one line, a VMHello as JSON; the agent answers
+// VMAck, and then the host starts the multiplexer's client and the agent
+// the server. The ack closes a race of a quick reconnect: an agent that
+// has not yet seen the old host go may read the new hello as the old
+// session's data; its session then fails, it waits for a hello again,
+// and the host, which got no ack, connects once more. The old session
+// may also have written a last frame that the new host reads first, so
+// the host skips whatever comes before the ack.
+const (
+	VMAck  = "\nagentbox-vm-ack\n"
+	VMMode = "vm"
+	VMPort = "agent"
+	// VMLowersArg is the kernel argument giving the number of read-only
+	// layer disks (serial "agentbox-l<i>", topmost first); the writable
+	// disk's serial is VMUpperSerial. 0 (a trial boot) serves from the
+	// initramfs.
+	VMLowersArg   = "agentbox.lowers"
+	VMUpperSerial = "agentbox-rw"
+)
+
+// VMHello is the line that starts each host connection to a microvm
+// sandbox's agent: the first one carries the sandbox (its boot spec and
+// pids limit), later ones (a restarted daemon re-adopting it) nothing.
+type VMHello struct {
+	Boot *BootSpec `json:"boot,omitempty"`
+	Pids int64     `json:"pids,omitempty"`
+}

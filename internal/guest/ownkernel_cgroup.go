@@ -1,4 +1,4 @@
-package gvisorserve
+package guest
 
 import (
 	"fmt"
@@ -7,13 +7,12 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/agentbox/agentbox/internal/guest"
 )
 
-// sandboxCgroups mounts two v1 hierarchies of the runtime kernel's own
-// cgroupfs (gVisor implements one) under dir, each with a "workload"
-// child below the agent:
+// MountOwnCgroups is for an agent whose sandbox has a kernel of its own
+// (gVisor's, or the microvm tier's guest kernel): it mounts two v1
+// hierarchies of that kernel's cgroupfs under dir, each with a
+// "workload" child below the agent:
 //
 //   - pids: every exec goes into workload itself, whose pids.max is the
 //     sandbox's limit (gVisor does not charge a child cgroup's tasks to
@@ -25,11 +24,11 @@ import (
 //     a timeout finds and kills its whole tree, setsid and double forks
 //     included.
 //
-// The agent needs CAP_SYS_ADMIN (gVisor's, not the host's) for the mounts;
+// The agent needs CAP_SYS_ADMIN (its kernel's, not the host's) for the mounts;
 // no exec has it: every process starts from a thread whose bounding set
 // is empty (Serve, guest's reaper).
-func sandboxCgroups(dir string, pidsMax int64) ([]guest.CgroupDir, error) {
-	var out []guest.CgroupDir
+func MountOwnCgroups(dir string, pidsMax int64) ([]CgroupDir, error) {
+	var out []CgroupDir
 	for _, ctrl := range []string{"pids", "cpuacct"} {
 		mnt := filepath.Join(dir, ctrl)
 		if err := os.MkdirAll(mnt, 0o700); err != nil {
@@ -55,7 +54,7 @@ func sandboxCgroups(dir string, pidsMax int64) ([]guest.CgroupDir, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, guest.CgroupDir{FD: workFD, HomeFD: homeFD, NoChild: ctrl == "pids"})
+		out = append(out, CgroupDir{FD: workFD, HomeFD: homeFD, NoChild: ctrl == "pids"})
 	}
 	return out, nil
 }

@@ -1,0 +1,35 @@
+package microvm
+
+import (
+	"testing"
+
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/driver/drivertest"
+)
+
+// TestConformance runs the driver conformance suite on the microvm tier:
+// real QEMU VMs (under emulation where the host has no /dev/kvm) on the
+// busybox root of the build cache (root, scripts/install-deps.sh and
+// scripts/build-template.sh busybox; make test has all three). The tier
+// has none of the optional abilities yet (no pause, checkpoint, resize,
+// standby, netns-at-create or start-notifier): the suite checks that it
+// declares none.
+func TestConformance(t *testing.T) {
+	guest := drivertest.BuildGuest(t)
+	parent := drivertest.CgroupParent(t)
+	const uidBase = 1000000
+	drivertest.Suite(t, drivertest.Config{
+		New: func(t testing.TB) driver.Driver {
+			d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		Layers:       []string{drivertest.BusyboxRootfs(t, uidBase)},
+		UIDBase:      uidBase,
+		CgroupParent: parent,
+		// The writable layer is an ext4 disk image (docs/microvm.md).
+		WritableDisk: true,
+	})
+}

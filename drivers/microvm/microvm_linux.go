@@ -1,0 +1,771 @@
+// Package microvm is the `microvm` isolation tier: every sandbox is a
+// QEMU virtual machine (`-M microvm`) with its own guest kernel (Debian's,
+// unpacked by scripts/install-microvm.sh), so a kernel bug reached from
+// the sandbox stays inside the guest. KVM is used when /dev/kvm opens,
+// QEMU's software emulation (TCG) otherwise: the same machine, devices and
+// code path, only slower.
+//
+// The guest boots an initramfs the driver builds (the guest agent as
+// /init, in its `vm` mode, internal/guest/vminit, plus the kernel modules
+// it needs); the template's layers are read-only erofs disks, the
+// sandbox's writable layer is a sparse ext4 disk, assembled as an overlay
+// inside the guest. The agent's channel is a virtio-serial port backed by
+// a unix socket on the host that the driver listens on and hands to QEMU;
+// the driver keeps one multiplexed (yamux) session on it and DialGuest
+// opens a stream, so the daemon speaks the same guest protocol as on the
+// other tiers.
+//
+// QEMU runs with no default devices, its seccomp sandbox on, as an
+// unprivileged host uid, inside the sandbox's cgroups (cpu, memory and
+// pids cover the VMM and the guest). Networking, pause, snapshots and
+// fork are later milestones: the tier has none of those abilities yet,
+// so the service refuses them with its usual "cannot" errors.
+package microvm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/drivers/internal/guestconn"
+	"github.com/agentbox/agentbox/drivers/internal/lifecycle"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/cgroups"
+	"github.com/agentbox/agentbox/internal/guest/harden"
+	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/guestclient"
+)
+
+// Name is the tier's name in the API.
+const Name = "microvm"
+
+// KernelRelease is the guest kernel scripts/install-microvm.sh unpacks.
+const KernelRelease = "6.1.0-57-amd64"
+
+// Where the kernel is installed and where the driver keeps its cache
+// (initramfs, layer images, trial results); the environment overrides
+// them (tests, other layouts).
+const (
+	DirEnv       = "AGENTBOX_MICROVM_DIR"
+	CacheEnv     = "AGENTBOX_MICROVM_CACHE"
+	defaultDir   = "/usr/local/lib/agentbox/microvm"
+	defaultCache = "/var/cache/agentbox/microvm"
+)
+
+func init() {
+	driver.Register(Name, func(o driver.Options) (driver.Driver, error) { return New(o) })
+}
+
+var (
+	_ driver.Driver = (*Driver)(nil)
+	_ io.Closer     = (*Driver)(nil)
+)
+
+// Driver is the microvm tier.
+type Driver struct {
+	opts      driver.Options
+	log       *slog.Logger
+	cg        cgroups.Manager
+	qemu      string
+	kernel    string
+	initramfs string
+	cache     string // host-wide: initramfs, trial results
+	layers    string // the daemon's: template layer images
+	mkfsErofs string
+	mkfsExt4  string
+	setpriv   string
+	// Accel is "kvm" or "tcg", chosen once by New.
+	Accel string
+	// qemuUID is the host uid (and gid) QEMU runs as: the last of the
+	// sandboxes' range, which owns no template file.
+	qemuUID int
+	kvmGID  int // the group of /dev/kvm, for QEMU under KVM; -1 none
+
+	seccompFilter []byte
+	exits         lifecycle.Exits
+
+	mu   sync.Mutex
+	mine map[string]*yamux.Session // sessions this instance opened, by socket
+}
+
+// private is the driver's part of a Handle.
+type private struct {
+	RunDir   string `json:"run_dir"`
+	Writable string `json:"writable"` // the writable disk image
+}
+
+// New checks the host and the installed pieces, then boots a trial VM
+// (its result is cached per agent, kernel, QEMU and accelerator): the
+// tier is offered only when that works.
+func New(o driver.Options) (*Driver, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.CgroupParent == "" {
+		o.CgroupParent = "agentbox"
+	}
+	if o.UIDCount == 0 {
+		o.UIDCount = 65536
+	}
+	if o.UIDBase <= 0 {
+		return nil, errdefs.Invalid("microvm driver: uid_base must be > 0")
+	}
+	d := &Driver{opts: o, log: o.Logger, qemuUID: o.UIDBase + o.UIDCount - 1, kvmGID: -1}
+	var err error
+	for _, b := range []struct {
+		p    *string
+		name string
+	}{{&d.qemu, "qemu-system-x86_64"}, {&d.mkfsErofs, "mkfs.erofs"}, {&d.mkfsExt4, "mkfs.ext4"}, {&d.setpriv, "setpriv"}} {
+		if *b.p, err = lookPath(b.name); err != nil {
+			return nil, errdefs.Precondition("microvm: %s not found (run scripts/install-deps.sh)", b.name)
+		}
+	}
+	dir := envOr(DirEnv, defaultDir)
+	d.kernel = filepath.Join(dir, "kernel-"+KernelRelease, "vmlinux")
+	if _, err := os.Stat(d.kernel); err != nil {
+		return nil, errdefs.Precondition("microvm: no guest kernel at %s (run scripts/install-deps.sh)", d.kernel)
+	}
+	if fi, err := os.Stat(o.GuestBinary); err != nil || fi.Mode()&0o111 == 0 {
+		return nil, errdefs.Precondition("microvm: guest agent binary %q missing or not executable (%v)", o.GuestBinary, err)
+	}
+	d.cache = envOr(CacheEnv, defaultCache)
+	d.layers = filepath.Join(d.cache, "layers")
+	if o.CacheDir != "" {
+		d.layers = filepath.Join(o.CacheDir, "layers")
+	}
+	for _, dir := range []string{d.cache, d.layers} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("microvm: cache: %w", err)
+		}
+	}
+	d.Accel = "tcg"
+	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
+		f.Close()
+		d.Accel = "kvm"
+		var st unix.Stat_t
+		if unix.Stat("/dev/kvm", &st) == nil && st.Mode&0o060 == 0o060 {
+			d.kvmGID = int(st.Gid)
+		}
+	}
+	if d.cg, err = cgroups.New(o.CgroupParent); err != nil {
+		return nil, fmt.Errorf("microvm driver: cgroups: %w", err)
+	}
+	prog, err := harden.ProgramAllowing("syslog")
+	if err != nil {
+		return nil, fmt.Errorf("microvm driver: %w", err)
+	}
+	d.seccompFilter = harden.EncodeFilter(prog)
+	if err := d.prepareInitramfs(dir); err != nil {
+		return nil, fmt.Errorf("microvm: initramfs: %w", err)
+	}
+	if err := d.trial(); err != nil {
+		return nil, errdefs.Precondition("microvm: a trial boot (%s) failed: %v", d.Accel, err)
+	}
+	d.log.Info("microvm tier ready", "accel", d.Accel, "kernel", KernelRelease)
+	return d, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func lookPath(name string) (string, error) {
+	for _, dir := range []string{"/usr/bin", "/usr/sbin", "/sbin", "/bin", "/usr/local/bin"} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return exec.LookPath(name)
+}
+
+// prepareInitramfs builds (or finds in the cache) the initramfs of this
+// guest binary and kernel.
+func (d *Driver) prepareInitramfs(dir string) error {
+	sum, err := fileDigest(d.opts.GuestBinary)
+	if err != nil {
+		return err
+	}
+	d.initramfs = filepath.Join(d.cache, "initramfs-"+KernelRelease+"-"+sum[:16]+".cpio")
+	pruneCache(d.cache, d.initramfs)
+	if _, err := os.Stat(d.initramfs); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(d.initramfs, now, now) // in use: not pruned
+		return nil
+	}
+	mods, err := moduleOrder(filepath.Join(dir, "kernel-"+KernelRelease, "modules"), guestModules)
+	if err != nil {
+		return err
+	}
+	return buildInitramfs(d.initramfs, d.opts.GuestBinary, mods)
+}
+
+// staleAfter is how long an initramfs (of another agent build) and its
+// trial result stay in the host cache unused: a running VM read its
+// initramfs at start, so only a daemon that starts within this time with
+// that build would want it again.
+const staleAfter = 24 * time.Hour
+
+// pruneCache removes initramfs files and trial results older than
+// staleAfter, but keep's.
+func pruneCache(dir, keep string) {
+	for _, pat := range []string{"initramfs-*.cpio", "trial-*.ok"} {
+		files, _ := filepath.Glob(filepath.Join(dir, pat))
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && f != keep && time.Since(fi.ModTime()) > staleAfter {
+				_ = os.Remove(f)
+			}
+		}
+	}
+}
+
+// trial boots a VM with no disks (the agent serves from its initramfs)
+// and waits for its agent to answer.
+func (d *Driver) trial() error {
+	qfi, err := os.Stat(d.qemu)
+	if err != nil {
+		return err
+	}
+	stamp := filepath.Join(d.cache, fmt.Sprintf("trial-%s-%s-%d-%d.ok", d.Accel,
+		strings.TrimSuffix(filepath.Base(d.initramfs), ".cpio"), qfi.Size(), qfi.ModTime().Unix()))
+	if _, err := os.Stat(stamp); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(stamp, now, now)
+		return nil
+	}
+	runDir, err := os.MkdirTemp("", "agentbox-microvm-trial-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(runDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	vm, err := d.launch(ctx, launchSpec{runDir: runDir, id: "trial", cpus: 1, memoryMB: 128})
+	if err != nil {
+		return err
+	}
+	defer vm.kill()
+	if err := d.connect(ctx, vm, &proto.VMHello{}); err != nil {
+		return fmt.Errorf("%v%s", err, consoleTail(runDir))
+	}
+	d.log.Info("microvm: trial boot answered", "accel", d.Accel, "took", time.Since(start).Round(time.Millisecond))
+	return os.WriteFile(stamp, nil, 0o644)
+}
+
+// launchSpec is one VM's shape.
+type launchSpec struct {
+	runDir   string
+	id       string
+	cpus     int
+	memoryMB int64
+	disks    []disk // layers topmost first, then the writable disk
+	cgroup   cgroups.Cgroup
+}
+
+type disk struct {
+	path     string
+	serial   string
+	readOnly bool
+}
+
+// vm is a launched QEMU.
+type vm struct {
+	cmd    *exec.Cmd
+	pid    int
+	sock   string
+	exited chan struct{}
+}
+
+func (v *vm) kill() {
+	_ = unix.Kill(v.pid, unix.SIGKILL)
+	<-v.exited
+}
+
+// launch starts QEMU: hardened (no default devices, no user config, its
+// seccomp sandbox on), as qemuUID with no capabilities, inside the
+// sandbox's cgroups when given. Disks and the agent's socket are opened
+// here and passed as file descriptors, so QEMU needs no access to any
+// host path but the kernel and initramfs.
+func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
+	var undo lifecycle.Undo
+	defer undo.Run()
+	sock := filepath.Join(s.runDir, "agent.sock")
+	_ = os.Remove(sock)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	lnFile, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, err
+	}
+	defer lnFile.Close()
+	undo.Add(func() { _ = os.Remove(sock) })
+	_ = os.Chmod(sock, 0o600)
+	console, err := os.OpenFile(filepath.Join(s.runDir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer console.Close()
+
+	extra := []*os.File{lnFile} // fd 3
+	accel := []string{"-accel", "tcg,tb-size=64", "-cpu", "max"}
+	cmdline := "console=ttyS0 quiet reboot=t panic=-1 tsc_early_khz=2000000"
+	if d.Accel == "kvm" {
+		accel = []string{"-accel", "kvm", "-cpu", "host"}
+		cmdline = "console=ttyS0 quiet reboot=t panic=-1"
+	}
+	lowers := 0
+	for _, dk := range s.disks {
+		if dk.readOnly {
+			lowers++
+		}
+	}
+	cmdline += fmt.Sprintf(" %s=%d -- %s", proto.VMLowersArg, lowers, proto.VMMode)
+	args := []string{
+		"-M", "microvm", "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+	}
+	args = append(args, accel...)
+	args = append(args,
+		"-m", strconv.FormatInt(s.memoryMB, 10), "-smp", strconv.Itoa(s.cpus),
+		"-kernel", d.kernel, "-initrd", d.initramfs, "-append", cmdline,
+		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
+		"-device", "virtio-serial-device",
+		"-chardev", "socket,id=agent,fd=3,server=on,wait=off",
+		"-device", "virtserialport,chardev=agent,name="+proto.VMPort,
+	)
+	for i, dk := range s.disks {
+		// QEMU takes from a set the descriptor whose access mode it
+		// asks for, and opens a writable disk read-only too: the set of
+		// a writable disk holds both.
+		modes := []int{os.O_RDONLY}
+		ro := "on"
+		if !dk.readOnly {
+			modes = append(modes, os.O_RDWR)
+			ro = "off"
+		}
+		set := i + 1
+		for _, mode := range modes {
+			f, err := os.OpenFile(dk.path, mode|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, fmt.Errorf("disk %s: %w", dk.path, err)
+			}
+			defer f.Close()
+			extra = append(extra, f)
+			args = append(args, "-add-fd", fmt.Sprintf("fd=%d,set=%d", 3+len(extra)-1, set))
+		}
+		args = append(args,
+			"-drive", fmt.Sprintf("id=d%d,file=/dev/fdset/%d,format=raw,if=none,read-only=%s,cache=unsafe", i, set, ro),
+			"-device", fmt.Sprintf("virtio-blk-device,drive=d%d,serial=%s", i, dk.serial))
+	}
+	// A shell, as root, moves itself into the sandbox's cgroups and execs
+	// setpriv, which drops to qemuUID with no capabilities and
+	// no_new_privs and execs QEMU.
+	var procs []string
+	if s.cgroup != nil {
+		for _, p := range s.cgroup.Paths() {
+			procs = append(procs, filepath.Join(p, "cgroup.procs"))
+		}
+	}
+	groups := "--clear-groups"
+	if d.Accel == "kvm" && d.kvmGID >= 0 {
+		groups = "--groups=" + strconv.Itoa(d.kvmGID)
+	}
+	shArgs := []string{"-c", `for f in $CGPROCS; do echo $$ > "$f" || exit 111; done; unset CGPROCS; exec "$@"`, "sh",
+		d.setpriv, "--reuid=" + strconv.Itoa(d.qemuUID), "--regid=" + strconv.Itoa(d.qemuUID), groups,
+		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", d.qemu}
+	shArgs = append(shArgs, args...)
+	cmd := exec.Command("/bin/sh", shArgs...)
+	cmd.Env = []string{"CGPROCS=" + strings.Join(procs, " "), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = console, console
+	cmd.ExtraFiles = extra
+	// Its own session: a daemon restart (or its process group's signals)
+	// leaves the VM running, to be adopted. Its own empty network, mount,
+	// IPC and UTS namespaces: QEMU needs none of the host's.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true,
+		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting qemu: %w", err)
+	}
+	v := &vm{cmd: cmd, pid: cmd.Process.Pid, sock: sock, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(v.exited) }()
+	undo.Release()
+	return v, nil
+}
+
+// consoleTail is what a VM's serial console and QEMU's own output say
+// about a failed boot: the agent's last lines (its error, before the
+// kernel's panic), QEMU's, and the console's last lines.
+func consoleTail(runDir string) string {
+	b, _ := os.ReadFile(filepath.Join(runDir, "console.log"))
+	var said []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "agentbox-guest") || strings.Contains(l, "level=") ||
+			strings.Contains(l, "qemu-system") || strings.Contains(l, "Kernel panic") {
+			said = append(said, strings.TrimSpace(l))
+		}
+	}
+	if len(said) > 6 {
+		said = said[len(said)-6:]
+	}
+	if s := lastLines(b, 3); s != "" {
+		said = append(said, s)
+	}
+	if len(said) == 0 {
+		return ""
+	}
+	return ": console: " + strings.Join(said, " | ")
+}
+
+// sessions are the open multiplexed sessions, by agent socket: one per VM
+// in this process (the socket takes one host connection at a time, so a
+// second driver instance in the same process, as in the conformance
+// suite's restart, must share it).
+var sessions sync.Map // string -> *yamux.Session
+
+// connect opens the agent's channel: it connects to the socket QEMU
+// listens on, says hello, starts the multiplexer and waits until the
+// agent answers a ping.
+func (d *Driver) connect(ctx context.Context, v *vm, hello *proto.VMHello) error {
+	// The first hello waits as long as the boot may take.
+	sess, err := dialSession(ctx, v.sock, hello, 0)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- ready(ctx, sess) }()
+	select {
+	case err = <-errc:
+	case <-v.exited:
+		err = errors.New("qemu exited during boot")
+	}
+	if err != nil {
+		sess.Close()
+		return err
+	}
+	d.keep(v.sock, sess)
+	return nil
+}
+
+// keep records sess as the VM's session, opened by this instance.
+func (d *Driver) keep(sock string, sess *yamux.Session) {
+	sessions.Store(sock, sess)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mine == nil {
+		d.mine = map[string]*yamux.Session{}
+	}
+	d.mine[sock] = sess
+}
+
+// Close implements io.Closer (the daemon calls it when it stops): the
+// sessions this instance opened close, the VMs go on running, and their
+// agents wait for the next daemon, which adopts them over new sessions.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for sock, sess := range d.mine {
+		sessions.CompareAndDelete(sock, sess)
+		sess.Close()
+	}
+	d.mine = nil
+	return nil
+}
+
+// dialSession connects to a VM's agent socket, says hello and waits for
+// the agent's ack (proto.VMAck) until ctx is done or, when ackWait is set,
+// that long; a guest that has not acked by then gets a new connection,
+// with twice the wait (up to 8 s), until ctx is done. That is the race the
+// ack closes (proto.VMHello): an agent that closes its old session's port
+// after the new host's hello arrived drops the hello with it.
+func dialSession(ctx context.Context, sock string, hello *proto.VMHello, ackWait time.Duration) (*yamux.Session, error) {
+	line, err := json.Marshal(hello)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		c, err := helloConn(ctx, sock, line, ackWait)
+		if err == nil {
+			return startClient(c)
+		}
+		if !errors.Is(err, errNoAck) || ctx.Err() != nil {
+			return nil, err
+		}
+		ackWait = min(2*ackWait, 8*time.Second)
+	}
+}
+
+var errNoAck = errors.New("the guest agent did not ack the hello")
+
+func helloConn(ctx context.Context, sock string, line []byte, ackWait time.Duration) (net.Conn, error) {
+	var dl net.Dialer
+	c, err := dl.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	if _, err := c.Write(append(line, '\n')); err != nil {
+		c.Close()
+		return nil, err
+	}
+	deadline, _ := ctx.Deadline()
+	if ackWait > 0 && (deadline.IsZero() || time.Until(deadline) > ackWait) {
+		deadline = time.Now().Add(ackWait)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Now()) })
+	defer stop()
+	c.SetReadDeadline(deadline)
+	// Byte by byte up to the ack, so that nothing after it is taken from
+	// the multiplexer; what comes before it is an old session's.
+	var got []byte
+	b := make([]byte, 1)
+	for !bytes.HasSuffix(got, []byte(proto.VMAck)) {
+		if _, err := c.Read(b); err != nil {
+			c.Close()
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("guest agent did not answer: %w", ctx.Err())
+				}
+				return nil, errNoAck
+			}
+			return nil, fmt.Errorf("guest agent's hello: %v", err)
+		}
+		if got = append(got, b[0]); len(got) > 1<<20 {
+			c.Close()
+			return nil, errors.New("guest agent's hello: no ack in 1 MiB")
+		}
+	}
+	c.SetReadDeadline(time.Time{})
+	return c, nil
+}
+
+func startClient(c net.Conn) (*yamux.Session, error) {
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = io.Discard
+	cfg.EnableKeepAlive = false
+	sess, err := yamux.Client(c, cfg)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return sess, nil
+}
+
+// ready pings the agent over sess until it answers.
+func ready(ctx context.Context, sess *yamux.Session) error {
+	c := guestclient.Dial(func(ctx context.Context) (net.Conn, error) { return sess.Open() })
+	info, err := c.Ping(ctx)
+	if err != nil {
+		return fmt.Errorf("guest agent did not answer: %w", err)
+	}
+	if err := proto.Supported(info); err != nil {
+		return errdefs.Precondition("the guest agent answered, but %v", err)
+	}
+	return nil
+}
+
+// Name implements driver.Driver.
+func (d *Driver) Name() string { return Name }
+
+// qemuReserve is the host memory above the guest's for QEMU itself (its
+// code, TCG's translation cache, device state); qemuPids its threads.
+const (
+	qemuReserve = 192 << 20
+	qemuPids    = 128
+)
+
+// Create implements driver.Driver.
+func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handle, err error) {
+	if spec.NetNS != "" {
+		return nil, errdefs.Precondition("networking is not supported on the microvm tier yet")
+	}
+	var undo lifecycle.Undo
+	defer undo.Run()
+	var disks []disk
+	for i, l := range spec.Layers {
+		img, err := d.layerImage(ctx, l)
+		if err != nil {
+			return nil, fmt.Errorf("microvm: %w", err)
+		}
+		disks = append(disks, disk{path: img, serial: "agentbox-l" + strconv.Itoa(i), readOnly: true})
+	}
+	// The writable disk lives in the sandbox's writable layer (its work
+	// directory, which no overlay uses on this tier), where storage's
+	// disk limit and removal apply.
+	writable := filepath.Join(spec.WorkDir, "microvm-rw.img")
+	if err := d.writableImage(ctx, writable, spec.DiskMB); err != nil {
+		return nil, fmt.Errorf("microvm: %w", err)
+	}
+	undo.Add(func() { _ = os.Remove(writable) })
+	disks = append(disks, disk{path: writable, serial: proto.VMUpperSerial})
+	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
+		CPU:         spec.CPU,
+		MemoryBytes: spec.MemoryMB<<20 + qemuReserve,
+		Pids:        qemuPids,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("microvm: creating cgroup: %w", err)
+	}
+	undo.Add(func() { _ = cg.Destroy() })
+	vmDir := filepath.Join(spec.RunDir, "vm")
+	if err := os.MkdirAll(vmDir, 0o700); err != nil {
+		return nil, err
+	}
+	cpus := max(1, int(math.Ceil(spec.CPU)))
+	v, err := d.launch(ctx, launchSpec{runDir: vmDir, id: spec.ID, cpus: cpus, memoryMB: spec.MemoryMB, disks: disks, cgroup: cg})
+	if err != nil {
+		return nil, fmt.Errorf("microvm: %w", err)
+	}
+	undo.Add(func() { v.kill(); _ = os.Remove(v.sock) })
+	boot := &proto.BootSpec{
+		SandboxID: spec.ID, Hostname: spec.Hostname, Env: spec.Env, User: spec.User, Workdir: spec.Workdir,
+		Seccomp: d.opts.Seccomp, SeccompFilter: d.seccompFilter,
+	}
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if err := d.connect(cctx, v, &proto.VMHello{Boot: boot, Pids: spec.Pids}); err != nil {
+		return nil, fmt.Errorf("microvm: %w%s", err, consoleTail(vmDir))
+	}
+	pv, _ := json.Marshal(private{RunDir: vmDir, Writable: writable})
+	h := &driver.Handle{ID: spec.ID, Pid: v.pid, Socket: v.sock, Accelerator: d.Accel, Private: pv}
+	h.PidStart, _ = guestconn.PidStartTime(v.pid)
+	d.exits.Set(spec.ID, v.exited)
+	undo.Release()
+	return h, nil
+}
+
+func priv(h *driver.Handle) private {
+	var p private
+	_ = json.Unmarshal(h.Private, &p)
+	return p
+}
+
+// DialGuest implements driver.Driver: a new stream on the VM's session.
+func (d *Driver) DialGuest(ctx context.Context, h *driver.Handle) (net.Conn, error) {
+	s, ok := sessions.Load(h.Socket)
+	if !ok {
+		return nil, errdefs.Unavailable("sandbox %s: guest agent unreachable: no session", h.ID)
+	}
+	c, err := s.(*yamux.Session).Open()
+	if err != nil {
+		return nil, errdefs.Unavailable("sandbox %s: guest agent unreachable: %v", h.ID, err)
+	}
+	return c, nil
+}
+
+// Exited implements driver.Driver.
+func (d *Driver) Exited(h *driver.Handle) <-chan struct{} { return d.exits.Exited(h.ID) }
+
+// Destroy implements driver.Driver: close the session, kill QEMU (and
+// anything else in the sandbox's cgroups), remove the socket and the
+// writable disk.
+func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
+	var errs []error
+	if s, ok := sessions.LoadAndDelete(h.Socket); ok {
+		s.(*yamux.Session).Close()
+	}
+	d.mu.Lock()
+	delete(d.mine, h.Socket)
+	d.mu.Unlock()
+	if h.Pid > 0 && guestconn.Alive(h) {
+		_ = unix.Kill(h.Pid, unix.SIGKILL)
+	}
+	if cg, err := d.cg.Open(h.ID); err == nil {
+		if err := cg.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("removing cgroup: %w", err))
+		}
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		errs = append(errs, err)
+	}
+	if ch, ours := d.exits.Take(h.ID); ours {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("waiting for qemu to exit: %w", ctx.Err()))
+		}
+	}
+	if h.Socket != "" {
+		_ = os.Remove(h.Socket)
+	}
+	if p := priv(h); p.Writable != "" {
+		if err := os.Remove(p.Writable); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Adopt implements driver.Driver: the QEMU process must still run, and
+// its agent answer on a new session (it reopens its port when the old
+// host went away).
+func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
+	if h.Pid <= 0 || !guestconn.Alive(h) {
+		return errdefs.NotFound("sandbox %s: qemu process %d is gone", h.ID, h.Pid)
+	}
+	if s, ok := sessions.Load(h.Socket); !ok || s.(*yamux.Session).IsClosed() {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		sess, err := dialSession(actx, h.Socket, &proto.VMHello{}, time.Second)
+		if err != nil {
+			return errdefs.NotFound("sandbox %s: %v", h.ID, err)
+		}
+		if err := ready(actx, sess); err != nil {
+			sess.Close()
+			return errdefs.NotFound("sandbox %s: %v", h.ID, err)
+		}
+		d.keep(h.Socket, sess)
+	}
+	ch, _ := guestconn.WatchExit(h.Pid)
+	d.exits.Set(h.ID, ch)
+	return nil
+}
+
+// Cleanup implements driver.Driver: the cgroups of unknown sandboxes go,
+// and with them their QEMU processes (the cgroup parent is shared with
+// the other tiers, whose Cleanup does the same).
+func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
+	return cgroups.RemoveExcept(d.cg, keep)
+}
+
+var _ driver.Unsupported = (*Driver)(nil)
+
+// Unsupported implements driver.Unsupported: what later milestones of
+// the tier bring (docs/microvm.md).
+func (d *Driver) Unsupported(op driver.Op) error {
+	what := map[driver.Op]string{
+		driver.OpNetwork:  "networking (egress other than none)",
+		driver.OpSnapshot: "snapshots",
+		driver.OpFork:     "fork",
+		driver.OpPause:    "pause",
+		driver.OpReset:    "reset",
+	}[op]
+	if what == "" {
+		return nil
+	}
+	return errdefs.Precondition("%s is not supported on the microvm tier yet (use --isolation container or gvisor)", what)
+}
