@@ -30,7 +30,7 @@ func TestDesktopBenchLines(t *testing.T) {
 	}
 	for _, name := range []string{"desktop/baseline xdotool click", "desktop/baseline scrot + read",
 		"desktop/screenshot png 1024x768", "desktop/screenshot jpeg q80 1024x768", "desktop/actions one click",
-		"desktop/create->desktop ready"} {
+		"desktop/create->desktop ready", "desktop/screenshot png 1024x768 (busy page)"} {
 		r, ok := got[name]
 		if !ok {
 			t.Errorf("no line %q; notes: %q", name, rep.Notes)

@@ -89,6 +89,7 @@ func judge(r *Report) []Budget {
 		lat("exec/true", "exec p50 within 1.5x fork+exec", p50, 1.5*fe.P50, "ARCHITECTURE")
 	}
 	lat(lineDesktopPNG, "desktop screenshot PNG p50 (1024x768)", p50, 30, "issue")
+	lat(lineDesktopBusy, "desktop screenshot PNG p50 (1024x768, busy page)", p50, 30, "issue")
 	lat(lineDesktopClick, "desktop action batch of one click p50", p50, 10, "issue")
 	lat(lineDesktopReady, "create -> desktop ready p50 (cold)", p50, 2000, "issue")
 	if rest := r.Find(lineMCPREST); rest != nil && rest.N > 0 {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -19,7 +20,19 @@ const (
 	lineDesktopClick = "desktop/actions one click"
 	lineDesktopReady = "desktop/create->desktop ready"
 	lineDesktopPool  = "desktop/create->desktop ready (pool)"
+	lineDesktopBusy  = "desktop/screenshot png 1024x768 (busy page)"
 )
+
+// busyPage fills the screen with what compresses worst short of pure
+// noise: a gradient under a canvas of coloured noise, in a Chromium kiosk
+// window, titled busy when drawn.
+const busyPage = `<!doctype html><html><head><title>loading</title><style>
+html,body{margin:0;height:100%;background:linear-gradient(90deg,#036,#fc0)}
+canvas{position:absolute;left:0;top:0}</style></head><body><canvas id=c></canvas>
+<script>var c=document.getElementById('c');c.width=innerWidth;c.height=innerHeight/2;
+var x=c.getContext('2d'),d=x.createImageData(c.width,c.height),s=1;
+for(var i=0;i<d.data.length;i++){s=(s*1103515245+12345)&0x7fffffff;d.data[i]=i%4==3?255:s>>16&255}
+x.putImageData(d,0,0);document.title='busy'</script></body></html>`
 
 // desktopTemplate is the template the desktop lines run on.
 const desktopTemplate = "desktop"
@@ -27,7 +40,7 @@ const desktopTemplate = "desktop"
 // desktopLines measures the desktop on a plain display (openbox's empty
 // root window, 1024x768).
 func (r *runner) desktopLines(ctx context.Context) {
-	if !r.wantAny(lineDesktopPNG, lineDesktopJPEG, lineDesktopClick, lineDesktopReady, lineDesktopPool) {
+	if !r.wantAny(lineDesktopPNG, lineDesktopJPEG, lineDesktopClick, lineDesktopReady, lineDesktopPool, lineDesktopBusy) {
 		return
 	}
 	if _, err := r.c.GetTemplate(ctx, desktopTemplate); err != nil {
@@ -61,7 +74,7 @@ func (r *runner) desktopLines(ctx context.Context) {
 	if r.want(lineDesktopPool) {
 		r.desktopPool(ctx)
 	}
-	if !r.wantAny(lineDesktopPNG, lineDesktopJPEG, lineDesktopClick) {
+	if !r.wantAny(lineDesktopPNG, lineDesktopJPEG, lineDesktopClick, lineDesktopBusy) {
 		return
 	}
 	sb, err := r.c.CreateSandbox(ctx, req)
@@ -86,7 +99,7 @@ func (r *runner) desktopLines(ctx context.Context) {
 		if !r.want(l.name) {
 			continue
 		}
-		r.add(r.sample(ctx, l.name, GroupDesktop, n, true, func(ctx context.Context) (time.Duration, error) {
+		res := r.sample(ctx, l.name, GroupDesktop, n, true, func(ctx context.Context) (time.Duration, error) {
 			return timed(func() error {
 				s, err := d.Screenshot(ctx, l.o)
 				if err == nil && (s.Width != 1024 || len(s.Data) == 0) {
@@ -94,18 +107,64 @@ func (r *runner) desktopLines(ctx context.Context) {
 				}
 				return err
 			})
-		}))
+		})
+		res.Floor = desktopBaselineShot
+		r.add(res)
 	}
 	if r.want(lineDesktopClick) {
 		i := 0
-		r.add(r.sample(ctx, lineDesktopClick, GroupDesktop, n, true, func(ctx context.Context) (time.Duration, error) {
+		res := r.sample(ctx, lineDesktopClick, GroupDesktop, n, true, func(ctx context.Context) (time.Duration, error) {
 			i++
 			x, y := 100+i%500, 100+i%300
 			return timed(func() error {
 				_, err := d.Actions(ctx, api.DesktopActionsRequest{Actions: []api.DesktopAction{{Type: api.ActionClick, X: &x, Y: &y}}})
 				return err
 			})
-		}))
+		})
+		res.Floor = desktopBaselineClick
+		r.add(res)
+	}
+	if r.want(lineDesktopBusy) {
+		if err := r.openBusyPage(ctx, sb.ID); err != nil {
+			r.note("%s skipped: %v", lineDesktopBusy, err)
+			return
+		}
+		res := r.sample(ctx, lineDesktopBusy, GroupDesktop, n, true, func(ctx context.Context) (time.Duration, error) {
+			return timed(func() error {
+				_, err := d.Screenshot(ctx, api.ScreenshotOptions{})
+				return err
+			})
+		})
+		res.Floor = desktopBaselineShot
+		r.add(res)
+	}
+}
+
+// openBusyPage opens busyPage in Chromium on sandbox id's display and
+// waits until its window is titled busy.
+func (r *runner) openBusyPage(ctx context.Context, id string) error {
+	if _, err := r.c.WriteFile(ctx, id, "/tmp/agentbox-bench/busy.html", strings.NewReader(busyPage), 0o644); err != nil {
+		return err
+	}
+	d := r.c.Desktop(id)
+	if _, err := d.Open(ctx, "file:///tmp/agentbox-bench/busy.html"); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ws, err := d.Windows(ctx)
+		if err != nil {
+			return err
+		}
+		for _, w := range ws {
+			if strings.HasPrefix(w.Title, "busy") {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no Chromium window titled busy after a minute (windows: %+v)", ws)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
