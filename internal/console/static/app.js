@@ -38,7 +38,6 @@ async function api(method, path, { json, body, raw, headers } = {}) {
   if (!r.ok) {
     let code = "", msg = r.status + " " + r.statusText;
     try { const e = (await r.json()).error; code = e.code; msg = e.message; } catch (_) { /* not JSON */ }
-    if (r.status === 401) { signOut("The key was refused: " + msg); }
     throw new APIError(r.status, code, msg);
   }
   if (raw) return r;
@@ -58,7 +57,7 @@ function showError(err) {
 // act runs an action, showing its error; then re-renders the page.
 async function act(fn) {
   showError(null);
-  try { await fn(); } catch (e) { showError(e); }
+  try { await fn(); } catch (e) { failed(e); }
   route();
 }
 
@@ -96,10 +95,17 @@ function field(label, input) { return el("label", {}, label, input); }
 let isAdmin = false;
 
 function signOut(why) {
-  sessionStorage.removeItem(KEY);
   for (const k of Object.keys(sessionStorage)) if (k.startsWith("agentbox.")) sessionStorage.removeItem(k);
-  location.hash = "#/signin";
-  if (why) setTimeout(() => showError(new Error(why)), 0);
+  isAdmin = false;
+  document.getElementById("nav-admin").hidden = true;
+  if (location.hash !== "#/signin") history.replaceState(null, "", "#/signin");
+  return route().then(() => showError(why ? new Error(why) : null));
+}
+
+// failed shows an error; a refused key signs out.
+function failed(e) {
+  if (e instanceof APIError && e.status === 401) return signOut("The key was refused: " + e.message);
+  showError(e);
 }
 
 function renderSignIn() {
@@ -301,6 +307,7 @@ async function tabTerminal(sb, body) {
   };
   ws.onopen = () => {
     status.textContent = "connected to pty " + pid;
+    host.dataset.size = term.cols + "x" + term.rows;
     host.dataset.connected = "true";
     sendSize();
     term.focus();
@@ -330,7 +337,7 @@ async function tabTerminal(sb, body) {
     for (let i = 0; i < d.length; i++) b[i] = d.charCodeAt(i) & 0xff;
     ws.send(b);
   });
-  term.onResize(sendSize);
+  term.onResize(() => { host.dataset.size = term.cols + "x" + term.rows; sendSize(); });
   sess.ro = new ResizeObserver(() => { try { fit.fit(); } catch (_) { /* detached */ } });
   sess.ro.observe(host);
 }
@@ -561,7 +568,7 @@ async function render() {
     else if (page === "admin") await renderAdmin();
     else main.replaceChildren(el("p", {}, "No such page."));
   } catch (e) {
-    showError(e);
+    failed(e);
   }
 }
 
