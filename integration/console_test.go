@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -184,6 +185,24 @@ func typeLine(text string) chromedp.Action[chromedp.Void] {
 	})
 }
 
+// dropFile drags a file from the desktop onto the element sel names and
+// drops it there, as a user's file manager does.
+func dropFile(sel, file string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		box, err := chromedp.Evaluate[[]float64](`(r => [r.x + r.width / 2, r.y + r.height / 2])(document.querySelector(` + "`" + sel + "`" + `).getBoundingClientRect())`)(ctx, t)
+		if err != nil {
+			return err
+		}
+		data := &input.DragData{Items: []*input.DragDataItem{}, Files: []string{file}, DragOperationsMask: 1}
+		for _, typ := range []input.DispatchDragEventType{input.DispatchDragEventTypeDragEnter, input.DispatchDragEventTypeDragOver, input.DispatchDragEventTypeDrop} {
+			if _, err := cdp.Call(ctx, t, input.DispatchDragEvent, input.DispatchDragEventParams{Type: typ, X: box[0], Y: box[1], Data: data}); err != nil {
+				return fmt.Errorf("%s: %w", typ, err)
+			}
+		}
+		return nil
+	})
+}
+
 // TestConsole: sign in with a tenant's key, create a sandbox, type `echo
 // hi` in the terminal and see hi, reload and find the same terminal,
 // upload a file and see it listed and in the sandbox, view it, visit
@@ -300,19 +319,46 @@ func TestConsole(t *testing.T) {
 	if res, err := tc.Exec(context.Background(), id, api.ExecRequest{Shell: "cat /tmp/hello-console.txt"}); err != nil || res.Stdout != "uploaded from the console\n" {
 		t.Errorf("the uploaded file in the sandbox: %+v, %v", res, err)
 	}
+	// And by drag and drop.
+	dropped := filepath.Join(t.TempDir(), "dropped.txt")
+	if err := os.WriteFile(dropped, []byte("dropped on the console\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.run("drop a file", dropFile("#dropzone", dropped))
+	b.waitTrue("the dropped file listed", `!!document.querySelector('tr[data-name="dropped.txt"]')`, time.Minute)
+	if res, err := tc.Exec(context.Background(), id, api.ExecRequest{Shell: "cat /tmp/dropped.txt"}); err != nil || res.Stdout != "dropped on the console\n" {
+		t.Errorf("the dropped file in the sandbox: %+v, %v", res, err)
+	}
 	b.run("view", chromedp.Click(chromedp.CSS(`tr[data-name="hello-console.txt"] button`)))
 	b.waitTrue("the file's text", `((document.getElementById("file-text") || {}).textContent || "").includes("uploaded from the console")`, time.Minute)
 	b.screenshot("files")
 
-	// Every other page of the sandbox, and the tenant's lists.
+	// Every other page of the sandbox, and the tenant's lists, with
+	// something on them: a background process and a snapshot.
+	if _, err := tc.StartProcess(context.Background(), id, api.StartProcessRequest{Cmd: []string{"sh", "-c", "echo serving; sleep 600"}, Tag: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := tc.CreateSnapshot(context.Background(), id, "console-demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tc.DeleteSnapshot(context.Background(), snap.ID) })
 	for _, tab := range []string{"processes", "egress", "previews", "usage"} {
 		b.run("open "+tab, chromedp.Navigate(base+"/console/#/sandbox/"+id+"/"+tab))
 		b.waitTrue(tab, `!!document.querySelector('.tabs a.on[data-tab="`+tab+`"]') && document.getElementById("tab").childElementCount > 0`, time.Minute)
+		switch tab {
+		case "processes": // its output
+			b.run("logs", chromedp.Click(chromedp.CSS(`#tab tbody tr button`)))
+			b.waitTrue("the process's output", `document.getElementById("proc-output").textContent.includes("serving")`, time.Minute)
+		case "previews": // a link for port 8000 with the preview token
+			b.run("add a port", chromedp.SetValue(chromedp.CSS(`#tab input[type="number"]`), "8000"), chromedp.Click(chromedp.CSS(`#tab form button`)))
+			b.waitTrue("the preview link", `[...document.querySelectorAll("#previews a")].some(a => a.href.startsWith("http://8000-`+id+`."))`, time.Minute)
+		}
 		b.screenshot(tab)
 	}
 	for _, page := range []string{"templates", "snapshots"} {
 		b.run("open "+page, chromedp.Navigate(base+"/console/#/"+page))
-		b.waitTrue(page, `!!document.querySelector("main table") && document.querySelector("main h1").textContent.toLowerCase() === "`+page+`"`, time.Minute)
+		b.waitTrue(page, `!!document.querySelector("main table") && document.querySelector("main h1").textContent.toLowerCase() === "`+page+`" && document.querySelectorAll("main tbody tr").length > 0`, time.Minute)
 		b.screenshot(page)
 	}
 	if consoleEval[bool](b, `!document.getElementById("nav-admin").hidden`) {
