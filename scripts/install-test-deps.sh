@@ -6,9 +6,11 @@
 # here. Where the package's service started (systemd), it is stopped and
 # disabled: the test runs its own. Node.js and npm, which run the e2b SDK
 # tests (integration/e2b_test.go), the MCP TypeScript client test and the
-# TypeScript SDK (integration/typescript_sdk_test.go).
+# TypeScript SDK (integration/typescript_sdk_test.go). Debian's chromium,
+# which the web console's test drives headless through chromedp
+# (integration/console_test.go).
 set -euo pipefail
-PKGS=(prometheus)
+PKGS=(prometheus chromium)
 # Node.js and npm may come from elsewhere than Debian: only missing
 # commands are installed.
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
