@@ -189,7 +189,7 @@ func typeLine(text string) chromedp.Action[chromedp.Void] {
 // drops it there, as a user's file manager does.
 func dropFile(sel, file string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		box, err := chromedp.Evaluate[[]float64](`(r => [r.x + r.width / 2, r.y + r.height / 2])(document.querySelector(` + "`" + sel + "`" + `).getBoundingClientRect())`)(ctx, t)
+		box, err := chromedp.Evaluate[[]float64](`(r => [r.x + r.width / 2, r.y + r.height / 2])(document.querySelector(`+"`"+sel+"`"+`).getBoundingClientRect())`)(ctx, t)
 		if err != nil {
 			return err
 		}
@@ -389,4 +389,3 @@ func TestConsole(t *testing.T) {
 	}
 	b.screenshot("admin")
 }
-
