@@ -122,7 +122,9 @@ function renderSignIn() {
       await api("GET", "/v1/info");
       showError(null);
       await probeAdmin();
-      location.hash = "#/sandboxes";
+      // Where the URL named a page (a link, a reload), show it.
+      if (location.hash === "" || location.hash === "#/signin") location.hash = "#/sandboxes";
+      else route();
     } catch (e) {
       sessionStorage.removeItem(KEY);
       showError(e);
