@@ -203,11 +203,23 @@ func dropFile(sel, file string) chromedp.Action[chromedp.Void] {
 	})
 }
 
+// waitFor polls cond until it holds, for at most bound.
+func waitFor(t *testing.T, what string, bound time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, bound)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // TestConsole: sign in with a tenant's key, create a sandbox, type `echo
 // hi` in the terminal and see hi, reload and find the same terminal,
 // upload a file and see it listed and in the sandbox, view it, visit
-// every page, destroy the sandbox; then the admin pages with the admin
-// key.
+// every page, pause, resume, snapshot, fork, reset and destroy the
+// sandbox from its buttons; then the admin pages with the admin key.
 func TestConsole(t *testing.T) {
 	base := consoleTCP(t)
 	hc := &http.Client{Timeout: 30 * time.Second}
@@ -365,10 +377,47 @@ func TestConsole(t *testing.T) {
 		t.Error("a tenant's key shows the admin page")
 	}
 
-	// Destroy from the list.
+	// The lifecycle buttons of the list, each checked through the API.
 	b.run("open the list", chromedp.Navigate(base+"/console/#/sandboxes"))
 	b.waitTrue("the list", `!!document.querySelector('tr[data-id="`+id+`"] button[data-action="destroy"]')`, time.Minute)
-	consoleEval[bool](b, `(() => { window.confirm = () => true; return true })()`)
+	consoleEval[bool](b, `(() => { window.confirm = () => true; window.prompt = () => "from-console"; return true })()`)
+	row := `tr[data-id="` + id + `"]`
+	state := func(want string) {
+		t.Helper()
+		b.waitTrue("state "+want, `(document.querySelector('`+row+` td:nth-child(2)') || {}).textContent === "`+want+`"`, 2*time.Minute)
+		if got, err := tc.GetSandbox(context.Background(), id); err != nil || got.State != want {
+			t.Fatalf("the API says the sandbox is %+v, %v; the console showed %s", got, err, want)
+		}
+	}
+	b.run("pause", chromedp.Click(chromedp.CSS(row+` button[data-action="pause"]`)))
+	state("paused")
+	b.run("resume", chromedp.Click(chromedp.CSS(row+` button[data-action="resume"]`)))
+	state("running")
+	b.run("snapshot", chromedp.Click(chromedp.CSS(row+` button[data-action="snapshot"]`)))
+	waitFor(t, "the snapshot from the console", 2*time.Minute, func() bool {
+		list, err := tc.ListSnapshots(context.Background())
+		for _, sn := range list {
+			if sn.Name == "from-console" && sn.SandboxID == id {
+				t.Cleanup(func() { _ = tc.DeleteSnapshot(context.Background(), sn.ID) })
+				return true
+			}
+		}
+		_ = err // polled again
+		return false
+	})
+	b.run("fork", chromedp.Click(chromedp.CSS(row+` button[data-action="fork"]`)))
+	b.waitTrue("the fork in the list", `document.querySelectorAll("tr[data-id]").length === 2`, 2*time.Minute)
+	child := consoleEval[string](b, `[...document.querySelectorAll("tr[data-id]")].map(r => r.dataset.id).find(x => x !== "`+id+`")`)
+	t.Cleanup(func() { _ = tc.DestroySandbox(context.Background(), child) })
+	if got, err := tc.GetSandbox(context.Background(), child); err != nil || got.Parent != id {
+		t.Errorf("the fork: %+v, %v; want a child of %s", got, err, id)
+	}
+	b.run("reset", chromedp.Click(chromedp.CSS(row+` button[data-action="reset"]`)))
+	waitFor(t, "the reset (the uploaded file gone)", 2*time.Minute, func() bool {
+		res, err := tc.Exec(context.Background(), id, api.ExecRequest{Shell: "test -e /tmp/hello-console.txt"})
+		return err == nil && res.ExitCode == 1
+	})
+	b.waitTrue("the list after the reset", `!!document.querySelector('`+row+` button[data-action="destroy"]')`, time.Minute)
 	b.run("destroy", chromedp.Click(chromedp.CSS(`tr[data-id="`+id+`"] button[data-action="destroy"]`)))
 	b.waitTrue("the sandbox gone from the list", `!!document.querySelector("form#create") && !document.querySelector('tr[data-id="`+id+`"]')`, 2*time.Minute)
 	if _, err := tc.GetSandbox(context.Background(), id); err == nil {
