@@ -158,30 +158,38 @@ func (b *consoleBrowser) screenshot(name string) {
 	}
 }
 
-// typeLine types a line into the terminal as a keyboard delivers it to
-// xterm.js: the text as text input, then Enter as the key's raw down,
-// char and up events.
+// typeLine types a line into the terminal as a keyboard does: for each
+// character a key down that carries its text (the browser fires keydown
+// and keypress, which is what xterm.js reads) and a key up, then Enter.
 func typeLine(text string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
 		focus := chromedp.Focus(chromedp.CSS("textarea.xterm-helper-textarea"))
 		if _, err := focus(ctx, t); err != nil {
 			return err
 		}
-		if _, err := cdp.Call(ctx, t, input.InsertText, input.InsertTextParams{Text: text}); err != nil {
+		press := func(key, code, text string, vk int64) error {
+			down := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Key: key, Code: code, Text: text, UnmodifiedText: text, WindowsVirtualKeyCode: vk, NativeVirtualKeyCode: vk}
+			if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, down); err != nil {
+				return err
+			}
+			up := down
+			up.Type, up.Text, up.UnmodifiedText = input.DispatchKeyEventTypeKeyUp, "", ""
+			_, err := cdp.Call(ctx, t, input.DispatchKeyEvent, up)
 			return err
 		}
-		enter := input.DispatchKeyEventParams{Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13}
-		for _, typ := range []input.DispatchKeyEventType{input.DispatchKeyEventTypeRawKeyDown, input.DispatchKeyEventTypeChar, input.DispatchKeyEventTypeKeyUp} {
-			k := enter
-			k.Type = typ
-			if typ == input.DispatchKeyEventTypeChar {
-				k.Text, k.UnmodifiedText = "\r", "\r"
+		for _, r := range text {
+			code, vk := "", int64(0)
+			switch {
+			case r >= 'a' && r <= 'z':
+				code, vk = "Key"+strings.ToUpper(string(r)), int64(r-'a'+'A')
+			case r == ' ':
+				code, vk = "Space", 32
 			}
-			if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, k); err != nil {
+			if err := press(string(r), code, string(r), vk); err != nil {
 				return err
 			}
 		}
-		return nil
+		return press("Enter", "Enter", "\r", 13)
 	})
 }
 
