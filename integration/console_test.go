@@ -6,11 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -445,4 +448,42 @@ func TestConsole(t *testing.T) {
 		t.Errorf("the admin page does not list tenant %s", key.Tenant)
 	}
 	b.screenshot("admin")
+}
+
+// TestConsoleWithoutTerminalAssets: a binary built where the build step
+// did not copy xterm.js in still serves the console, whose terminal says
+// how to get it. The console's files come from a handler without them,
+// the API from the test daemon.
+func TestConsoleWithoutTerminalAssets(t *testing.T) {
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) { r.Out.URL.Scheme, r.Out.URL.Host = "http", "agentbox" },
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", env.cfg.Socket)
+		}},
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/console/", console.NewHandler(fstest.MapFS{}))
+	mux.Handle("/", proxy)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	_, tc, key := tenantKey(t, "console-bare", nil)
+	sb, err := tc.CreateSandbox(context.Background(), api.CreateSandboxRequest{Template: "busybox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tc.DestroySandbox(context.Background(), sb.ID) })
+	b := newConsoleBrowser(t)
+	b.run("open the console", chromedp.Navigate(srv.URL+"/console/"))
+	b.waitTrue("the sign-in form", `!!document.querySelector("form#signin input#key")`, time.Minute)
+	b.run("sign in", chromedp.SetValue(chromedp.CSS("#key"), key.Secret), chromedp.Click(chromedp.CSS("form#signin button")))
+	b.waitTrue("the sandboxes page", `!!document.querySelector('tr[data-id="`+sb.ID+`"]')`, time.Minute)
+	b.run("open the terminal", chromedp.Navigate(srv.URL+"/console/#/sandbox/"+sb.ID+"/terminal"))
+	b.waitTrue("the message", `((document.getElementById("terminal-missing") || {}).textContent || "") === "terminal assets missing: run make build"`, time.Minute)
+	// The rest of the console works.
+	b.run("open files", chromedp.Navigate(srv.URL+"/console/#/sandbox/"+sb.ID+"/files"))
+	b.waitTrue("the files page", `!!document.getElementById("upload") && document.querySelectorAll("main tbody tr").length > 0`, time.Minute)
+	if list, err := tc.ListPTYs(context.Background(), sb.ID); err != nil || len(list) != 0 {
+		t.Errorf("the terminal without its assets started a PTY: %v, %v", list, err)
+	}
 }

@@ -46,10 +46,17 @@ func Match(r *http.Request) bool {
 	return r.URL.Path == Prefix || strings.HasPrefix(r.URL.Path, Prefix+"/")
 }
 
-// Handler serves the console's files.
+// Handler serves the console's files, xterm.js from what the build step
+// copied in.
 func Handler() http.Handler {
-	static, _ := fs.Sub(staticFS, "static")
 	xterm, _ := fs.Sub(assetsFS, "assets/xterm")
+	return NewHandler(xterm)
+}
+
+// NewHandler serves the console's files with xterm.js's from the given
+// file system (a test gives an empty one: a build without them).
+func NewHandler(xterm fs.FS) http.Handler {
+	static, _ := fs.Sub(staticFS, "static")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", CSP)
