@@ -400,6 +400,8 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("the API says the sandbox is %+v, %v; the console showed %s", got, err, want)
 		}
 	}
+	b.waitTrue("the sandbox's usage in the list", `((document.querySelector('`+row+` td.usage') || {}).textContent || "").includes("% cpu")`, 2*time.Minute)
+	b.screenshot("sandboxes")
 	b.run("pause", chromedp.Click(chromedp.CSS(row+` button[data-action="pause"]`)))
 	state("paused")
 	b.run("resume", chromedp.Click(chromedp.CSS(row+` button[data-action="resume"]`)))

@@ -153,12 +153,22 @@ async function renderSandboxes() {
     el("td", {}, age(sb.created_at)),
     el("td", {}, ttl(sb)),
     el("td", {}, sb.resources.cpu + " cpu, " + sb.resources.memory_mb + " MB"),
+    el("td", { class: "usage" }, ""),
     el("td", {}, actionButtons(sb))));
   main.replaceChildren(
     el("h1", {}, "Sandboxes"),
     createForm(info, tpls.templates),
     el("h2", {}, list.sandboxes.length + " sandbox(es)"),
-    table(["ID", "State", "Template", "Tier", "Age", "TTL", "Resources", "Actions"], rows));
+    table(["ID", "State", "Template", "Tier", "Age", "TTL", "Resources", "Usage", "Actions"], rows));
+  // Usage: each live sandbox's last sample (GET .../metrics), filled in
+  // as the answers come; the first 50 only.
+  list.sandboxes.filter((sb) => sb.state === "running" || sb.state === "paused").slice(0, 50).forEach((sb) => {
+    api("GET", sbPath(sb.id, "/metrics")).then((m) => {
+      const last = m.samples[m.samples.length - 1];
+      const cell = main.querySelector('tr[data-id="' + CSS.escape(sb.id) + '"] td.usage');
+      if (cell && last) cell.textContent = last.cpu_percent.toFixed(0) + "% cpu, " + bytes(last.memory_bytes) + ", " + bytes(last.disk_bytes) + " disk";
+    }).catch(() => { /* usage is optional */ });
+  });
 }
 
 function createForm(info, templates) {
