@@ -5,12 +5,17 @@ BIN     := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
 
-.PHONY: build install deps up test test-under-load test-unit test-integration bench soak clean lint fuzz battery
+.PHONY: build console-assets install deps up test test-under-load test-unit test-integration bench soak clean lint fuzz battery
 
-build:
+# console-assets copies xterm.js (npm, pinned) where go:embed takes it for
+# the web console (docs/console.md); go build works without it.
+build: console-assets
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentboxd ./cmd/agentboxd
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox-guest ./cmd/agentbox-guest
+
+console-assets:
+	scripts/console-assets.sh
 
 install: build
 	install -D -m 0755 $(BIN)/agentbox /usr/local/bin/agentbox

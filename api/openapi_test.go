@@ -173,6 +173,8 @@ func TestSpecSchemasMatchTypes(t *testing.T) {
 		"WatchEvent":            WatchEvent{},
 		"Network":               Network{},
 		"CreateKeyRequest":      CreateKeyRequest{},
+		"TicketRequest":         TicketRequest{},
+		"Ticket":                Ticket{},
 		"Key":                   Key{},
 		"ListKeysResponse":      ListKeysResponse{},
 		"Quotas":                Quotas{},

@@ -111,4 +111,7 @@ var Routes = []Route{
 	// Usage samples and lifecycle events (api/usage.go, api/events.go).
 	{"GET", SandboxPrefix + "/metrics"},
 	{"GET", "/v1/events"},
+
+	// Single-use tickets for browser WebSockets (api/ticket.go).
+	{"POST", "/v1/tickets"},
 }

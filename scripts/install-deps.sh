@@ -3,6 +3,10 @@
 set -euo pipefail
 PKGS=(debootstrap busybox-static btrfs-progs nftables iproute2 util-linux procps
       python3 python3-httpx python3-pytest python3-websockets lxcfs curl)
+# npm fetches the web console's xterm.js at build time (scripts/console-assets.sh);
+# Node.js and npm may come from elsewhere than Debian: only missing commands
+# are installed.
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,8 +10,9 @@
 # Xvfb, openbox, x11vnc and x11-utils, which the desktop's unit tests
 # (internal/guest/desktop) run on the host: a real X server, started by the
 # test itself, never the host's display. Debian's chromium, which the
-# desktop's live-view test drives headless through chromedp
-# (integration/liveview_test.go): noVNC in a real browser.
+# desktop's live-view test (integration/liveview_test.go: noVNC in a real
+# browser) and the web console's test (integration/console_test.go) drive
+# headless through chromedp.
 set -euo pipefail
 PKGS=(prometheus xvfb openbox x11vnc x11-utils chromium)
 # Node.js and npm may come from elsewhere than Debian: only missing

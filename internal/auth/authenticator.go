@@ -75,7 +75,26 @@ func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (Prin
 	if !wellFormed(secret) {
 		return Principal{}, errdefs.New(errdefs.ErrUnauthenticated, "invalid API key")
 	}
-	hash := Hash(secret)
+	return a.AuthenticateHash(ctx, Hash(secret))
+}
+
+// SecretHash returns the hash of the well-formed key r's Authorization
+// header carries, which AuthenticateHash takes ("" when there is none):
+// what a single-use WebSocket ticket keeps instead of the secret, so that
+// redeeming it checks the key again.
+func SecretHash(r *http.Request) []byte {
+	scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return nil
+	}
+	if secret = strings.TrimSpace(secret); !wellFormed(secret) {
+		return nil
+	}
+	return Hash(secret)
+}
+
+// AuthenticateHash is Authenticate for a key known by its hash.
+func (a *Authenticator) AuthenticateHash(ctx context.Context, hash []byte) (Principal, error) {
 	// The version is read before the lookup: a revocation that commits
 	// after this read moves it, so what this lookup finds is never used
 	// past that revocation.

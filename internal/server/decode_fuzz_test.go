@@ -93,6 +93,7 @@ var jsonBodies = map[string]func(t *testing.T, body []byte){
 	"POST /v1/sandboxes/{id}/pty/{pid}/resize":       fuzzDecode[api.PTYSize],
 	"POST /v1/templates":                             fuzzDecode[api.ImportTemplateRequest],
 	"POST /v1/keys":                                  fuzzDecode[api.CreateKeyRequest],
+	"POST /v1/tickets":                               fuzzDecode[api.TicketRequest],
 	"POST /v1/tenants":                               fuzzDecode[api.CreateTenantRequest],
 	"PATCH /v1/tenants/{name}":                       fuzzDecode[api.UpdateTenantRequest],
 
@@ -162,6 +163,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		"POST /v1/sandboxes/{id}/pty":                    {`{"cols":80,"rows":24,"shell":"bash"}`},
 		"POST /v1/sandboxes/{id}/pty/{pid}/resize":       {`{"cols":1e3,"rows":-1}`},
 		"POST /v1/keys":                                  {`{"tenant":"acme","name":"ci","admin":false}`},
+		"POST /v1/tickets":                               {`{"path":"/v1/sandboxes/abc/pty/1/ws"}`},
 		"POST /v1/tenants":                               {`{"name":"acme","quotas":{"sandboxes":10,"cpu":2.5}}`},
 		"PATCH /v1/tenants/{name}":                       {`{"quotas":{"memory_mb":null,"disk_mb":0}}`},
 		"PATCH /v1/sandboxes/{id}":                       {`{"ttl_seconds":60,"metadata":{"a":"b"}}`},

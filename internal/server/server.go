@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/console"
 	"github.com/agentbox/agentbox/internal/e2b"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/metrics"
@@ -83,6 +84,13 @@ type Server struct {
 
 	// E2B's protocol under /e2b (e2b.go).
 	e2b *e2b.Handler
+
+	// Single-use WebSocket tickets (tickets.go).
+	tickets ticketTable
+
+	// The web console's static files (internal/console), served
+	// without a key: every call it makes carries one.
+	console http.Handler
 }
 
 // New returns the API handler.
@@ -101,6 +109,7 @@ func New(o Options) *Server {
 		s.tpl = templates.New(o.Pool, o.Store, o.Service, o.Logger)
 	}
 	s.e2b = e2b.New(e2b.Options{Logger: o.Logger, TemplateAliases: o.E2BTemplateAliases})
+	s.console = console.Handler()
 	s.routes()
 	return s
 }
@@ -146,6 +155,7 @@ func (s *Server) routes() {
 		s.observeHandlers(),  // observe.go
 		s.mcpRoutes(),        // mcp.go
 		s.desktopHandlers(),  // desktop.go
+		s.ticketHandlers(),   // tickets.go
 	} {
 		for pattern, h := range group {
 			if _, dup := handlers[pattern]; dup {
@@ -190,9 +200,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveE2B(w, r)
 		return
 	}
+	if console.Match(r) { // static files only; the app's calls carry a key
+		s.console.ServeHTTP(w, r)
+		return
+	}
 	sw := &statusWriter{ResponseWriter: w}
 	w = sw
-	p, err := s.auth.Authenticate(r.Context(), r)
+	p, viaTicket, err := s.ticketPrincipal(r) // browsers' WebSockets (tickets.go)
+	if !viaTicket {
+		p, err = s.auth.Authenticate(r.Context(), r)
+	}
 	if err != nil {
 		// Failed attempts share a bucket per remote address.
 		if ok, _ := s.limiter.allow("addr:"+remoteHost(r), start); ok {
