@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -193,6 +194,40 @@ func pageTitle(t *testing.T, d *client.Desktop) (string, []api.DesktopWindow) {
 	return "", ws
 }
 
+// titleWithin polls until the page's title is want, for at most bound.
+func titleWithin(t *testing.T, d *client.Desktop, want string, bound time.Duration) bool {
+	t.Helper()
+	for deadline := time.Now().Add(bound); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if got, _ := pageTitle(t, d); got == want {
+			return true
+		}
+	}
+	return false
+}
+
+// chromiumState describes the browser process pid, its last stderr and
+// the sandbox's processes, for a failure message.
+func chromiumState(t *testing.T, id string, pid int) string {
+	t.Helper()
+	ctx := context.Background()
+	var b strings.Builder
+	if p, err := env.client.GetProcess(ctx, id, strconv.Itoa(pid)); err == nil {
+		fmt.Fprintf(&b, "chromium (pid %d): %+v\n", pid, *p)
+	}
+	if out, err := env.client.ProcessOutput(ctx, id, strconv.Itoa(pid), 0, 0); err == nil {
+		errs := out.Stderr
+		if len(errs) > 3000 {
+			errs = errs[len(errs)-3000:]
+		}
+		fmt.Fprintf(&b, "its stderr (end): %s\n", errs)
+	}
+	if ws, err := env.client.Desktop(id).Windows(ctx); err == nil {
+		fmt.Fprintf(&b, "windows: %+v\n", ws)
+	}
+	fmt.Fprintf(&b, "ps: %s", sh(t, id, "ps -eo pid,stat,etime,wchan:16,args | cut -c1-160 | head -50").Stdout)
+	return b.String()
+}
+
 // waitTitle waits for the page's title to be want.
 func waitTitle(t *testing.T, d *client.Desktop, want string) {
 	t.Helper()
@@ -286,10 +321,15 @@ func testDesktop(t *testing.T, tier string) {
 
 	// The page, served in the sandbox, opened in Chromium.
 	pageURL := servePage(t, id)
-	if _, err := d.Open(ctx, pageURL); err != nil {
+	browser, err := d.Open(ctx, pageURL)
+	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	waitTitle(t, d, "before")
+	if !titleWithin(t, d, "before", 60*time.Second) {
+		// Say what Chromium and the sandbox were doing (B-1, 2026-12-06:
+		// once on gvisor no window showed in 60 s, cause not yet known).
+		t.Fatalf("no Chromium window titled \"before\" in 60 s; %s", chromiumState(t, id, browser.Pid))
+	}
 	btn := waitColour(t, d, "button (magenta)", pageButton)
 
 	// A click on the button: the title changes and the page turns green.
