@@ -276,18 +276,7 @@ func createReq(template string) api.CreateSandboxRequest {
 // createThenDestroy times one create of req and destroys the sandbox
 // untimed: a sample of the lines that measure create alone.
 func (r *runner) createThenDestroy(ctx context.Context, req api.CreateSandboxRequest) (time.Duration, error) {
-	var id string
-	d, err := timed(func() error {
-		sb, err := r.c.CreateSandbox(ctx, req)
-		if sb != nil {
-			id = sb.ID
-		}
-		return err
-	})
-	if id != "" {
-		_ = r.destroy(ctx, id)
-	}
-	return d, err
+	return r.createThen(ctx, req, nil)
 }
 
 func (r *runner) destroy(ctx context.Context, id string) error {

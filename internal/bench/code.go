@@ -104,24 +104,13 @@ func (r *runner) code(ctx context.Context) {
 // createToFirstCell times a create of req and its first cell, `1+1`,
 // and destroys the sandbox untimed.
 func (r *runner) createToFirstCell(ctx context.Context, req api.CreateSandboxRequest) (time.Duration, error) {
-	var id string
-	var ex *api.Execution
-	d, err := timed(func() error {
-		sb, err := r.c.CreateSandbox(ctx, req)
+	return r.createThen(ctx, req, func(ctx context.Context, id string) error {
+		ex, err := r.c.RunCode(ctx, id, api.RunCodeRequest{Code: "1+1"}, nil)
 		if err != nil {
 			return err
 		}
-		id = sb.ID
-		ex, err = r.c.RunCode(ctx, id, api.RunCodeRequest{Code: "1+1"}, nil)
-		return err
+		return checkTwo(ex)
 	})
-	if id != "" {
-		_ = r.destroy(ctx, id)
-	}
-	if err == nil {
-		err = checkTwo(ex)
-	}
-	return d, err
 }
 
 // checkTwo checks a `1+1` cell's result.
@@ -138,17 +127,10 @@ func checkTwo(ex *api.Execution) error {
 // started their python kernel while they waited ([[pool]] code =
 // "python"; docs/config.md).
 func (r *runner) codePool(ctx context.Context, n int) {
-	ps, err := r.c.Pools(ctx)
+	i, _, err := r.poolWhere(ctx, func(p api.PoolStatus) bool { return p.Template == codeTemplate && p.Code == "python" })
 	if err != nil {
 		r.note("%s skipped: %v", lineCodePool, err)
 		return
-	}
-	i := -1
-	for j, p := range ps {
-		if p.Template == codeTemplate && p.Code == "python" && p.Isolation == "container" && p.Egress == api.EgressNone {
-			i = j
-			break
-		}
 	}
 	if i < 0 {
 		r.note("%s skipped: the daemon has no pool of %s with started kernels; add one to its config:"+
@@ -156,18 +138,7 @@ func (r *runner) codePool(ctx context.Context, n int) {
 		return
 	}
 	r.add(r.sampleT(ctx, lineCodePool, GroupCode, n, false, time.Minute, func(ctx context.Context) (time.Duration, error) {
-		before, err := r.waitPoolFull(ctx, i)
-		if err != nil {
-			return 0, err
-		}
-		d, err := r.createToFirstCell(ctx, poolReq(codeTemplate))
-		if err != nil {
-			return d, err
-		}
-		if ps, err := r.c.Pools(ctx); err != nil || ps[i].Served != before+1 {
-			return d, fmt.Errorf("the create was not served from the pool (%v)", err)
-		}
-		return d, nil
+		return r.servedFrom(ctx, i, func() (time.Duration, error) { return r.createToFirstCell(ctx, poolReq(codeTemplate)) })
 	}))
 }
 

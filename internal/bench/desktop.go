@@ -52,23 +52,7 @@ func (r *runner) desktopLines(ctx context.Context) {
 	if r.want(lineDesktopReady) {
 		n := max(r.opts.N/4, 3)
 		r.add(r.sampleT(ctx, lineDesktopReady, GroupDesktop, n, false, 2*time.Minute, func(ctx context.Context) (time.Duration, error) {
-			var id string
-			d, err := timed(func() error {
-				sb, err := r.c.CreateSandbox(ctx, req)
-				if err != nil {
-					return err
-				}
-				id = sb.ID
-				st, err := r.c.Desktop(id).Start(ctx, api.StartDesktopRequest{})
-				if err == nil && st.State != api.DesktopRunning {
-					err = fmt.Errorf("desktop %s after start", st.State)
-				}
-				return err
-			})
-			if id != "" {
-				_ = r.destroy(ctx, id)
-			}
-			return d, err
+			return r.createThen(ctx, req, r.startDesktop)
 		}))
 	}
 	if r.want(lineDesktopPool) {
@@ -172,17 +156,10 @@ func (r *runner) openBusyPage(ctx context.Context, id string) error {
 // sandboxes started their display while they waited ([[pool]] desktop =
 // true; docs/config.md).
 func (r *runner) desktopPool(ctx context.Context) {
-	ps, err := r.c.Pools(ctx)
+	i, ps, err := r.poolWhere(ctx, func(p api.PoolStatus) bool { return p.Template == desktopTemplate && p.Desktop })
 	if err != nil {
 		r.note("%s skipped: %v", lineDesktopPool, err)
 		return
-	}
-	i := -1
-	for j, p := range ps {
-		if p.Template == desktopTemplate && p.Desktop && p.Isolation == "container" && p.Egress == api.EgressNone {
-			i = j
-			break
-		}
 	}
 	if i < 0 {
 		r.note("%s skipped: the daemon has no pool of %s with the display started; add one to its config:"+
@@ -193,31 +170,15 @@ func (r *runner) desktopPool(ctx context.Context) {
 	req.MemoryMB = ps[i].Resources.MemoryMB
 	n := max(r.opts.N/4, 3)
 	r.add(r.sampleT(ctx, lineDesktopPool, GroupDesktop, n, false, 2*time.Minute, func(ctx context.Context) (time.Duration, error) {
-		before, err := r.waitPoolFull(ctx, i)
-		if err != nil {
-			return 0, err
-		}
-		var id string
-		d, err := timed(func() error {
-			sb, err := r.c.CreateSandbox(ctx, req)
-			if err != nil {
-				return err
-			}
-			id = sb.ID
-			st, err := r.c.Desktop(id).Start(ctx, api.StartDesktopRequest{})
-			if err == nil && st.State != api.DesktopRunning {
-				err = fmt.Errorf("desktop %s after start", st.State)
-			}
-			return err
-		})
-		if id != "" {
-			_ = r.destroy(ctx, id)
-		}
-		if err == nil {
-			if ps, perr := r.c.Pools(ctx); perr != nil || ps[i].Served != before+1 {
-				err = fmt.Errorf("the create was not served from the pool (%v)", perr)
-			}
-		}
-		return d, err
+		return r.servedFrom(ctx, i, func() (time.Duration, error) { return r.createThen(ctx, req, r.startDesktop) })
 	}))
+}
+
+// startDesktop starts sandbox id's display, failing unless it runs.
+func (r *runner) startDesktop(ctx context.Context, id string) error {
+	st, err := r.c.Desktop(id).Start(ctx, api.StartDesktopRequest{})
+	if err == nil && st.State != api.DesktopRunning {
+		err = fmt.Errorf("desktop %s after start", st.State)
+	}
+	return err
 }

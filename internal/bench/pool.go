@@ -81,35 +81,18 @@ func (r *runner) pool(ctx context.Context) {
 		return
 	}
 	one := func(ctx context.Context, exec bool) (time.Duration, error) {
-		served, err := r.waitPoolFull(ctx, i)
-		if err != nil {
-			return 0, err
-		}
-		var id string
-		d, err := timed(func() error {
-			sb, err := r.c.CreateSandbox(ctx, poolReq(t))
-			if err != nil {
+		return r.servedFrom(ctx, i, func() (time.Duration, error) {
+			return r.createThen(ctx, poolReq(t), func(ctx context.Context, id string) error {
+				if !exec {
+					return nil
+				}
+				res, err := r.c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "hi"}})
+				if err == nil && (res.Stdout != "hi\n" || res.ExitCode != 0) {
+					err = fmt.Errorf("echo hi printed %q, exit %d", res.Stdout, res.ExitCode)
+				}
 				return err
-			}
-			id = sb.ID
-			if !exec {
-				return nil
-			}
-			res, err := r.c.Exec(ctx, id, api.ExecRequest{Cmd: []string{"echo", "hi"}})
-			if err == nil && (res.Stdout != "hi\n" || res.ExitCode != 0) {
-				err = fmt.Errorf("echo hi printed %q, exit %d", res.Stdout, res.ExitCode)
-			}
-			return err
+			})
 		})
-		if id != "" {
-			_ = r.destroy(ctx, id)
-		}
-		if err == nil {
-			if ps, perr := r.c.Pools(ctx); perr == nil && i < len(ps) && ps[i].Served <= served {
-				err = errors.New("the create was not served from the pool (its limits differ from the daemon's defaults?)")
-			}
-		}
-		return d, err
 	}
 	if r.want(cname) {
 		res := r.sample(ctx, cname, GroupLifecycle, r.opts.N, true, func(ctx context.Context) (time.Duration, error) { return one(ctx, false) })
@@ -122,4 +105,58 @@ func (r *runner) pool(ctx context.Context) {
 		res.Floor = "baseline/fork-exec"
 		r.add(res)
 	}
+}
+
+// poolWhere returns the index of the daemon's first container-tier pool
+// with egress none that match accepts (-1 if none), and the pools.
+func (r *runner) poolWhere(ctx context.Context, match func(api.PoolStatus) bool) (int, []api.PoolStatus, error) {
+	ps, err := r.c.Pools(ctx)
+	if err != nil {
+		return -1, nil, err
+	}
+	for i, p := range ps {
+		if p.Isolation == "container" && p.Egress == api.EgressNone && match(p) {
+			return i, ps, nil
+		}
+	}
+	return -1, ps, nil
+}
+
+// servedFrom runs one sample of pool i's line: it waits (untimed) for
+// the pool to be full, runs measure, and fails the sample unless the
+// pool served exactly one create meanwhile.
+func (r *runner) servedFrom(ctx context.Context, i int, measure func() (time.Duration, error)) (time.Duration, error) {
+	before, err := r.waitPoolFull(ctx, i)
+	if err != nil {
+		return 0, err
+	}
+	d, err := measure()
+	if err != nil {
+		return d, err
+	}
+	if ps, err := r.c.Pools(ctx); err != nil || ps[i].Served != before+1 {
+		return d, fmt.Errorf("the create was not served from the pool (its limits differ from the pool's?) %v", err)
+	}
+	return d, nil
+}
+
+// createThen times a create of req followed by then (when not nil) on
+// the new sandbox, and destroys the sandbox untimed.
+func (r *runner) createThen(ctx context.Context, req api.CreateSandboxRequest, then func(ctx context.Context, id string) error) (time.Duration, error) {
+	var id string
+	d, err := timed(func() error {
+		sb, err := r.c.CreateSandbox(ctx, req)
+		if err != nil {
+			return err
+		}
+		id = sb.ID
+		if then == nil {
+			return nil
+		}
+		return then(ctx, id)
+	})
+	if id != "" {
+		_ = r.destroy(ctx, id)
+	}
+	return d, err
 }
