@@ -36,6 +36,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/desktop"
 	"github.com/agentbox/agentbox/internal/guest/files"
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/guest/reply"
 )
 
 // Config is the guest's configuration, from the sandbox's template.
@@ -371,13 +372,9 @@ func badBody(err error) error {
 	return errdefs.Invalid("exec request is not valid JSON (%v); send one ExecRequest object", err)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v)
-}
+// writeJSON writes v as the answer (package reply, shared with the
+// code and desktop routes).
+var writeJSON = reply.JSON
 
 // writeError answers err as an ErrorBody with the status of its class.
 func (s *Server) writeError(w http.ResponseWriter, err error) {

@@ -2,15 +2,12 @@ package desktop
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
 
 	"github.com/agentbox/agentbox/api"
-	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/guest/reply"
 )
 
 // maxBody caps a request body (a type action's text is in it).
@@ -100,38 +97,11 @@ func (m *Manager) handleScreenshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return errdefs.Invalid("request body is over %d bytes", maxBody)
-		}
-		if errors.Is(err, io.EOF) {
-			return nil // no body: all defaults
-		}
-		return errdefs.Invalid("request is not valid JSON (%v); see api/openapi.yaml", err)
-	}
-	return nil
+	return reply.Decode(w, r, v, maxBody, "")
 }
 
-func answer(w http.ResponseWriter, status int, v any, err error) {
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, status, v)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v)
-}
-
-func writeError(w http.ResponseWriter, err error) {
-	code, status := errdefs.Code(err)
-	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: err.Error()}})
-}
+var (
+	answer     = reply.Answer
+	writeJSON  = reply.JSON
+	writeError = reply.Error
+)
