@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,31 +72,7 @@ type consoleBrowser struct {
 
 func newConsoleBrowser(t *testing.T) *consoleBrowser {
 	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatal("chromium is not installed on the host: run scripts/install-test-deps.sh (make test does)")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.NoSandbox, // the tests run as root
-		chromedp.WindowSize(1280, 860),
-		chromedp.Flag("user-data-dir", t.TempDir()),
-	)
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); acancel() })
-	// The first Run starts the browser and must have no deadline (that
-	// would end the browser); it is bounded here instead.
-	started := make(chan error, 1)
-	go func() { started <- chromedp.Do(ctx, chromedp.Navigate("about:blank")) }()
-	select {
-	case err := <-started:
-		if err != nil {
-			t.Fatalf("starting headless chromium: %v", err)
-		}
-	case <-time.After(90 * time.Second):
-		t.Fatal("headless chromium did not start within 90 s")
-	}
+	ctx := startChromium(t, 1280, 860)
 	shots := os.Getenv("AGENTBOX_CONSOLE_SCREENSHOTS")
 	if shots == "" {
 		shots = filepath.Join(env.repo, "bin", "console")

@@ -22,14 +22,20 @@ import (
 
 // hostBrowser is one headless Chromium tab.
 type hostBrowser struct {
-	ctx    context.Context
-	cancel context.CancelFunc
+	ctx context.Context
 }
 
 // newHostBrowser starts a headless Chromium for the test (ended with it).
 // The window is larger than the test desktops, so noVNC's canvas shows the
 // whole remote screen at scale 1.
 func newHostBrowser(t *testing.T) *hostBrowser {
+	t.Helper()
+	return &hostBrowser{ctx: startChromium(t, 1400, 1000)}
+}
+
+// startChromium starts a headless host Chromium of a w x h window for the
+// test (ended with it) and returns its tab's context.
+func startChromium(t *testing.T, w, h int) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
@@ -38,13 +44,12 @@ func newHostBrowser(t *testing.T) *hostBrowser {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.NoSandbox, // the tests run as root
-		chromedp.WindowSize(1400, 1000),
+		chromedp.WindowSize(w, h),
 		chromedp.Flag("user-data-dir", t.TempDir()),
 	)
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	b := &hostBrowser{ctx: ctx, cancel: func() { cancel(); acancel() }}
-	t.Cleanup(b.cancel)
+	t.Cleanup(func() { cancel(); acancel() })
 	// The first Run starts the browser and must have no deadline (it
 	// would end the browser): it is bounded from here instead.
 	started := make(chan error, 1)
@@ -60,7 +65,7 @@ func newHostBrowser(t *testing.T) *hostBrowser {
 	case <-time.After(90 * time.Second):
 		t.Fatal("headless chromium did not start within 90 s")
 	}
-	return b
+	return ctx
 }
 
 // eval evaluates a JavaScript expression in the tab, for at most bound.
