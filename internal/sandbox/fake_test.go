@@ -374,7 +374,7 @@ func (p *fakePool) TemplateVersion(name, version string) (*storage.Template, err
 
 func (p *fakePool) layerDir(id string) string { return filepath.Join(p.root, "sandboxes", id) }
 
-func (p *fakePool) CreateLayer(ctx context.Context, id string, diskMB int64) (upper, work string, err error) {
+func (p *fakePool) CreateLayer(ctx context.Context, id string, diskMB int64, lowers []string) (upper, work string, err error) {
 	dir := p.layerDir(id)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", "", fmt.Errorf("fake pool: %w", err)

@@ -17,7 +17,7 @@ type layerStore interface {
 	TemplateVersion(name, version string) (*storage.Template, error)
 
 	// A sandbox's writable layer, named by its id (or a standby's name).
-	CreateLayer(ctx context.Context, id string, diskMB int64) (upper, work string, err error)
+	CreateLayer(ctx context.Context, id string, diskMB int64, lowers []string) (upper, work string, err error)
 	LayerPaths(id string) (upper, work string, err error)
 	RemoveLayer(ctx context.Context, id string) error
 	ListLayers() ([]string, error)

@@ -394,7 +394,7 @@ func TestLifecycleRestartRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A leftover the earlier daemon did not record.
-	if _, _, err := h.pool.CreateLayer(ctx, "leftover", 1); err != nil {
+	if _, _, err := h.pool.CreateLayer(ctx, "leftover", 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -376,7 +376,7 @@ func (s *Service) boot(ctx context.Context, rec *store.SandboxRecord, tpl *stora
 		}
 	} else {
 		lctx, sp := tracing.Start(ctx, "storage.CreateLayer")
-		upper, work, err = s.pool.CreateLayer(lctx, rec.ID, rec.Resources.DiskMB)
+		upper, work, err = s.pool.CreateLayer(lctx, rec.ID, rec.Resources.DiskMB, rec.Lowers)
 		tracing.End(sp, err)
 		if err != nil {
 			return nil, fmt.Errorf("creating writable layer: %w", err)

@@ -143,7 +143,7 @@ func (st *standbys) prepare(e *entry, rec *store.SandboxRecord, tpl *storage.Tem
 			runDir:  filepath.Join(st.host.runDir(e.id), fmt.Sprintf("gen-%d", gen)),
 			standby: true,
 		}}
-		upper, work, err := st.pool.CreateLayer(ctx, nx.layer, recCopy.Resources.DiskMB)
+		upper, work, err := st.pool.CreateLayer(ctx, nx.layer, recCopy.Resources.DiskMB, recCopy.Lowers)
 		if err != nil {
 			st.log.Warn("standby init: layer", "sandbox", e.id, "err", err)
 			return

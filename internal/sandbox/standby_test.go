@@ -44,7 +44,7 @@ func TestStandbys(t *testing.T) {
 
 	// The sandbox: its layer, run dir and init.
 	rec := &store.SandboxRecord{ID: "box", Lowers: []string{"/lower"}, Env: map[string]string{"A": "1"}}
-	upper, work, err := pool.CreateLayer(ctx, "box", 0)
+	upper, work, err := pool.CreateLayer(ctx, "box", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestStandbys(t *testing.T) {
 
 	// removeLayers removes this sandbox's standby layers only.
 	for _, l := range []string{"box.next-7", "other.next-1"} {
-		if _, _, err := pool.CreateLayer(ctx, l, 0); err != nil {
+		if _, _, err := pool.CreateLayer(ctx, l, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -385,6 +385,7 @@ func (p *Pool) GCLayers(ctx context.Context, inUse map[string]bool) ([]string, e
 		}
 		if idErr == nil {
 			_ = qgroupDestroy(p.root, subID)
+			p.removeFloor(subID)
 		}
 		removed = append(removed, id)
 	}

@@ -35,7 +35,7 @@ func TestBuildLayers(t *testing.T) {
 	commit := func(id string) {
 		t.Helper()
 		sid := "step" + id[:6]
-		upper, _, err := p.CreateLayer(ctx, sid, 64)
+		upper, _, err := p.CreateLayer(ctx, sid, 64, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,11 +25,13 @@ func validLayerID(id string) error {
 
 func (p *Pool) layerDir(id string) string { return filepath.Join(p.sandboxesDir(), id) }
 
-// CreateLayer makes sandbox id's private writable layer: a subvolume with a
-// hard limit of diskMB MiB on the bytes it references (writes past it fail
-// with EDQUOT), holding upper/ and work/ for overlayfs, owned by the
-// sandbox's root (UIDBase). It returns their host paths.
-func (p *Pool) CreateLayer(ctx context.Context, id string, diskMB int64) (upper, work string, err error) {
+// CreateLayer makes sandbox id's private writable layer over the overlay
+// lower dirs lowers: a subvolume with a hard limit of diskMB MiB on the
+// bytes it references (writes past it fail with EDQUOT), holding upper/
+// and work/ for overlayfs, owned by the sandbox's root (UIDBase), whose
+// inodes are numbered above every inode of lowers (inofloor_linux.go). It
+// returns their host paths.
+func (p *Pool) CreateLayer(ctx context.Context, id string, diskMB int64, lowers []string) (upper, work string, err error) {
 	if err := validLayerID(id); err != nil {
 		return "", "", err
 	}
@@ -37,7 +39,15 @@ func (p *Pool) CreateLayer(ctx context.Context, id string, diskMB int64) (upper,
 		return "", "", errdefs.Invalid("disk_mb must be between 1 and %d, got %d", int64(1)<<30, diskMB)
 	}
 	dir := p.layerDir(id)
-	if err := subvolCreate(dir); err != nil {
+	floor, err := p.floorFor(ctx, lowers)
+	if err != nil {
+		return "", "", fmt.Errorf("creating layer for sandbox %s: %w", id, err)
+	}
+	create := func() error { return subvolCreate(dir) }
+	if floor != "" {
+		create = func() error { return snapCreate(floor, dir, false) }
+	}
+	if err := create(); err != nil {
 		switch {
 		case errors.Is(err, unix.EEXIST):
 			return "", "", fmt.Errorf("creating layer for sandbox %s: %w", id, errdefs.New(errdefs.ErrAlreadyExists, "a disk layer for sandbox %s already exists", id))

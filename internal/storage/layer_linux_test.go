@@ -13,14 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/tenancy"
 	"golang.org/x/sys/unix"
 )
 
 func TestOpenReopen(t *testing.T) {
 	p, opts := newTestPool(t)
 	ctx := context.Background()
-	if _, _, err := p.CreateLayer(ctx, "sb1", 10); err != nil {
+	if _, _, err := p.CreateLayer(ctx, "sb1", 10, nil); err != nil {
 		t.Fatalf("CreateLayer: %v", err)
 	}
 	if err := p.Close(); err != nil {
@@ -108,7 +110,7 @@ func countMounts(t *testing.T, dir string) int {
 func TestLayerDiskLimit(t *testing.T) {
 	p, _ := newTestPool(t)
 	ctx := context.Background()
-	upper, work, err := p.CreateLayer(ctx, "quota", 20)
+	upper, work, err := p.CreateLayer(ctx, "quota", 20, nil)
 	if err != nil {
 		t.Fatalf("CreateLayer: %v", err)
 	}
@@ -134,7 +136,7 @@ func TestLayerDiskLimit(t *testing.T) {
 	}
 
 	// And as host root, in-process, to see the errno itself.
-	upperRoot, _, err := p.CreateLayer(ctx, "quota-root", 20)
+	upperRoot, _, err := p.CreateLayer(ctx, "quota-root", 20, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +158,7 @@ func TestLayerDiskLimit(t *testing.T) {
 	}
 
 	// Another layer is unaffected by its neighbour being full.
-	upper2, _, err := p.CreateLayer(ctx, "neighbour", 20)
+	upper2, _, err := p.CreateLayer(ctx, "neighbour", 20, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +170,7 @@ func TestLayerDiskLimit(t *testing.T) {
 func TestLayerCreateRemove(t *testing.T) {
 	p, _ := newTestPool(t)
 	ctx := context.Background()
-	upper, _, err := p.CreateLayer(ctx, "sb-1", 64)
+	upper, _, err := p.CreateLayer(ctx, "sb-1", 64, nil)
 	if err != nil {
 		t.Fatalf("CreateLayer: %v", err)
 	}
@@ -186,7 +188,7 @@ func TestLayerCreateRemove(t *testing.T) {
 		t.Errorf("LayerUsage = %d, %v; want about 5 MiB", used, err)
 	}
 
-	_, _, err = p.CreateLayer(ctx, "sb-1", 64)
+	_, _, err = p.CreateLayer(ctx, "sb-1", 64, nil)
 	if !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Errorf("second CreateLayer = %v, want already exists", err)
 	}
@@ -263,7 +265,7 @@ func TestLayerInvalid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%q/%d", tt.id, tt.diskMB), func(t *testing.T) {
-			_, _, err := p.CreateLayer(ctx, tt.id, tt.diskMB)
+			_, _, err := p.CreateLayer(ctx, tt.id, tt.diskMB, nil)
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Errorf("CreateLayer = %v, want invalid argument", err)
 			}
@@ -292,7 +294,7 @@ func BenchmarkCreateRemoveLayer(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		id := fmt.Sprintf("bench-%d", i)
-		if _, _, err := p.CreateLayer(ctx, id, 100); err != nil {
+		if _, _, err := p.CreateLayer(ctx, id, 100, nil); err != nil {
 			b.Fatal(err)
 		}
 		if err := p.RemoveLayer(ctx, id); err != nil {
@@ -306,7 +308,32 @@ func BenchmarkCreateLayer(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, _, err := p.CreateLayer(ctx, fmt.Sprintf("bench-%d", i), 100); err != nil {
+		if _, _, err := p.CreateLayer(ctx, fmt.Sprintf("bench-%d", i), 100, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCreateLayerOverTemplate is what a sandbox create pays: a layer
+// over a template, made from the template's inode floor (a snapshot).
+func BenchmarkCreateLayerOverTemplate(b *testing.B) {
+	p, _ := newTestPool(b)
+	ctx := tenancy.Admin(context.Background())
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	tpl, err := p.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "t", Rootfs: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("bench-%d", i)
+		if _, _, err := p.CreateLayer(ctx, id, 100, tpl.LowerDirs()); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.RemoveLayer(ctx, id); err != nil {
 			b.Fatal(err)
 		}
 	}

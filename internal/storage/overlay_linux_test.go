@@ -24,7 +24,7 @@ func TestOverlayInUserNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	upper, work, err := p.CreateLayer(ctx, "ovl", 20)
+	upper, work, err := p.CreateLayer(ctx, "ovl", 20, tpl.LowerDirs())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,10 @@ type Pool struct {
 	mu sync.Mutex
 	// build pins the layers running builds use (build_linux.go).
 	build buildState
+	// floorMu serializes making inode floors; floors caches each made
+	// floor's inode by its layer's subvolume id (inofloor_linux.go).
+	floorMu sync.Mutex
+	floors  map[uint64]uint64
 }
 
 // Open makes the pool ready: it creates and formats storage.img on first
@@ -84,6 +88,7 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 		uidBase:  opts.UIDBase,
 		uidCount: opts.UIDCount,
 		log:      opts.Logger.With("component", "storage"),
+		floors:   map[uint64]uint64{},
 	}
 	p.img = filepath.Join(p.dataDir, "storage.img")
 	p.root = filepath.Join(p.dataDir, "storage")
@@ -122,6 +127,7 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 	}
 	p.removeStaging()
 	p.removeTempFiles()
+	p.sweepFloors()
 	p.sweepStaleQgroups(ctx)
 	p.log.Debug("storage pool open", "root", p.root)
 	return p, nil

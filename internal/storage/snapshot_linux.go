@@ -159,6 +159,7 @@ func (p *Pool) RemoveSnapshot(ctx context.Context, id string) error {
 		if err := qgroupDestroy(p.root, subID); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) {
 			p.log.Warn("removing qgroup of deleted snapshot", "snapshot", id, "err", err)
 		}
+		p.removeFloor(subID)
 	}
 	return nil
 }

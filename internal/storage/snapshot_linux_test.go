@@ -25,7 +25,7 @@ func TestSnapshotLayer(t *testing.T) {
 	requireBtrfs(t)
 	p, _ := newTestPool(t)
 	ctx := context.Background()
-	upper, _, err := p.CreateLayer(ctx, "src", 64)
+	upper, _, err := p.CreateLayer(ctx, "src", 64, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

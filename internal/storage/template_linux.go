@@ -168,6 +168,11 @@ func (p *Pool) buildTemplate(ctx context.Context, name string, t *Template, fill
 	}
 	ok = true
 	t.Rootfs = filepath.Join(final, "rootfs")
+	// Its inode floor now, so that the first sandbox does not wait for it
+	// (inofloor_linux.go); a failure here is retried, and reported, there.
+	if _, _, err := p.floor(ctx, final); err != nil {
+		p.log.Warn("making the inode floor of a new template", "template", name, "version", t.Version, "err", err)
+	}
 	return t, nil
 }
 
@@ -272,6 +277,7 @@ func (p *Pool) RemoveTemplate(ctx context.Context, name, version string) error {
 	}
 	if idErr == nil {
 		_ = qgroupDestroy(p.root, subID) // see RemoveLayer
+		p.removeFloor(subID)
 	}
 	return nil
 }

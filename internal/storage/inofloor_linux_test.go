@@ -1,0 +1,135 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/tenancy"
+	"golang.org/x/sys/unix"
+)
+
+// maxIno is the highest inode number under dir.
+func maxIno(t *testing.T, dir string) uint64 {
+	t.Helper()
+	var max uint64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return err
+		}
+		max = mx(max, st.Ino)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return max
+}
+
+func mx(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// fill makes n files under dir and returns their lowest inode number.
+func fill(t *testing.T, dir string, n int) uint64 {
+	t.Helper()
+	low := ^uint64(0)
+	for i := 0; i < n; i++ {
+		p := filepath.Join(dir, "new-"+strconv.Itoa(i))
+		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		low = min(low, st.Ino)
+	}
+	return low
+}
+
+// TestInodeFloor: a sandbox's writable layer numbers its inodes above
+// every inode of the layers beneath it (template, then snapshot over
+// template), so no file of the overlay shares another's (st_dev, st_ino).
+// Without the floor, the first new file took inode 257 of the template.
+func TestInodeFloor(t *testing.T) {
+	p, _ := newTestPool(t)
+	ctx := tenancy.Admin(context.Background())
+	tree := makeTree(t)
+	for i := 0; i < 300; i++ {
+		if err := os.WriteFile(filepath.Join(tree, fmt.Sprintf("f%d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tpl, err := p.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "t", Rootfs: tree})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tplMax := maxIno(t, filepath.Dir(tpl.Rootfs))
+
+	upper, _, err := p.CreateLayer(ctx, "a", 64, tpl.LowerDirs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if low := fill(t, upper, 400); low <= tplMax {
+		t.Fatalf("a new file in the layer has inode %d; the template's go up to %d", low, tplMax)
+	}
+	// The floor costs the layer no disk: its limit is still all its own.
+	if used, err := p.LayerUsage("a"); err != nil || used > 1<<20 {
+		t.Errorf("layer usage with a floor = %d, %v", used, err)
+	}
+
+	// A snapshot of it is a layer too: a sandbox over snapshot and
+	// template numbers above both.
+	if _, err := p.SnapshotLayer(ctx, "a", "snap"); err != nil {
+		t.Fatal(err)
+	}
+	snapMax := maxIno(t, filepath.Dir(p.SnapshotUpper("snap")))
+	upper2, _, err := p.CreateLayer(ctx, "b", 64, append([]string{p.SnapshotUpper("snap")}, tpl.LowerDirs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if low := fill(t, upper2, 50); low <= snapMax || low <= tplMax {
+		t.Fatalf("a new file over the snapshot has inode %d; the snapshot's go up to %d, the template's to %d", low, snapMax, tplMax)
+	}
+
+	// Each floor is made once, and goes with its layer.
+	floors, _ := os.ReadDir(p.floorsDir())
+	if len(floors) != 2 {
+		t.Fatalf("floors = %v, want one for the template and one for the snapshot", floors)
+	}
+	if err := p.RemoveLayer(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RemoveSnapshot(ctx, "snap"); err != nil {
+		t.Fatal(err)
+	}
+	if floors, _ := os.ReadDir(p.floorsDir()); len(floors) != 1 {
+		t.Errorf("floors after removing the snapshot = %v, want the template's only", floors)
+	}
+	// A floor whose layer is gone (a crash between the two) is swept at
+	// the next open.
+	if err := p.RemoveLayer(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(tpl.Rootfs)
+	if err := subvolDestroy(dir); err != nil {
+		t.Fatal(err)
+	}
+	p.sweepFloors()
+	if floors, _ := os.ReadDir(p.floorsDir()); len(floors) != 0 {
+		t.Errorf("floors after the sweep = %v, want none", floors)
+	}
+}
