@@ -41,6 +41,7 @@ func newTestPool(tb testing.TB) (*Pool, Options) {
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
 	}
+	tb.Cleanup(func() { _ = p.Close() })
 	return p, opts
 }
 

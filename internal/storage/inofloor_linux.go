@@ -37,6 +37,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,7 +50,127 @@ const (
 	floorLayerXattr = "user.agentbox.layer"
 )
 
+// sparesPerFloor is how many spare layers each floor in use keeps;
+// refillDelay is how long after a take their refill starts.
+const (
+	sparesPerFloor = 2
+	refillDelay    = 100 * time.Millisecond
+)
+
 func (p *Pool) floorsDir() string { return filepath.Join(p.root, "floors") }
+func (p *Pool) sparesDir() string { return filepath.Join(p.root, "spares") }
+
+// spareState is the spare layers made from each floor, by floor path.
+type spareState struct {
+	mu      sync.Mutex
+	byFloor map[string][]string
+	filling map[string]bool
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// newLayerFrom makes dir, a new layer subvolume numbered above floor: a
+// spare renamed into place when one is ready, else a snapshot now.
+func (p *Pool) newLayerFrom(floor, dir string) error {
+	sp := &p.spares
+	sp.mu.Lock()
+	var spare string
+	if list := sp.byFloor[floor]; len(list) > 0 {
+		spare = list[len(list)-1]
+		sp.byFloor[floor] = list[:len(list)-1]
+	}
+	sp.mu.Unlock()
+	p.refill(floor)
+	if spare != "" {
+		err := unix.Renameat2(unix.AT_FDCWD, spare, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE)
+		if err == nil {
+			return nil
+		}
+		_ = p.destroySubvolume(spare)
+		if errors.Is(err, unix.EEXIST) {
+			return &os.PathError{Op: "rename", Path: dir, Err: err}
+		}
+	}
+	return snapCreate(floor, dir, false)
+}
+
+// refill makes floor's spare layers up to sparesPerFloor, in the
+// background.
+func (p *Pool) refill(floor string) {
+	sp := &p.spares
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.closed || sp.filling[floor] || len(sp.byFloor[floor]) >= sparesPerFloor {
+		return
+	}
+	sp.filling[floor] = true
+	sp.wg.Add(1)
+	go func() {
+		defer sp.wg.Done()
+		// Not at once: the snapshot's commit would stall the create that
+		// took the spare while it makes its dirs and starts its sandbox.
+		time.Sleep(refillDelay)
+		defer func() {
+			sp.mu.Lock()
+			delete(sp.filling, floor)
+			sp.mu.Unlock()
+		}()
+		if err := os.MkdirAll(p.sparesDir(), 0o700); err != nil {
+			p.log.Warn("making spare layers", "err", err)
+			return
+		}
+		for {
+			sp.mu.Lock()
+			done := sp.closed || len(sp.byFloor[floor]) >= sparesPerFloor
+			sp.mu.Unlock()
+			if done {
+				return
+			}
+			path := filepath.Join(p.sparesDir(), randHex())
+			if err := snapCreate(floor, path, false); err != nil {
+				if !errors.Is(err, unix.ENOENT) { // the floor was removed
+					p.log.Warn("making a spare layer", "floor", floor, "err", err)
+				}
+				return
+			}
+			sp.mu.Lock()
+			sp.byFloor[floor] = append(sp.byFloor[floor], path)
+			sp.mu.Unlock()
+		}
+	}()
+}
+
+// dropSpares destroys floor's spare layers.
+func (p *Pool) dropSpares(floor string) {
+	sp := &p.spares
+	sp.mu.Lock()
+	list := sp.byFloor[floor]
+	delete(sp.byFloor, floor)
+	sp.mu.Unlock()
+	for _, s := range list {
+		if err := p.destroySubvolume(s); err != nil {
+			p.log.Warn("removing a spare layer", "path", s, "err", err)
+		}
+	}
+}
+
+// closeSpares stops the refills, waits for them, and destroys every spare.
+func (p *Pool) closeSpares() {
+	sp := &p.spares
+	sp.mu.Lock()
+	sp.closed = true
+	sp.mu.Unlock()
+	sp.wg.Wait()
+	sp.mu.Lock()
+	floors := make([]string, 0, len(sp.byFloor))
+	for f := range sp.byFloor {
+		floors = append(floors, f)
+	}
+	sp.mu.Unlock()
+	for _, f := range floors {
+		p.dropSpares(f)
+	}
+}
 
 // layerSubvolume returns the subvolume that holds lower, a layer directory
 // in the pool (templates/N/V/rootfs, snapshots/ID/upper, layers/ID/upper).
@@ -142,7 +264,7 @@ func (p *Pool) makeFloor(ctx context.Context, sub, dst string) (uint64, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			_ = p.destroyFloor(tmp)
+			_ = p.destroySubvolume(tmp)
 		}
 	}()
 	var maxIno uint64
@@ -237,13 +359,15 @@ func (p *Pool) removeFloor(id uint64) {
 	delete(p.floors, id)
 	p.floorMu.Unlock()
 	dst := filepath.Join(p.floorsDir(), strconv.FormatUint(id, 10))
-	if err := p.destroyFloor(dst); err != nil {
+	p.dropSpares(dst)
+	if err := p.destroySubvolume(dst); err != nil {
 		p.log.Warn("removing the inode floor of a removed layer", "floor", dst, "err", err)
 	}
 }
 
-// destroyFloor deletes the floor subvolume path and its qgroup.
-func (p *Pool) destroyFloor(path string) error {
+// destroySubvolume deletes subvolume path (a floor, a spare) and its
+// qgroup.
+func (p *Pool) destroySubvolume(path string) error {
 	fid, idErr := subvolID(path)
 	if err := subvolDestroy(path); err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -257,7 +381,8 @@ func (p *Pool) destroyFloor(path string) error {
 	return nil
 }
 
-// sweepFloors removes half-made floors and floors whose layer is gone.
+// sweepFloors removes half-made floors, floors whose layer is gone, and
+// spare layers.
 func (p *Pool) sweepFloors() {
 	ents, err := os.ReadDir(p.floorsDir())
 	if err != nil {
@@ -274,8 +399,16 @@ func (p *Pool) sweepFloors() {
 				}
 			}
 		}
-		if err := p.destroyFloor(path); err != nil {
+		if err := p.destroySubvolume(path); err != nil {
 			p.log.Warn("removing a stale inode floor", "floor", path, "err", err)
+		}
+	}
+	// Spares are kept in memory only: any on disk are a past run's.
+	spares, _ := os.ReadDir(p.sparesDir())
+	for _, e := range spares {
+		path := filepath.Join(p.sparesDir(), e.Name())
+		if err := p.destroySubvolume(path); err != nil {
+			p.log.Warn("removing a past run's spare layer", "path", path, "err", err)
 		}
 	}
 }

@@ -86,6 +86,19 @@ func TestInodeFloor(t *testing.T) {
 	if low := fill(t, upper, 400); low <= tplMax {
 		t.Fatalf("a new file in the layer has inode %d; the template's go up to %d", low, tplMax)
 	}
+	// The next layer over the template is a spare, made meanwhile in the
+	// background, renamed into place: numbered above the template too.
+	p.spares.wg.Wait()
+	if n := len(p.spares.byFloor); n != 1 {
+		t.Fatalf("spares for %d floors, want 1", n)
+	}
+	upperC, _, err := p.CreateLayer(ctx, "c", 64, tpl.LowerDirs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if low := fill(t, upperC, 400); low <= tplMax {
+		t.Fatalf("a new file in a layer made from a spare has inode %d; the template's go up to %d", low, tplMax)
+	}
 	// The floor costs the layer no disk: its limit is still all its own.
 	if used, err := p.LayerUsage("a"); err != nil || used > 1<<20 {
 		t.Errorf("layer usage with a floor = %d, %v", used, err)
@@ -110,8 +123,10 @@ func TestInodeFloor(t *testing.T) {
 	if len(floors) != 2 {
 		t.Fatalf("floors = %v, want one for the template and one for the snapshot", floors)
 	}
-	if err := p.RemoveLayer(ctx, "b"); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{"b", "c"} {
+		if err := p.RemoveLayer(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := p.RemoveSnapshot(ctx, "snap"); err != nil {
 		t.Fatal(err)
@@ -128,8 +143,12 @@ func TestInodeFloor(t *testing.T) {
 	if err := subvolDestroy(dir); err != nil {
 		t.Fatal(err)
 	}
+	p.spares.wg.Wait()
 	p.sweepFloors()
 	if floors, _ := os.ReadDir(p.floorsDir()); len(floors) != 0 {
 		t.Errorf("floors after the sweep = %v, want none", floors)
+	}
+	if spares, _ := os.ReadDir(p.sparesDir()); len(spares) != 0 {
+		t.Errorf("spare layers after the sweep = %v, want none", spares)
 	}
 }

@@ -45,7 +45,7 @@ func (p *Pool) CreateLayer(ctx context.Context, id string, diskMB int64, lowers 
 	}
 	create := func() error { return subvolCreate(dir) }
 	if floor != "" {
-		create = func() error { return snapCreate(floor, dir, false) }
+		create = func() error { return p.newLayerFrom(floor, dir) }
 	}
 	if err := create(); err != nil {
 		switch {

@@ -57,6 +57,8 @@ type Pool struct {
 	// floor's inode by its layer's subvolume id (inofloor_linux.go).
 	floorMu sync.Mutex
 	floors  map[uint64]uint64
+	// spares are layers made from floors ahead of use.
+	spares spareState
 }
 
 // Open makes the pool ready: it creates and formats storage.img on first
@@ -89,6 +91,7 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 		uidCount: opts.UIDCount,
 		log:      opts.Logger.With("component", "storage"),
 		floors:   map[uint64]uint64{},
+		spares:   spareState{byFloor: map[string][]string{}, filling: map[string]bool{}},
 	}
 	p.img = filepath.Join(p.dataDir, "storage.img")
 	p.root = filepath.Join(p.dataDir, "storage")
@@ -133,9 +136,10 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 	return p, nil
 }
 
-// Close releases the pool. It does not unmount it: running sandboxes keep
-// using their layers across daemon restarts.
-func (p *Pool) Close() error { return nil }
+// Close releases the pool: it waits for the spare layers being made and
+// removes the spares (inofloor_linux.go). It does not unmount it: running
+// sandboxes keep using their layers across daemon restarts.
+func (p *Pool) Close() error { p.closeSpares(); return nil }
 
 // Root returns the pool's mount point.
 func (p *Pool) Root() string { return p.root }

@@ -33,6 +33,21 @@ func benchDesktop(b *testing.B) *Manager {
 // gradient image, so encoders see the kind of content agents look at.
 func paintPage(b testing.TB, x *xconn) {
 	const w, h = 1024, 768
+	px := pagePixels()
+	gc, _ := xproto.NewGcontextId(x.c)
+	xproto.CreateGC(x.c, gc, xproto.Drawable(x.root), 0, nil)
+	for y := 0; y < h; y += 50 {
+		rows := min(50, h-y)
+		err := xproto.PutImageChecked(x.c, xproto.ImageFormatZPixmap, xproto.Drawable(x.root), gc, w, uint16(rows), 0, int16(y), 0, x.depth, px[y*w*4:(y+rows)*w*4]).Check()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// pagePixels is paintPage's picture as 1024x768 BGRX pixels.
+func pagePixels() []byte {
+	const w, h = 1024, 768
 	px := make([]byte, w*h*4)
 	set := func(x, y int, r, g, bl byte) {
 		i := 4 * (y*w + x)
@@ -72,15 +87,22 @@ func paintPage(b testing.TB, x *xconn) {
 			set(x, y, 0, 120, 215)
 		}
 	}
-	gc, _ := xproto.NewGcontextId(x.c)
-	xproto.CreateGC(x.c, gc, xproto.Drawable(x.root), 0, nil)
-	for y := 0; y < h; y += 50 {
-		rows := min(50, h-y)
-		err := xproto.PutImageChecked(x.c, xproto.ImageFormatZPixmap, xproto.Drawable(x.root), gc, w, uint16(rows), 0, int16(y), 0, x.depth, px[y*w*4:(y+rows)*w*4]).Check()
-		if err != nil {
+	return px
+}
+
+// BenchmarkEncodePNG is the PNG encoder alone on the page's pixels (no X
+// server needed).
+func BenchmarkEncodePNG(b *testing.B) {
+	px := pagePixels()
+	var e encoder
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		if err := e.png(&buf, px, 1024, 768, 4096, true); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(buf.Len()), "bytes/image")
 }
 
 func BenchmarkScreenshotPNG(b *testing.B) {
@@ -148,4 +170,40 @@ func BenchmarkClick(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// busyPixels is what make bench's busy page shows: a gradient under a
+// canvas of coloured noise filling the top half.
+func busyPixels() []byte {
+	const w, h = 1024, 768
+	px := make([]byte, w*h*4)
+	s := uint32(1)
+	for y := range h {
+		for x := range w {
+			i := 4 * (y*w + x)
+			if y < h/2 {
+				for c := range 3 {
+					s = (s*1103515245 + 12345) & 0x7fffffff
+					px[i+c] = byte(s >> 16)
+				}
+				continue
+			}
+			px[i], px[i+1], px[i+2] = byte(0x66-x*0x66/w), byte(0x33+x*(0xcc-0x33)/w), byte(x*0xff/w)
+		}
+	}
+	return px
+}
+
+// BenchmarkEncodePNGBusy is the encoder on the busy page's pixels.
+func BenchmarkEncodePNGBusy(b *testing.B) {
+	px := busyPixels()
+	var e encoder
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		if err := e.png(&buf, px, 1024, 768, 4096, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "bytes/image")
 }
