@@ -225,7 +225,7 @@ function actionButtons(sb) {
 
 // ---- one sandbox -----------------------------------------------------------
 
-const TABS = ["terminal", "files", "processes", "egress", "previews", "usage"];
+const TABS = ["terminal", "files", "processes", "egress", "previews", "desktop", "usage"];
 
 async function renderSandbox(id, tab) {
   const sb = await api("GET", sbPath(id));
@@ -240,7 +240,7 @@ async function renderSandbox(id, tab) {
       sb.parent ? " · forked from " + sb.parent : "", sb.error ? el("span", { class: "bad" }, " · " + sb.error) : ""),
     el("div", {}, actionButtons(sb)),
     tabs, body);
-  const fn = { terminal: tabTerminal, files: tabFiles, processes: tabProcesses, egress: tabEgress, previews: tabPreviews, usage: tabUsage }[tab];
+  const fn = { terminal: tabTerminal, files: tabFiles, processes: tabProcesses, egress: tabEgress, previews: tabPreviews, desktop: tabDesktop, usage: tabUsage }[tab];
   if (fn) await fn(sb, body);
 }
 
@@ -475,13 +475,80 @@ async function tabPreviews(sb, body) {
     form, el("ul", { id: "previews" }, ports.map((p) => el("li", {}, el("a", { href: url(p), target: "_blank", rel: "noopener noreferrer" }, url(p))))));
 }
 
+// The desktop (the desktop template's X display): start it, see its
+// screen, and open the live view (noVNC through the preview proxy, with
+// the sandbox's token) view-only or interactive in a new tab.
+async function tabDesktop(sb, body) {
+  const d = await api("GET", sbPath(sb.id, "/desktop"));
+  if (d.state !== "running") {
+    const start = el("button", { id: "desktop-start" }, "Start the display");
+    start.addEventListener("click", () => act(async () => {
+      start.disabled = true;
+      await api("POST", sbPath(sb.id, "/desktop"), { json: {} });
+    }));
+    body.append(el("p", { class: "note", id: "desktop-state" }, "The display is " + d.state + (d.error ? ": " + d.error : "") +
+      ". A sandbox of the desktop template has one (docs/desktop.md)."), start);
+    return;
+  }
+  const [view, drive] = await Promise.all([true, false].map((v) => api("GET", sbPath(sb.id, "/desktop/stream?view_only=" + v))));
+  const link = (id, s, text) => el("a", { id, href: s.url, target: "_blank", rel: "noopener noreferrer" }, text);
+  const img = el("img", { id: "desktop-shot", class: "shot", alt: "the sandbox's screen" });
+  const load = async () => {
+    const r = await api("GET", sbPath(sb.id, "/desktop/screenshot?format=png"), { raw: true });
+    const old = img.src;
+    img.src = URL.createObjectURL(await r.blob());
+    if (old) URL.revokeObjectURL(old);
+  };
+  const refresh = el("button", { id: "desktop-refresh" }, "Refresh");
+  refresh.addEventListener("click", () => { showError(null); load().catch(failed); });
+  body.append(el("p", {}, d.width + "x" + d.height + " on display " + d.display + " · live view: ",
+    link("live-view", view, "view only"), " · ", link("live-view-interactive", drive, "interactive")), refresh, el("div", {}, img));
+  await load();
+}
+
+// chart draws values (oldest first) as an SVG line, labelled with the
+// last value and the peak.
+function chart(id, label, values, fmt) {
+  const NS = "http://www.w3.org/2000/svg", w = 360, h = 64;
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("viewBox", "0 0 " + w + " " + h);
+  svg.setAttribute("width", String(w));
+  svg.setAttribute("height", String(h));
+  svg.setAttribute("class", "chart-line");
+  svg.id = id;
+  svg.dataset.points = String(values.length);
+  const peak = Math.max(0, ...values);
+  const y = (v) => (h - 2 - (peak > 0 ? v / peak : 0) * (h - 4)).toFixed(1);
+  const x = (i) => (values.length > 1 ? i * w / (values.length - 1) : w / 2).toFixed(1);
+  const line = document.createElementNS(NS, "polyline");
+  line.setAttribute("points", values.map((v, i) => x(i) + "," + y(v)).join(" "));
+  line.setAttribute("fill", "none");
+  line.setAttribute("stroke", "currentColor");
+  line.setAttribute("stroke-width", "1.5");
+  svg.append(line);
+  return el("figure", { class: "chart" }, svg,
+    el("figcaption", {}, label + ": " + fmt(values[values.length - 1]) + " now, " + fmt(peak) + " at most"));
+}
+
 async function tabUsage(sb, body) {
   const m = await api("GET", sbPath(sb.id, "/metrics"));
   const last = m.samples[m.samples.length - 1];
-  body.append(last ? table(["When", "CPU %", "Memory", "Disk", "Rx", "Tx", "Pids"], [el("tr", {},
+  if (!last) {
+    body.append(el("p", { class: "note" }, "No usage sample yet."));
+    return;
+  }
+  body.append(table(["When", "CPU %", "Memory", "Disk", "Rx", "Tx", "Pids"], [el("tr", {},
     el("td", {}, age(last.time) + " ago"), el("td", {}, last.cpu_percent.toFixed(1)), el("td", {}, bytes(last.memory_bytes) + " of " + m.limits.memory_mb + " MB"),
-    el("td", {}, bytes(last.disk_bytes)), el("td", {}, bytes(last.rx_bytes)), el("td", {}, bytes(last.tx_bytes)), el("td", {}, last.pids))])
-    : el("p", { class: "note" }, "No usage sample yet."));
+    el("td", {}, bytes(last.disk_bytes)), el("td", {}, bytes(last.rx_bytes)), el("td", {}, bytes(last.tx_bytes)), el("td", {}, last.pids))]));
+  // The last hour, one sample every interval_seconds.
+  const col = (k) => m.samples.map((s) => s[k]);
+  const minutes = Math.round(m.samples.length * m.interval_seconds / 60);
+  body.append(el("p", { class: "note" }, "The last " + (minutes || 1) + " min, one sample every " + m.interval_seconds + " s:"),
+    el("div", { class: "charts" },
+      chart("chart-cpu", "CPU", col("cpu_percent"), (v) => v.toFixed(1) + " %"),
+      chart("chart-memory", "Memory", col("memory_bytes"), bytes),
+      chart("chart-disk", "Disk", col("disk_bytes"), bytes),
+      chart("chart-pids", "Processes", col("pids"), (v) => String(v))));
 }
 
 // ---- templates, snapshots, admin -------------------------------------------
