@@ -294,6 +294,11 @@ func (p *Pool) makeFloor(ctx context.Context, sub, dst string) (uint64, error) {
 	if maxPath != tmp {
 		keep := filepath.Join(tmp, floorName)
 		if maxPath != keep {
+			// A sandbox layer's snapshot holds the keeper of the floor it
+			// was made from: lower, and maybe not of the new one's type.
+			if err := os.RemoveAll(keep); err != nil {
+				return 0, err
+			}
 			if err := os.Rename(maxPath, keep); err != nil {
 				return 0, err
 			}
