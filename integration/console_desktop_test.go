@@ -41,10 +41,21 @@ func TestConsoleDesktop(t *testing.T) {
 	b.waitTrue("the start button", `!!document.getElementById("desktop-start")`, time.Minute)
 	b.run("start the display", chromedp.Click(chromedp.CSS("#desktop-start")))
 	b.waitTrue("the screen", `(document.getElementById("desktop-shot") || {}).naturalWidth === 1024`, 2*time.Minute)
-	b.screenshot("desktop")
 	if d, err := tc.Desktop(id).Status(ctx); err != nil || d.State != api.DesktopRunning {
 		t.Fatalf("the API says the desktop is %+v, %v", d, err)
 	}
+	// A terminal on the display, then Refresh: the tab shows a new
+	// screenshot.
+	if _, err := tc.Desktop(id).Launch(ctx, api.DesktopLaunchRequest{App: "terminal"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the terminal's window", func() (bool, string) {
+		ws, err := tc.Desktop(id).Windows(ctx)
+		return err == nil && len(ws) > 0, fmt.Sprintf("%v, %v", ws, err)
+	})
+	b.run("refresh the screen", chromedp.Click(chromedp.CSS("#desktop-refresh")))
+	b.waitTrue("a second screenshot", `document.getElementById("desktop-shot").dataset.shots === "2"`, time.Minute)
+	b.screenshot("desktop")
 
 	for _, l := range []struct {
 		id       string
@@ -82,5 +93,5 @@ func TestConsoleDesktop(t *testing.T) {
 	// disk and processes over the kept samples.
 	b.run("open usage", chromedp.Navigate(base+"/console/#/sandbox/"+id+"/usage"))
 	b.waitTrue("the usage charts", `document.querySelectorAll("#tab svg.chart-line").length === 4 && document.querySelector("#chart-memory").dataset.points > 0`, 2*time.Minute)
-	b.screenshot("usage")
+	b.screenshot("usage-charts")
 }

@@ -254,6 +254,7 @@ func floorIno(dst string) (uint64, error) {
 // in which the highest-numbered inode is moved to the root as floorName,
 // emptied, and everything else is removed.
 func (p *Pool) makeFloor(ctx context.Context, sub, dst string) (uint64, error) {
+	start := time.Now()
 	if err := os.MkdirAll(p.floorsDir(), 0o700); err != nil {
 		return 0, err
 	}
@@ -336,7 +337,7 @@ func (p *Pool) makeFloor(ctx context.Context, sub, dst string) (uint64, error) {
 	if ino < maxIno {
 		return 0, fmt.Errorf("the floor of %s keeps inode %d, below the layer's highest, %d", sub, ino, maxIno)
 	}
-	p.log.Info("made the inode floor of a layer", "layer", sub, "inode", ino)
+	p.log.Info("made the inode floor of a layer", "layer", sub, "inode", ino, "took", time.Since(start).Round(time.Millisecond))
 	return ino, nil
 }
 

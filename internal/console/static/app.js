@@ -497,6 +497,7 @@ async function tabDesktop(sb, body) {
     const r = await api("GET", sbPath(sb.id, "/desktop/screenshot?format=png"), { raw: true });
     const old = img.src;
     img.src = URL.createObjectURL(await r.blob());
+    img.dataset.shots = String(Number(img.dataset.shots || 0) + 1);
     if (old) URL.revokeObjectURL(old);
   };
   const refresh = el("button", { id: "desktop-refresh" }, "Refresh");
