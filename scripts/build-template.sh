@@ -17,7 +17,7 @@
 #   node     base plus Debian's nodejs, npm and node-typescript (`tsc`),
 #            built the same way as python from base's cached rootfs.
 #   desktop  base plus a graphical desktop for computer-use agents: Xvfb,
-#            openbox, x11vnc, Chromium, xterm, xdotool, scrot, fonts
+#            openbox, x11vnc, Chromium, st and xterm, xdotool, scrot, fonts
 #            (CJK and emoji too) and noVNC's static files, built the
 #            same way (docs/templates.md).
 #
@@ -112,8 +112,10 @@ flock 9
 # and node, base's) changes what the rootfs holds, so that a machine's
 # cached rootfs from an older recipe is rebuilt (CI keeps its cache).
 # NAME.recipe beside the rootfs says which version built it; none is 1.
-declare -A RECIPE=([busybox]=1 [base]=1 [python]=2 [node]=1 [desktop]=1)
-# 2: python3-munkres instead of scipy (1.7 -> 1.1 GB), and R's kernel.
+declare -A RECIPE=([busybox]=1 [base]=1 [python]=2 [node]=1 [desktop]=2)
+# python 2: python3-munkres instead of scipy (1.7 -> 1.1 GB), and R's kernel.
+# desktop 2: st (stterm), the terminal app: xterm run as root calls
+# initgroups(), which needs CAP_SETGID, which no sandbox process has.
 recipe_of() {
 	local v=1
 	[[ -f $BUILD_ROOT/$1.recipe ]] && v=$(<"$BUILD_ROOT/$1.recipe")
@@ -324,7 +326,7 @@ build_desktop() {
 	# manager, a VNC server for the live view, a browser and a terminal,
 	# the command-line tools agents script (xdotool, scrot, xclip), and
 	# fonts for Latin, CJK and emoji text.
-	local pkgs=(xvfb x11vnc openbox xterm xdotool scrot x11-utils xauth xclip chromium
+	local pkgs=(xvfb x11vnc openbox stterm xterm xdotool scrot x11-utils xauth xclip chromium
 		fonts-dejavu-core fonts-liberation2 fonts-noto-cjk fonts-noto-color-emoji)
 	copy_base
 	# A browser that opens arbitrary pages takes Debian's security updates
@@ -384,7 +386,7 @@ build_desktop() {
 	# (integration/desktop_template_test.go starts the real desktop).
 	mount -t proc proc "$NEW/proc"
 	mount --bind /dev "$NEW/dev"
-	chroot "$NEW" /bin/sh -c 'command -v Xvfb x11vnc openbox xdotool scrot xterm xdpyinfo xauth xclip >/dev/null &&
+	chroot "$NEW" /bin/sh -c 'command -v Xvfb x11vnc openbox xdotool scrot st xterm xdpyinfo xauth xclip >/dev/null &&
 		chromium --headless=new --no-sandbox --disable-gpu --dump-dom "data:text/html,<title>ok</title>" 2>/dev/null | grep -q "<title>ok</title>"' \
 		>>"$BUILD_ROOT/$NAME.debootstrap.log" 2>&1 || die "the desktop tools or Chromium do not work in the new rootfs; see $BUILD_ROOT/$NAME.debootstrap.log"
 	# Chromium's crash handler outlives the browser for a moment; no

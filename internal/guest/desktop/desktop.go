@@ -557,7 +557,9 @@ func (m *Manager) Open(req api.DesktopOpenRequest) (api.Process, error) {
 // apps are the programs Launch knows by name.
 var apps = map[string][]string{
 	"chromium": {"chromium", "--no-sandbox", "--no-first-run", "--disable-dev-shm-usage", "--password-store=basic", "--disable-gpu"},
-	"terminal": {"xterm"},
+	// st, not xterm: xterm run as root calls initgroups(), which needs
+	// CAP_SETGID, and no sandbox process has it (xterm exits at once).
+	"terminal": {"st"},
 }
 
 func (m *Manager) launch(argv []string, env map[string]string, cwd string) (api.Process, error) {
