@@ -518,6 +518,7 @@ function chart(id, label, values, fmt) {
   svg.setAttribute("class", "chart-line");
   svg.id = id;
   svg.dataset.points = String(values.length);
+  if (values.length === 1) values = [values[0], values[0]]; // a flat line
   const peak = Math.max(0, ...values);
   const y = (v) => (h - 2 - (peak > 0 ? v / peak : 0) * (h - 4)).toFixed(1);
   const x = (i) => (values.length > 1 ? i * w / (values.length - 1) : w / 2).toFixed(1);
