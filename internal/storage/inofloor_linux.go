@@ -50,10 +50,14 @@ const (
 	floorLayerXattr = "user.agentbox.layer"
 )
 
-// sparesPerFloor is how many spare layers each floor in use keeps;
-// refillDelay is how long after a take their refill starts.
+// sparesPerFloor is how many spare layers each floor in use keeps, and
+// maxSpareFloors how many floors keep spares at once (the ones a create
+// used last: a pool with thousands of snapshots must not keep thousands of
+// spare subvolumes); refillDelay is how long after a take their refill
+// starts.
 const (
 	sparesPerFloor = 2
+	maxSpareFloors = 16
 	refillDelay    = 100 * time.Millisecond
 )
 
@@ -65,6 +69,7 @@ type spareState struct {
 	mu      sync.Mutex
 	byFloor map[string][]string
 	filling map[string]bool
+	used    map[string]time.Time // when a create last used each floor
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -100,13 +105,38 @@ func (p *Pool) refill(floor string) {
 	sp := &p.spares
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
+	sp.used[floor] = time.Now()
 	if sp.closed || sp.filling[floor] || len(sp.byFloor[floor]) >= sparesPerFloor {
 		return
+	}
+	// A floor new to the spares takes the place of the one used longest
+	// ago when maxSpareFloors have them.
+	var evicted []string
+	if _, ok := sp.byFloor[floor]; !ok && len(sp.byFloor) >= maxSpareFloors {
+		var oldest string
+		for f := range sp.byFloor {
+			if !sp.filling[f] && (oldest == "" || sp.used[f].Before(sp.used[oldest])) {
+				oldest = f
+			}
+		}
+		if oldest != "" {
+			evicted = sp.byFloor[oldest]
+			delete(sp.byFloor, oldest)
+			delete(sp.used, oldest)
+		}
+	}
+	if _, ok := sp.byFloor[floor]; !ok {
+		sp.byFloor[floor] = nil // counted among the floors with spares
 	}
 	sp.filling[floor] = true
 	sp.wg.Add(1)
 	go func() {
 		defer sp.wg.Done()
+		for _, s := range evicted {
+			if err := p.destroySubvolume(s); err != nil {
+				p.log.Warn("removing a spare layer", "path", s, "err", err)
+			}
+		}
 		// Not at once: the snapshot's commit would stall the create that
 		// took the spare while it makes its dirs and starts its sandbox.
 		time.Sleep(refillDelay)
@@ -146,6 +176,7 @@ func (p *Pool) dropSpares(floor string) {
 	sp.mu.Lock()
 	list := sp.byFloor[floor]
 	delete(sp.byFloor, floor)
+	delete(sp.used, floor)
 	sp.mu.Unlock()
 	for _, s := range list {
 		if err := p.destroySubvolume(s); err != nil {

@@ -157,3 +157,39 @@ func TestInodeFloor(t *testing.T) {
 		t.Errorf("spare layers after the sweep = %v, want none", spares)
 	}
 }
+
+// TestSpareFloorsCapped: only the maxSpareFloors floors a create used last
+// keep spare layers; a new one takes the place of the one used longest
+// ago, whose spares are removed.
+func TestSpareFloorsCapped(t *testing.T) {
+	p, _ := newTestPool(t)
+	ctx := tenancy.Admin(context.Background())
+	tree := makeTree(t)
+	var first string
+	for i := 0; i <= maxSpareFloors; i++ {
+		tpl, err := p.ImportTemplate(ctx, api.ImportTemplateRequest{Name: fmt.Sprintf("t%d", i), Rootfs: tree})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := fmt.Sprintf("l%d", i)
+		if _, _, err := p.CreateLayer(ctx, id, 64, tpl.LowerDirs()); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.RemoveLayer(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		p.spares.wg.Wait()
+		if i == 0 {
+			first, _ = p.floorFor(ctx, tpl.LowerDirs())
+		}
+	}
+	if n := len(p.spares.byFloor); n != maxSpareFloors {
+		t.Errorf("%d floors keep spares, want %d", n, maxSpareFloors)
+	}
+	if _, ok := p.spares.byFloor[first]; ok {
+		t.Errorf("the floor used longest ago (%s) still keeps spares", first)
+	}
+	if spares, _ := os.ReadDir(p.sparesDir()); len(spares) != maxSpareFloors*sparesPerFloor {
+		t.Errorf("%d spare layers on disk, want %d", len(spares), maxSpareFloors*sparesPerFloor)
+	}
+}

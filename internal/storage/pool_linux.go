@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentbox/agentbox/errdefs"
 )
@@ -91,7 +92,7 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 		uidCount: opts.UIDCount,
 		log:      opts.Logger.With("component", "storage"),
 		floors:   map[uint64]uint64{},
-		spares:   spareState{byFloor: map[string][]string{}, filling: map[string]bool{}},
+		spares:   spareState{byFloor: map[string][]string{}, filling: map[string]bool{}, used: map[string]time.Time{}},
 	}
 	p.img = filepath.Join(p.dataDir, "storage.img")
 	p.root = filepath.Join(p.dataDir, "storage")
