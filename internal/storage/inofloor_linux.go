@@ -56,7 +56,7 @@ const (
 // spare subvolumes); refillDelay is how long after a take their refill
 // starts.
 const (
-	sparesPerFloor = 2
+	sparesPerFloor = 8
 	maxSpareFloors = 16
 	refillDelay    = 100 * time.Millisecond
 )
@@ -151,21 +151,39 @@ func (p *Pool) refill(floor string) {
 		}
 		for {
 			sp.mu.Lock()
-			done := sp.closed || len(sp.byFloor[floor]) >= sparesPerFloor
+			missing := sparesPerFloor - len(sp.byFloor[floor])
+			if sp.closed {
+				missing = 0
+			}
 			sp.mu.Unlock()
-			if done {
+			if missing <= 0 {
 				return
 			}
-			path := filepath.Join(p.sparesDir(), randHex())
-			if err := snapCreate(floor, path, false); err != nil {
-				if !errors.Is(err, unix.ENOENT) { // the floor was removed
-					p.log.Warn("making a spare layer", "floor", floor, "err", err)
-				}
+			// All at once: snapshots taken together share one commit.
+			var wg sync.WaitGroup
+			var failed bool
+			for range missing {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					path := filepath.Join(p.sparesDir(), randHex())
+					err := snapCreate(floor, path, false)
+					sp.mu.Lock()
+					defer sp.mu.Unlock()
+					if err != nil {
+						failed = true
+						if !errors.Is(err, unix.ENOENT) { // the floor was removed
+							p.log.Warn("making a spare layer", "floor", floor, "err", err)
+						}
+						return
+					}
+					sp.byFloor[floor] = append(sp.byFloor[floor], path)
+				}()
+			}
+			wg.Wait()
+			if failed {
 				return
 			}
-			sp.mu.Lock()
-			sp.byFloor[floor] = append(sp.byFloor[floor], path)
-			sp.mu.Unlock()
 		}
 	}()
 }
