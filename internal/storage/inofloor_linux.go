@@ -169,15 +169,19 @@ func (p *Pool) refill(floor string) {
 					path := filepath.Join(p.sparesDir(), randHex())
 					err := snapCreate(floor, path, false)
 					sp.mu.Lock()
-					defer sp.mu.Unlock()
-					if err != nil {
-						failed = true
-						if !errors.Is(err, unix.ENOENT) { // the floor was removed
-							p.log.Warn("making a spare layer", "floor", floor, "err", err)
-						}
+					_, kept := sp.byFloor[floor] // not dropped with its floor meanwhile
+					if err == nil && kept && !sp.closed {
+						sp.byFloor[floor] = append(sp.byFloor[floor], path)
+						sp.mu.Unlock()
 						return
 					}
-					sp.byFloor[floor] = append(sp.byFloor[floor], path)
+					failed = true
+					sp.mu.Unlock()
+					if err == nil {
+						_ = p.destroySubvolume(path)
+					} else if !errors.Is(err, unix.ENOENT) { // ENOENT: the floor was removed
+						p.log.Warn("making a spare layer", "floor", floor, "err", err)
+					}
 				}()
 			}
 			wg.Wait()

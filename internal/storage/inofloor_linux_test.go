@@ -193,3 +193,27 @@ func TestSpareFloorsCapped(t *testing.T) {
 		t.Errorf("%d spare layers on disk, want %d", len(spares), maxSpareFloors*sparesPerFloor)
 	}
 }
+
+// TestSparesDroppedWhileFilling: spares made for a floor whose spares were
+// dropped meanwhile (its layer removed) are destroyed, not kept under it.
+func TestSparesDroppedWhileFilling(t *testing.T) {
+	p, _ := newTestPool(t)
+	ctx := tenancy.Admin(context.Background())
+	tpl, err := p.ImportTemplate(ctx, api.ImportTemplateRequest{Name: "t", Rootfs: makeTree(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor, err := p.floorFor(ctx, tpl.LowerDirs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.refill(floor)     // starts after refillDelay
+	p.dropSpares(floor) // before it does
+	p.spares.wg.Wait()
+	if n := len(p.spares.byFloor); n != 0 {
+		t.Errorf("spares kept for %d floors after the drop, want none", n)
+	}
+	if spares, _ := os.ReadDir(p.sparesDir()); len(spares) != 0 {
+		t.Errorf("%d spare layers on disk after the drop, want none", len(spares))
+	}
+}
