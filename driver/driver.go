@@ -210,6 +210,28 @@ type Unsupported interface {
 	Unsupported(op Op) error
 }
 
+// ExitReporter is implemented by a tier that can say, in its own words,
+// why a sandbox's init ended when nobody asked it to (the gvisor tier:
+// a panic in runsc's logs, OOM kills in its cgroup). The service calls
+// it before Destroy removes that evidence and puts the answer in its log
+// and in the sandbox's error. Like Unsupported, it is a diagnostic, not
+// an ability.
+type ExitReporter interface {
+	// ExitReason is a one-line account of h's end, "" when the tier
+	// knows nothing more than that the init exited.
+	ExitReason(h *Handle) string
+}
+
+// ExitReason asks d (or the driver it wraps) why h's init ended; "" when
+// d is no ExitReporter or knows nothing.
+func ExitReason(d Driver, h *Handle) string {
+	r, ok := As[ExitReporter](d)
+	if !ok || h == nil {
+		return ""
+	}
+	return r.ExitReason(h)
+}
+
 // Op is an operation a tier may refuse through Unsupported.
 type Op string
 

@@ -144,6 +144,11 @@ func sentryProcs(t testing.TB, id string) []sentryProc {
 		if !errors.As(err, &exit) || time.Now().After(deadline) {
 			t.Fatalf("gVisor's process table for sandbox %s: %v", id, err)
 		}
+		// A Sentry that died is not waited for: the daemon's account of
+		// its end (driver.ExitReporter) is the verdict's evidence.
+		if sb, gerr := env.client.GetSandbox(context.Background(), id); gerr == nil && sb.State != api.StateRunning {
+			t.Fatalf("gVisor's process table for sandbox %s: %v; the sandbox is %s: %s", id, err, sb.State, sb.Error)
+		}
 		t.Logf("reading again: %v", err)
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -294,7 +299,7 @@ func itemMemoryBombGvisor(t *testing.T, b *battery) {
 		heapOut = fmt.Sprintf("exit %d signal %q last %s", heap.ExitCode, heap.Signal, lastLine(heap.Stdout))
 	}
 	// The daemon notices (the Sentry's exit) and tears the sandbox down.
-	state := ""
+	state, why := "", ""
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		sb, err := env.client.GetSandbox(context.Background(), id)
@@ -302,7 +307,7 @@ func itemMemoryBombGvisor(t *testing.T, b *battery) {
 			state = errClass(err)
 			break
 		}
-		state = sb.State
+		state, why = sb.State, sb.Error
 		if state == api.StateFailed || state == api.StateRunning && pidAlive(pid) {
 			break
 		}
@@ -328,8 +333,8 @@ func itemMemoryBombGvisor(t *testing.T, b *battery) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	evidence(t, "shm: %s; heap: %s; sandbox cgroup oom_kill %d -> %d; host oom_kill %d -> %d; sandbox max_usage %d MiB (cap %d MiB = %d + gVisor's 96); then the sandbox is %q; left on the host: %v",
-		strings.ReplaceAll(strings.TrimSpace(shm.Stdout), "\n", " "), heapOut, oomBefore, oomAfter, hostOOMBefore, hostOOMAfter, peakAll>>20, whole>>20, limitMB, state, remains)
+	evidence(t, "shm: %s; heap: %s; sandbox cgroup oom_kill %d -> %d; host oom_kill %d -> %d; sandbox max_usage %d MiB (cap %d MiB = %d + gVisor's 96); then the sandbox is %q (%q); left on the host: %v",
+		strings.ReplaceAll(strings.TrimSpace(shm.Stdout), "\n", " "), heapOut, oomBefore, oomAfter, hostOOMBefore, hostOOMAfter, peakAll>>20, whole>>20, limitMB, state, why, remains)
 	if heapErr == nil && strings.Contains(heap.Stdout, "alloc_done") {
 		t.Errorf("the heap bomb allocated 1 GiB under a %d MiB limit", limitMB)
 	}
@@ -355,6 +360,10 @@ func itemMemoryBombGvisor(t *testing.T, b *battery) {
 		t.Errorf("after the Sentry's OOM kill the sandbox is %q, want failed", state)
 	case len(remains) > 0:
 		t.Errorf("the failed sandbox left %v on the host", remains)
+	case !strings.Contains(why, "OOM killer"):
+		// The driver reads the cgroup's count before it removes it
+		// (driver.ExitReporter): the user learns why, not only that.
+		t.Errorf("the failed sandbox's error %q does not say that the OOM killer ended it", why)
 	}
 }
 

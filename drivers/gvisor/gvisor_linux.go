@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -50,6 +51,7 @@ var (
 	_ driver.Driver        = (*Driver)(nil)
 	_ driver.Pauser        = (*Driver)(nil)
 	_ driver.NetNSAtCreate = (*Driver)(nil)
+	_ driver.ExitReporter  = (*Driver)(nil)
 )
 
 // Driver is the gvisor tier.
@@ -313,6 +315,59 @@ func (d *Driver) DialGuest(ctx context.Context, h *driver.Handle) (net.Conn, err
 
 // Exited implements driver.Driver.
 func (d *Driver) Exited(h *driver.Handle) <-chan struct{} { return d.exits.Exited(h.ID) }
+
+// ExitReason implements driver.ExitReporter: the OOM kills of the
+// sandbox's cgroup (the Sentry's memory is the sandbox's) and what
+// runsc's own logs say of it: a panic, else the last error. Called
+// before Destroy removes both.
+func (d *Driver) ExitReason(h *driver.Handle) string {
+	var parts []string
+	if cg, err := d.cg.Open(h.ID); err == nil {
+		if st, err := cg.Stats(); err == nil && st.OOMKills > 0 {
+			parts = append(parts, fmt.Sprintf("the host OOM killer killed %d process(es) in its cgroup", st.OOMKills))
+		}
+	}
+	if root := priv(h).Root; root != "" {
+		if s := sentryLastWords(filepath.Join(filepath.Dir(root), "logs")); s != "" {
+			parts = append(parts, "runsc: "+s)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// sentryLastWords reads the end of the Sentry's log (runsc's *.boot.txt
+// in dir) and returns its first panic or fatal line with the few after
+// it, else its last error line, else "".
+func sentryLastWords(dir string) string {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.boot.txt"))
+	if len(files) == 0 {
+		return ""
+	}
+	f, err := os.Open(files[len(files)-1]) // the latest boot (a restore starts another)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const tail = 64 << 10
+	if fi, err := f.Stat(); err == nil && fi.Size() > tail {
+		_, _ = f.Seek(fi.Size()-tail, 0)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, tail))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") || strings.Contains(l, "FATAL ERROR") {
+			return strings.Join(lines[i:min(len(lines), i+4)], " | ")
+		}
+	}
+	// Else the last error or fatal line (glog's E and F levels); the
+	// info and warning lines before an exit say nothing of it.
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := lines[i]; len(l) > 1 && (l[0] == 'E' || l[0] == 'F') && l[1] >= '0' && l[1] <= '9' {
+			return l
+		}
+	}
+	return ""
+}
 
 func priv(h *driver.Handle) private {
 	var p private

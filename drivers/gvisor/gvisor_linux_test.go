@@ -153,3 +153,30 @@ func TestBundleCarriesSeccompFilter(t *testing.T) {
 		t.Error("ProgramAllowing(syslog) is the plain program")
 	}
 }
+
+// TestSentryLastWords: a Sentry's panic in runsc's boot log is what the
+// driver reports of its end; without one, its last error line.
+func TestSentryLastWords(t *testing.T) {
+	dir := t.TempDir()
+	if got := sentryLastWords(dir); got != "" {
+		t.Fatalf("no log: got %q, want empty", got)
+	}
+	boot := filepath.Join(dir, "runsc.log.20261206-164918.756496.boot.txt")
+	write := func(s string) {
+		if err := os.WriteFile(boot, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("I1206 started\nW1206 skipping procfs dump for PID 124\nI1206 last\n")
+	if got := sentryLastWords(dir); got != "" {
+		t.Errorf("info and warnings only: got %q, want empty", got)
+	}
+	write("I1206 started\nE1206 first error\nE1206 urpc: connection lost\nW1206 skipping\nI1206 last\n")
+	if got := sentryLastWords(dir); got != "E1206 urpc: connection lost" {
+		t.Errorf("errors: got %q, want the last", got)
+	}
+	write(strings.Repeat("I1206 filler line\n", 5000) + "panic: runtime error: invalid memory address\n\ngoroutine 1 [running]:\nkernel.(*Task).Exit\nmore\nmore\n")
+	if got, want := sentryLastWords(dir), "panic: runtime error: invalid memory address |  | goroutine 1 [running]: | kernel.(*Task).Exit"; got != want {
+		t.Errorf("panic: got %q, want %q", got, want)
+	}
+}

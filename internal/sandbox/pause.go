@@ -201,7 +201,7 @@ func (s *Service) coldStart(ctx context.Context, rec *store.SandboxRecord) (*api
 // it becomes stopped with its writable layer, network address and
 // settings kept, and Resume starts it cold. It reports false, doing
 // nothing, for a sandbox that is not persistent.
-func (s *Service) keepStopped(e *entry, gen uint64) bool {
+func (s *Service) keepStopped(e *entry, gen uint64, why string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rec, err := s.st.GetSandbox(ctx, e.id)
@@ -227,12 +227,12 @@ func (s *Service) keepStopped(e *entry, gen uint64) bool {
 			return err
 		}
 		r.Handle = nil
-		r.Error = "its init exited unexpectedly; files kept: `agentbox resume " + e.id + "` starts it again"
+		r.Error = "its init exited unexpectedly" + because(why) + "; files kept: `agentbox resume " + e.id + "` starts it again"
 		if derr != nil {
 			r.Error += "; cleanup: " + derr.Error()
 		}
 		return nil
 	})
-	s.log.Warn("sandbox init exited unexpectedly; kept stopped with its files (on_timeout: pause)", "sandbox", e.id, "err", derr)
+	s.log.Warn("sandbox init exited unexpectedly; kept stopped with its files (on_timeout: pause)", "sandbox", e.id, "why", why, "err", derr)
 	return true
 }

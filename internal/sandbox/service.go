@@ -498,12 +498,26 @@ func (s *Service) watch(e *entry, gen uint64) {
 		e.op.Lock()
 		stale := e.destroying || e.gen != gen
 		e.op.Unlock()
-		if stale || s.keepStopped(e, gen) {
+		if stale {
 			return
 		}
-		s.log.Warn("sandbox init exited unexpectedly; cleaning up", "sandbox", e.id)
-		s.teardown(e, "sandbox init exited unexpectedly")
+		// The tier's account of the end, read before Destroy removes
+		// its evidence (runsc's logs, the cgroup's OOM count).
+		why := driver.ExitReason(e.drv, e.handle())
+		if s.keepStopped(e, gen, why) {
+			return
+		}
+		s.log.Warn("sandbox init exited unexpectedly; cleaning up", "sandbox", e.id, "why", why)
+		s.teardown(e, "sandbox init exited unexpectedly"+because(why))
 	}()
+}
+
+// because is ": why", or "" when why is empty.
+func because(why string) string {
+	if why == "" {
+		return ""
+	}
+	return ": " + why
 }
 
 // teardown destroys e's resources and records the final state: destroyed,
