@@ -79,8 +79,13 @@ func (r *runner) runscBaseline(ctx context.Context, n int) {
 		r.note("baseline/runsc: skipped: %v", err)
 		return
 	}
-	defer os.RemoveAll(dir)
 	bundle, state := filepath.Join(dir, "bundle"), filepath.Join(dir, "state")
+	defer func() {
+		// runsc --network=none bind-mounts an empty network namespace
+		// into its root directory and leaves it there.
+		_ = syscall.Unmount(filepath.Join(state, "null-netns"), syscall.MNT_DETACH)
+		_ = os.RemoveAll(dir)
+	}()
 	if err := writeRuncBundle(ctx, runsc, bundle, r.opts.RuncRootfs); err != nil {
 		r.note("baseline/runsc: skipped: %v", err)
 		return
