@@ -11,8 +11,9 @@ import (
 )
 
 // The desktop lines of `agentbox bench` run against the test daemon (a
-// few samples each): the API's screenshot, click and start, and the
-// xdotool and scrot baselines next to them, every sample without error.
+// few samples each): the API's screenshot, click and start, on the
+// container and the gvisor tier, and the xdotool and scrot baselines
+// next to them, every sample without error.
 func TestDesktopBenchLines(t *testing.T) {
 	importDesktop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -30,7 +31,9 @@ func TestDesktopBenchLines(t *testing.T) {
 	}
 	for _, name := range []string{"desktop/baseline xdotool click", "desktop/baseline scrot + read",
 		"desktop/screenshot png 1024x768", "desktop/screenshot jpeg q80 1024x768", "desktop/actions one click",
-		"desktop/create->desktop ready", "desktop/screenshot png 1024x768 (busy page)"} {
+		"desktop/create->desktop ready", "desktop/screenshot png 1024x768 (busy page)",
+		"desktop/screenshot png 1024x768 (gvisor)", "desktop/actions one click (gvisor)",
+		"desktop/screenshot png 1024x768 (busy page) (gvisor)"} {
 		r, ok := got[name]
 		if !ok {
 			t.Errorf("no line %q; notes: %q", name, rep.Notes)

@@ -91,6 +91,9 @@ func judge(r *Report) []Budget {
 	lat(lineDesktopPNG, "desktop screenshot PNG p50 (1024x768)", p50, 30, "issue")
 	lat(lineDesktopBusy, "desktop screenshot PNG p50 (1024x768, busy page)", p50, 30, "issue")
 	lat(lineDesktopClick, "desktop action batch of one click p50", p50, 10, "issue")
+	lat(lineDesktopPNG+desktopTierSuffix, "desktop screenshot PNG p50 (1024x768, gvisor)", p50, 30, "issue")
+	lat(lineDesktopBusy+desktopTierSuffix, "desktop screenshot PNG p50 (1024x768, busy page, gvisor)", p50, 30, "issue")
+	lat(lineDesktopClick+desktopTierSuffix, "desktop action batch of one click p50 (gvisor)", p50, 10, "issue")
 	lat(lineDesktopReady, "create -> desktop ready p50 (cold)", p50, 2000, "issue")
 	if rest := r.Find(lineMCPREST); rest != nil && rest.N > 0 {
 		lat(lineMCPTool, "MCP exec tool call p50 within 2 ms of the REST exec", p50, rest.P50+2, "issue")

@@ -54,6 +54,7 @@ func (p *kernelProc) Pid() int              { return p.b.p.pid }
 func (p *kernelProc) Done() <-chan struct{} { return p.b.done }
 func (p *kernelProc) Interrupt() error      { return unix.Kill(-p.b.p.pid, unix.SIGINT) }
 func (p *kernelProc) Kill()                 { p.b.p.kill(p.s) }
+func (p *kernelProc) Terminate()            { _ = signalTree(p.b.p, unix.SIGTERM, true) }
 
 // ExitReason says how the kernel ended, naming an OOM kill when the
 // sandbox's cgroup counted one meanwhile, with its last stderr lines.

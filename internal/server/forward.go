@@ -74,6 +74,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength == 0 {
 		out.Body = nil
 	}
+	sentAt := time.Now()
 	resp, err := rt.RoundTrip(out)
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -87,6 +88,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}
+	}
+	if v := resp.Header.Get("Server-Timing"); v != "" {
+		// The guest's own timings, and the daemon's wait for its
+		// answer's headers (those plus the guest channel's latency).
+		w.Header().Set("Server-Timing", v+", guest;dur="+strconv.FormatFloat(float64(time.Since(sentAt).Microseconds())/1000, 'f', 2, 64))
 	}
 	w.WriteHeader(resp.StatusCode)
 	streaming := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson")
@@ -118,7 +124,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 }
 
 // forwardedHeaders are the guest's answer headers that reach the
-// client: the body's, and a desktop screenshot's sizes.
+// client: the body's, and a desktop screenshot's sizes. A guest's
+// Server-Timing is passed on with the daemon's own entry added.
 var forwardedHeaders = []string{"Content-Type", "Content-Length", "Content-Disposition",
 	"X-Screen-Width", "X-Screen-Height", "X-Image-Width", "X-Image-Height"}
 

@@ -112,7 +112,7 @@ func BenchmarkScreenshotPNG(b *testing.B) {
 	var buf bytes.Buffer
 	for b.Loop() {
 		buf.Reset()
-		if _, _, _, _, _, err := m.Screenshot(&buf, api.ScreenshotOptions{}); err != nil {
+		if _, _, _, _, _, err := m.Screenshot(&buf, api.ScreenshotOptions{}, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -124,7 +124,7 @@ func BenchmarkScreenshotJPEG(b *testing.B) {
 	var buf bytes.Buffer
 	for b.Loop() {
 		buf.Reset()
-		if _, _, _, _, _, err := m.Screenshot(&buf, api.ScreenshotOptions{Format: "jpeg"}); err != nil {
+		if _, _, _, _, _, err := m.Screenshot(&buf, api.ScreenshotOptions{Format: "jpeg"}, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

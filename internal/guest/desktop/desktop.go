@@ -52,6 +52,11 @@ type Proc interface {
 	// ExitReason says how it ended, with the tail of its stderr; valid
 	// after Done.
 	ExitReason() string
+	// Terminate asks the process and everything it started to end
+	// (SIGTERM), so that they release what outlives a killed process:
+	// x11vnc's System V shared memory segments stay in the sandbox's
+	// IPC namespace when it is SIGKILLed, until shmget fails.
+	Terminate()
 	// Kill kills the process and everything it started.
 	Kill()
 	// Info is the process as GET /processes shows it.
@@ -432,6 +437,10 @@ func (m *Manager) Stop() error {
 	return nil
 }
 
+// termGrace is how long the desktop's processes get to end after
+// SIGTERM before they are killed.
+const termGrace = 3 * time.Second
+
 // teardownLocked ends everything the desktop runs.
 func (m *Manager) teardownLocked() {
 	if m.stop != nil {
@@ -446,23 +455,35 @@ func (m *Manager) teardownLocked() {
 		m.x.close()
 		m.x = nil
 	}
-	for _, p := range m.procs {
-		p.Kill()
+	all := append(slices.Collect(maps.Values(m.procs)), m.launched...)
+	// SIGTERM first, SIGKILL to what is left after termGrace.
+	for _, p := range all {
+		p.Terminate()
 	}
-	for _, p := range m.launched {
+	waitAll(all, termGrace)
+	for _, p := range all {
 		p.Kill()
 	}
 	// Wait for them to end: their tags are free again for a new start.
-	deadline := time.After(10 * time.Second)
-	for _, p := range append(slices.Collect(maps.Values(m.procs)), m.launched...) {
-		select {
-		case <-p.Done():
-		case <-deadline:
-		}
-	}
+	waitAll(all, 10*time.Second)
 	m.procs, m.launched = nil, nil
 	m.started = nil
 	os.Remove(filepath.Join(m.opt.Dir, "vncpasswd"))
+}
+
+// waitAll waits until every one of procs has ended or limit has passed.
+// (One timer for all: a time.After channel delivers once, so a second
+// process still running after it fired would be waited for forever.)
+func waitAll(procs []Proc, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for _, p := range procs {
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // conn returns the running desktop's X connection.
@@ -504,7 +525,7 @@ func (m *Manager) Actions(ctx context.Context, req api.DesktopActionsRequest) (a
 	res := api.DesktopActionsResult{Cursor: cur}
 	if opt != nil {
 		var buf bytesBuffer
-		iw, ih, err := x.screenshot(&buf, *opt)
+		iw, ih, err := x.screenshot(&buf, *opt, nil)
 		if err != nil {
 			return api.DesktopActionsResult{}, err
 		}

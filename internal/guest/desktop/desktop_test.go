@@ -6,7 +6,9 @@ import (
 	"image"
 	"image/jpeg"
 	"image/png"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 )
@@ -18,9 +20,13 @@ func TestStartScreenshotClick(t *testing.T) {
 		t.Fatalf("desktop = %+v", d)
 	}
 	var buf bytes.Buffer
-	sw, sh, iw, ih, format, err := m.Screenshot(&buf, api.ScreenshotOptions{})
+	var timing shotTiming
+	sw, sh, iw, ih, format, err := m.Screenshot(&buf, api.ScreenshotOptions{}, &timing)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if timing.grab <= 0 || timing.encode <= 0 || !regexp.MustCompile(`^wait;dur=[0-9.]+, grab;dur=[0-9.]+, encode;dur=[0-9.]+$`).MatchString(timing.header()) {
+		t.Errorf("timing %+v, Server-Timing %q", timing, timing.header())
 	}
 	if sw != 1024 || sh != 768 || iw != 1024 || ih != 768 || format != "png" {
 		t.Errorf("screenshot sizes %dx%d %dx%d %s", sw, sh, iw, ih, format)
@@ -33,7 +39,7 @@ func TestStartScreenshotClick(t *testing.T) {
 		t.Errorf("png bounds %v", img.Bounds())
 	}
 	buf.Reset()
-	if _, _, iw, ih, _, err = m.Screenshot(&buf, api.ScreenshotOptions{Format: "jpeg", Scale: "512x384"}); err != nil {
+	if _, _, iw, ih, _, err = m.Screenshot(&buf, api.ScreenshotOptions{Format: "jpeg", Scale: "512x384"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if img, err := jpeg.Decode(&buf); err != nil || img.Bounds() != image.Rect(0, 0, 512, 384) || iw != 512 || ih != 384 {
@@ -63,7 +69,7 @@ func TestScreenshotPixels(t *testing.T) {
 	}
 	check := func(name string, o api.ScreenshotOptions, r rect) {
 		var buf bytes.Buffer
-		if _, _, _, _, _, err := m.Screenshot(&buf, o); err != nil {
+		if _, _, _, _, _, err := m.Screenshot(&buf, o, nil); err != nil {
 			t.Fatal(err)
 		}
 		img, err := png.Decode(&buf)
@@ -85,4 +91,28 @@ func TestScreenshotPixels(t *testing.T) {
 	}
 	check("full", api.ScreenshotOptions{}, rect{0, 0, 1024, 768})
 	check("region", api.ScreenshotOptions{Region: &api.Region{X: 700, Y: 100, W: 300, H: 200}}, rect{700, 100, 300, 200})
+}
+
+// stuckProc never ends.
+type stuckProc struct{ Proc }
+
+func (stuckProc) Done() <-chan struct{} { return nil }
+
+// TestWaitAllOneDeadline: two processes that ignore SIGTERM cost the
+// teardown one grace period, not a wait forever on the second.
+func TestWaitAllOneDeadline(t *testing.T) {
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		waitAll([]Proc{stuckProc{}, stuckProc{}, stuckProc{}}, 50*time.Millisecond)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waitAll still waits 10 s after its 50 ms limit")
+	}
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Errorf("waitAll returned after %v, before its limit", d)
+	}
 }

@@ -57,21 +57,13 @@ func (p *execProc) ExitReason() string {
 	return fmt.Sprintf("%v; stderr: %s", p.err, p.stderr.String())
 }
 
-// Kill asks first (SIGTERM), and kills (SIGKILL) what is left after 5 s:
-// x11vnc removes its SysV shared memory segments only when it exits of its
-// own accord, and these run in the host's IPC namespace, where killed
-// ones' segments stayed until the host's limit (4,096) was reached and
-// every x11vnc failed ("shmget: No space left on device").
-func (p *execProc) Kill() {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	go func() {
-		select {
-		case <-p.done:
-		case <-time.After(5 * time.Second):
-		}
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	}()
-}
+// Terminate and Kill signal the process group. The Manager terminates
+// first: x11vnc removes its SysV shared memory segments only when it
+// exits of its own accord, and these run in the host's IPC namespace,
+// where killed ones' segments stayed until the host's limit (4,096) was
+// reached and every x11vnc failed ("shmget: No space left on device").
+func (p *execProc) Terminate() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM) }
+func (p *execProc) Kill()      { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) }
 func (p *execProc) Info() api.Process {
 	return api.Process{Pid: p.Pid(), Tag: p.tag, Cmd: p.cmd.Args, State: api.ProcessRunning}
 }

@@ -79,12 +79,14 @@ func (m *Manager) handleScreenshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var buf bytes.Buffer
-	sw, sh, iw, ih, format, err := m.Screenshot(&buf, o)
+	var t shotTiming
+	sw, sh, iw, ih, format, err := m.Screenshot(&buf, o, &t)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	h := w.Header()
+	h.Set("Server-Timing", t.header())
 	h.Set("Content-Type", "image/"+format)
 	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	h.Set("Cache-Control", "no-store")

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
@@ -114,14 +115,35 @@ func queryShotOptions(q url.Values) (api.ScreenshotOptions, error) {
 	return o, nil
 }
 
-// screenshot grabs and encodes an image into out, returning its size.
-func (x *xconn) screenshot(out io.Writer, o shotOptions) (int, int, error) {
+// shotTiming is where a screenshot's time went: the wait for another
+// screenshot, the X server's copy of the pixels, the encoding.
+type shotTiming struct{ wait, grab, encode time.Duration }
+
+// header is the value of a Server-Timing response header (W3C Server
+// Timing: durations in milliseconds), which the daemon passes on.
+func (t shotTiming) header() string {
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64) }
+	return "wait;dur=" + ms(t.wait) + ", grab;dur=" + ms(t.grab) + ", encode;dur=" + ms(t.encode)
+}
+
+// screenshot grabs and encodes an image into out, returning its size;
+// t, when not nil, gets where the time went.
+func (x *xconn) screenshot(out io.Writer, o shotOptions, t *shotTiming) (int, int, error) {
+	if t == nil {
+		t = new(shotTiming)
+	}
+	start := time.Now()
 	x.shotMu.Lock()
 	defer x.shotMu.Unlock()
+	locked := time.Now()
+	t.wait = locked.Sub(start)
 	px, err := x.grab(o.region)
 	if err != nil {
 		return 0, 0, err
 	}
+	grabbed := time.Now()
+	t.grab = grabbed.Sub(locked)
+	defer func() { t.encode = time.Since(grabbed) }()
 	w, h := o.region.W, o.region.H
 	scaled := o.outW != w || o.outH != h
 	if o.format == api.ScreenshotPNG && !scaled {
@@ -138,8 +160,9 @@ func (x *xconn) screenshot(out io.Writer, o shotOptions) (int, int, error) {
 }
 
 // Screenshot writes an image of the screen to out; it returns the
-// screen's size and the image's.
-func (m *Manager) Screenshot(out io.Writer, o api.ScreenshotOptions) (screenW, screenH, imgW, imgH int, format string, err error) {
+// screen's size and the image's. t, when not nil, gets where the time
+// went.
+func (m *Manager) Screenshot(out io.Writer, o api.ScreenshotOptions, t *shotTiming) (screenW, screenH, imgW, imgH int, format string, err error) {
 	x, err := m.conn()
 	if err != nil {
 		return 0, 0, 0, 0, "", err
@@ -148,6 +171,6 @@ func (m *Manager) Screenshot(out io.Writer, o api.ScreenshotOptions) (screenW, s
 	if err != nil {
 		return 0, 0, 0, 0, "", err
 	}
-	iw, ih, err := x.screenshot(out, so)
+	iw, ih, err := x.screenshot(out, so, t)
 	return x.width, x.height, iw, ih, so.format, err
 }

@@ -61,13 +61,15 @@ func TestStreamRelay(t *testing.T) {
 	}
 }
 
-// TestVNCRestarts: a killed x11vnc is started again and accepts.
+// TestVNCRestarts: an x11vnc that ended is started again and accepts
+// (ended by SIGTERM, so that it removes its shared memory segments from
+// the host's IPC namespace).
 func TestVNCRestarts(t *testing.T) {
 	m := startDesktop(t, 640, 480)
 	m.mu.Lock()
 	old := m.procs["vnc"]
 	m.mu.Unlock()
-	old.Kill()
+	old.Terminate()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		d := m.Get()
