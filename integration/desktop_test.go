@@ -8,10 +8,12 @@ import (
 	"image/color"
 	"image/jpeg"
 	"image/png"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -318,6 +320,21 @@ func testDesktop(t *testing.T, tier string) {
 		clicks = append(clicks, time.Since(t0))
 	}
 	t.Logf("%s: plain desktop, through the API: screenshot PNG p50 %v, one-click batch p50 %v", tier, median(shots), median(clicks))
+
+	// Where a screenshot's time went, through the daemon: the agent's
+	// grab and encode, the daemon's wait for the agent.
+	req, _ := http.NewRequest("GET", "http://daemon/v1/sandboxes/"+id+"/desktop/screenshot", nil)
+	req.Header.Set("Authorization", "Bearer "+env.key)
+	resp, err := unixHTTP().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	timing := resp.Header.Get("Server-Timing")
+	if !regexp.MustCompile(`^wait;dur=[0-9.]+, grab;dur=[0-9.]+, encode;dur=[0-9.]+, guest;dur=[0-9.]+$`).MatchString(timing) {
+		t.Errorf("screenshot's Server-Timing = %q, want wait, grab, encode and guest durations", timing)
+	}
+	t.Logf("%s: Server-Timing: %s", tier, timing)
 
 	// The page, served in the sandbox, opened in Chromium.
 	pageURL := servePage(t, id)
