@@ -141,7 +141,7 @@ func (r *runner) desktopShots(ctx context.Context, req api.CreateSandboxRequest,
 		r.add(res)
 	}
 	if r.want(lineBusy) {
-		if err := r.openBusyPage(ctx, sb.ID); err != nil {
+		if err := r.openBusyPage(ctx, sb.ID, lineBusy); err != nil {
 			r.note("%s skipped: %v", lineBusy, err)
 			return
 		}
@@ -157,8 +157,9 @@ func (r *runner) desktopShots(ctx context.Context, req api.CreateSandboxRequest,
 }
 
 // openBusyPage opens busyPage in Chromium on sandbox id's display and
-// waits until its window is titled busy.
-func (r *runner) openBusyPage(ctx context.Context, id string) error {
+// waits until its window is titled busy and the sandbox has settled; a
+// note names line when it does not settle.
+func (r *runner) openBusyPage(ctx context.Context, id, line string) error {
 	if _, err := r.c.WriteFile(ctx, id, "/tmp/agentbox-bench/busy.html", strings.NewReader(busyPage), 0o644); err != nil {
 		return err
 	}
@@ -185,7 +186,7 @@ func (r *runner) openBusyPage(ctx context.Context, id string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err := r.waitSettled(ctx, id, time.Now()); err != nil {
-		r.note("%s: %v; measured anyway", lineDesktopBusy, err)
+		r.note("%s: %v; measured anyway", line, err)
 	}
 	return nil
 }
