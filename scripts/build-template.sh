@@ -13,7 +13,9 @@
 #            -ipykernel, and R with its Jupyter kernel (r-cran-irkernel),
 #            for data work (sandboxes have no internet to pip install
 #            them). Starts from base's cached rootfs (building base
-#            first if needed) and adds the packages with apt in a chroot.
+#            first if needed) and adds the packages with apt in a chroot;
+#            slim: no npm, docs, manuals, translations or Python test
+#            suites (754 MB).
 #   node     base plus Debian's nodejs, npm and node-typescript (`tsc`),
 #            built the same way as python from base's cached rootfs.
 #   desktop  base plus a graphical desktop for computer-use agents: Xvfb,
@@ -112,8 +114,10 @@ flock 9
 # and node, base's) changes what the rootfs holds, so that a machine's
 # cached rootfs from an older recipe is rebuilt (CI keeps its cache).
 # NAME.recipe beside the rootfs says which version built it; none is 1.
-declare -A RECIPE=([busybox]=1 [base]=1 [python]=2 [node]=1 [desktop]=2)
+declare -A RECIPE=([busybox]=1 [base]=1 [python]=3 [node]=1 [desktop]=2)
 # python 2: python3-munkres instead of scipy (1.7 -> 1.1 GB), and R's kernel.
+# python 3: slim (no npm, docs, man pages, translations or Python test
+# suites): 1.1 GB -> under 800 MB.
 # desktop 2: st (stterm), the terminal app: xterm run as root calls
 # initgroups(), which needs CAP_SETGID, which no sandbox process has.
 recipe_of() {
@@ -256,6 +260,31 @@ apt_install_in() {
 		"$root"/var/log/apt/* "$root"/tmp/* "$root"/var/tmp/* "$root"/root/.cache
 }
 
+# slim_dpkg ROOT keeps what people read rather than run out of a rootfs,
+# now and in every later apt install in it: documentation (copyright files
+# stay), man and info pages and translations other than English. It writes
+# dpkg's path-exclude rules, as Debian's slim images do, and removes what
+# base's packages had already put there.
+slim_dpkg() {
+	local root=$1
+	cat >"$root/etc/dpkg/dpkg.cfg.d/agentbox-slim" <<-'EOT'
+		# agentbox's slim template (scripts/build-template.sh): dpkg does not
+		# unpack these paths. Delete this file and reinstall a package to get
+		# its files back.
+		path-exclude=/usr/share/doc/*
+		path-include=/usr/share/doc/*/copyright
+		path-exclude=/usr/share/man/*
+		path-exclude=/usr/share/info/*
+		path-exclude=/usr/share/locale/*
+		path-include=/usr/share/locale/en*
+		path-include=/usr/share/locale/locale.alias
+	EOT
+	find "$root/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
+	find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
+	rm -rf "$root"/usr/share/man/* "$root"/usr/share/info/*
+	find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'en*' ! -name locale.alias -exec rm -rf {} +
+}
+
 # copy_base copies base's cached rootfs (building it first if needed) into
 # $NEW, the start of the templates made of base plus packages.
 copy_base() {
@@ -280,8 +309,18 @@ build_python() {
 	# 500 MB of the template's 1.7 GB). Users who want scipy install it.
 	local pkgs=(python3-numpy python3-pandas python3-matplotlib python3-requests python3-ipykernel python3-munkres r-cran-irkernel)
 	copy_base
+	slim_dpkg "$NEW"
 	log "installing ${pkgs[*]} with apt inside the rootfs"
 	apt_install_in "$NEW" "${pkgs[@]}"
+	# npm and the 350 packages it pulls in are 150 MB a data template does
+	# not use (sandboxes have no registry by default); nodejs stays.
+	log "removing npm (nodejs stays)"
+	progress "$BUILD_ROOT/$NAME.debootstrap.log" env DEBIAN_FRONTEND=noninteractive chroot "$NEW" /usr/bin/apt-get purge -y --autoremove npm ||
+		die "apt-get purge npm failed; see $BUILD_ROOT/$NAME.debootstrap.log"
+	# The test suites Python packages ship (pandas' alone is 36 MB, 125 MB
+	# in all). They are removed after the install, not excluded from it:
+	# py3compile fails on a package whose listed files are missing.
+	find "$NEW/usr/lib/python3/dist-packages" -mindepth 2 -type d -name tests -prune -exec rm -rf {} +
 	# matplotlib's font cache (root's, in /root/.cache) is built once here,
 	# not on every sandbox's first plot.
 	chroot "$NEW" /usr/bin/env HOME=/root /usr/bin/python3 -c 'import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot, pandas' \
