@@ -2,6 +2,7 @@ package microvm
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,6 +138,43 @@ func TestWritableSize(t *testing.T) {
 	for _, c := range []struct{ disk, want int64 }{{0, 8 << 30}, {2048, (2048 - 64) << 20}, {64, 56 << 20}, {10, 32 << 20}} {
 		if got := writableSize(c.disk); got != c.want {
 			t.Errorf("writableSize(%d) = %d, want %d", c.disk, got, c.want)
+		}
+	}
+}
+
+// TestChooseAccel holds KVM to a device QEMU's unprivileged user may open:
+// a root-only /dev/kvm (mode 0600, as on a host without udev) opens for
+// the daemon, but QEMU would fail on it.
+func TestChooseAccel(t *testing.T) {
+	dir := t.TempDir()
+	dev := func(mode os.FileMode, gid int) string {
+		p := filepath.Join(dir, fmt.Sprintf("kvm-%o-%d", mode, gid))
+		if err := os.WriteFile(p, nil, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, 0, gid); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		path   string
+		accel  string
+		gid    int
+		whyHas string
+	}{
+		{filepath.Join(dir, "none"), "tcg", -1, ""},
+		{dev(0o600, 0), "tcg", -1, "chmod 0660"},
+		{dev(0o660, 4321), "kvm", 4321, ""},
+		{dev(0o660, 0), "tcg", -1, "chgrp kvm"}, // QEMU never gets root's group
+		{dev(0o666, 0), "kvm", -1, ""},
+	} {
+		accel, gid, why := chooseAccel(c.path)
+		if accel != c.accel || gid != c.gid || (c.whyHas == "") != (why == "") || !strings.Contains(why, c.whyHas) {
+			t.Errorf("%s: got %s, gid %d, why %q; want %s, gid %d, why with %q", filepath.Base(c.path), accel, gid, why, c.accel, c.gid, c.whyHas)
 		}
 	}
 }

@@ -1,9 +1,10 @@
 // Package microvm is the `microvm` isolation tier: every sandbox is a
 // QEMU virtual machine (`-M microvm`) with its own guest kernel (Debian's,
 // unpacked by scripts/install-microvm.sh), so a kernel bug reached from
-// the sandbox stays inside the guest. KVM is used when /dev/kvm opens,
-// QEMU's software emulation (TCG) otherwise: the same machine, devices and
-// code path, only slower.
+// the sandbox stays inside the guest. KVM is used when QEMU's unprivileged
+// user may open /dev/kvm and a trial VM boots under it, QEMU's software
+// emulation (TCG) otherwise: the same machine, devices and code path, only
+// slower.
 //
 // The guest boots an initramfs the driver builds (the guest agent as
 // /init, in its `vm` mode, internal/guest/vminit, plus the kernel modules
@@ -29,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"net"
@@ -156,14 +158,10 @@ func New(o driver.Options) (*Driver, error) {
 			return nil, fmt.Errorf("microvm: cache: %w", err)
 		}
 	}
-	d.Accel = "tcg"
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
-		f.Close()
-		d.Accel = "kvm"
-		var st unix.Stat_t
-		if unix.Stat("/dev/kvm", &st) == nil && st.Mode&0o060 == 0o060 {
-			d.kvmGID = int(st.Gid)
-		}
+	var why string
+	d.Accel, d.kvmGID, why = chooseAccel("/dev/kvm")
+	if why != "" {
+		d.log.Info("microvm: not using KVM: "+why, "accel", d.Accel)
 	}
 	if d.cg, err = cgroups.New(o.CgroupParent); err != nil {
 		return nil, fmt.Errorf("microvm driver: cgroups: %w", err)
@@ -177,10 +175,48 @@ func New(o driver.Options) (*Driver, error) {
 		return nil, fmt.Errorf("microvm: initramfs: %w", err)
 	}
 	if err := d.trial(); err != nil {
-		return nil, errdefs.Precondition("microvm: a trial boot (%s) failed: %v", d.Accel, err)
+		if d.Accel != "kvm" {
+			return nil, errdefs.Precondition("microvm: a trial boot (%s) failed: %v", d.Accel, err)
+		}
+		// A /dev/kvm that opens is no promise that KVM runs a guest: under
+		// some nested hypervisors the guest stops at its first instruction
+		// KVM cannot emulate. The tier is still there, emulated.
+		d.log.Warn("microvm: a trial boot under KVM failed; using TCG (software emulation) instead", "err", err)
+		d.Accel, d.kvmGID = "tcg", -1
+		if terr := d.trial(); terr != nil {
+			return nil, errdefs.Precondition("microvm: a trial boot failed under kvm (%v) and under tcg (%v)", err, terr)
+		}
 	}
 	d.log.Info("microvm tier ready", "accel", d.Accel, "kernel", KernelRelease)
 	return d, nil
+}
+
+// chooseAccel picks KVM when the device at path opens and QEMU, which
+// runs as an unprivileged uid with at most the device's group, can open
+// it too; else TCG, with why KVM was passed over (empty when there is no
+// device at all). gid is the group to give QEMU, or -1.
+func chooseAccel(path string) (accel string, gid int, why string) {
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "tcg", -1, ""
+		}
+		return "tcg", -1, fmt.Sprintf("%s does not open: %v", path, err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return "tcg", -1, fmt.Sprintf("%s: %v", path, err)
+	}
+	switch {
+	case st.Mode&0o006 == 0o006:
+		return "kvm", -1, ""
+	case st.Mode&0o060 == 0o060 && st.Gid != 0: // never root's group
+		return "kvm", int(st.Gid), ""
+	}
+	return "tcg", -1, fmt.Sprintf("%s is mode %04o (owner uid %d, gid %d) and QEMU runs unprivileged: give it a group"+
+		" that may read and write it, as Debian's udev rule does (groupadd --system kvm; chgrp kvm %[1]s; chmod 0660 %[1]s)",
+		path, st.Mode&0o7777, st.Uid, st.Gid)
 }
 
 func envOr(key, def string) string {
@@ -259,7 +295,14 @@ func (d *Driver) trial() error {
 		return err
 	}
 	defer os.RemoveAll(runDir)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// KVM boots in well under a second; a KVM guest that has not answered
+	// in 20 s has stopped (the caller then tries TCG), while TCG under
+	// load can take tens of seconds.
+	limit := 60 * time.Second
+	if d.Accel == "kvm" {
+		limit = 20 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	start := time.Now()
 	vm, err := d.launch(ctx, launchSpec{runDir: runDir, id: "trial", cpus: 1, memoryMB: 128})
