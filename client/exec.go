@@ -92,10 +92,10 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest,
 	}
 	defer resp.Body.Close()
 
-	dec := json.NewDecoder(resp.Body)
+	events := api.NewEventReader(resp.Body)
 	for {
 		var ev api.ExecEvent
-		if err := dec.Decode(&ev); err != nil {
+		if err := events.Next(&ev); err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, ctxErr
 			}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/url"
@@ -105,10 +104,10 @@ func (c *Client) StreamProcess(ctx context.Context, id, ref string, opts StreamO
 		return nil, err
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
+	events := api.NewEventReader(resp.Body)
 	for {
 		var ev api.ExecEvent
-		if err := dec.Decode(&ev); err != nil {
+		if err := events.Next(&ev); err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, ctxErr
 			}

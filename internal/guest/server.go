@@ -355,8 +355,10 @@ func (c *capture) readAll(f *os.File, done chan<- struct{}) {
 }
 
 // readBufSize is the size of one read from an output pipe, and of one
-// streamed output event at most.
-const readBufSize = 32 << 10
+// streamed output event at most: a pipe's default capacity, so that one
+// read can empty it (with 32 KiB a stream of output moved 212-239 MB/s,
+// with 64 KiB 244-266; docs/PERFORMANCE.md).
+const readBufSize = 64 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
 
