@@ -157,8 +157,8 @@ func TestMCPTools(t *testing.T) {
 
 	// A capability the sandbox lacks is a tool error, not a broken session.
 	out, isErr = callTool(t, cs, "desktop_screenshot", map[string]any{"sandbox_id": id})
-	if !isErr || !strings.Contains(out, "no desktop") {
-		t.Errorf("desktop_screenshot = %q (error %v), want a tool error saying there is no desktop", out, isErr)
+	if !isErr || !strings.Contains(out, "no working desktop") || !strings.Contains(out, `template "desktop"`) {
+		t.Errorf("desktop_screenshot = %q (error %v), want a tool error saying there is no desktop and which template has one", out, isErr)
 	}
 	bb := mcpCreate(t, cs, map[string]any{"template": "busybox"})
 	out, isErr = callTool(t, cs, "run_code", map[string]any{"sandbox_id": bb, "language": "python", "code": "print(1)"})
@@ -582,4 +582,82 @@ func newJSONRequest(url, body string) (*http.Request, error) {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	return req, err
+}
+
+// TestMCPDesktop drives a desktop sandbox through the MCP tools alone, as
+// a computer-use client would: desktop_screenshot starts the display on
+// first use and returns a PNG of the screen with its size, desktop_action
+// moves and clicks and returns a screenshot after.
+func TestMCPDesktop(t *testing.T) {
+	needDesktopTemplate(t)
+	cs := mcpConnect(t, env.client, "/mcp")
+	id := mcpCreate(t, cs, map[string]any{"template": "desktop"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	images := func(res *mcp.CallToolResult) (pics []*mcp.ImageContent, text string) {
+		for _, c := range res.Content {
+			switch c := c.(type) {
+			case *mcp.ImageContent:
+				pics = append(pics, c)
+			case *mcp.TextContent:
+				text += c.Text
+			}
+		}
+		return pics, text
+	}
+	checkPNG := func(what string, img *mcp.ImageContent, w, h int) {
+		t.Helper()
+		if img.MIMEType != "image/png" {
+			t.Fatalf("%s: MIME type %q, want image/png", what, img.MIMEType)
+		}
+		cfg, err := png.DecodeConfig(bytes.NewReader(img.Data))
+		if err != nil || cfg.Width != w || cfg.Height != h {
+			t.Fatalf("%s: a %dx%d PNG (%v), want %dx%d", what, cfg.Width, cfg.Height, err, w, h)
+		}
+	}
+
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "desktop_screenshot", Arguments: map[string]any{"sandbox_id": id}})
+	if err != nil || res.IsError {
+		t.Fatalf("desktop_screenshot: %v %+v", err, res)
+	}
+	pics, text := images(res)
+	if len(pics) != 1 || text != "screen 1024x768 pixels" {
+		t.Fatalf("desktop_screenshot gave %d images and %q, want one and the screen's size", len(pics), text)
+	}
+	checkPNG("desktop_screenshot", pics[0], 1024, 768)
+
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "desktop_screenshot", Arguments: map[string]any{"sandbox_id": id, "scale": "0.5"}})
+	if err != nil || res.IsError {
+		t.Fatalf("desktop_screenshot at scale 0.5: %v %+v", err, res)
+	}
+	pics, text = images(res)
+	if len(pics) != 1 || !strings.Contains(text, "image 512x384 of a screen 1024x768") {
+		t.Fatalf("desktop_screenshot at scale 0.5 gave %d images and %q", len(pics), text)
+	}
+	checkPNG("desktop_screenshot at scale 0.5", pics[0], 512, 384)
+
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "desktop_action", Arguments: map[string]any{"sandbox_id": id,
+		"actions":    []map[string]any{{"type": "move", "x": 300, "y": 200}, {"type": "click", "x": 120, "y": 90}, {"type": "key", "keys": "Escape"}},
+		"screenshot": true}})
+	if err != nil || res.IsError {
+		t.Fatalf("desktop_action: %v %+v", err, res)
+	}
+	pics, text = images(res)
+	if text != "done: move, click, key; the pointer is at 120,90" || len(pics) != 1 {
+		t.Fatalf("desktop_action gave %q and %d images", text, len(pics))
+	}
+	checkPNG("desktop_action's screenshot", pics[0], 1024, 768)
+
+	// One action, given as action, and a bad one: tool errors, not a
+	// broken session.
+	if out := mustTool(t, cs, "desktop_action", map[string]any{"sandbox_id": id, "action": map[string]any{"type": "move", "x": 5, "y": 6}}); out != "done: move; the pointer is at 5,6" {
+		t.Errorf("desktop_action with one action = %q", out)
+	}
+	if out, isErr := callTool(t, cs, "desktop_action", map[string]any{"sandbox_id": id, "actions": []map[string]any{{"type": "fly"}}}); !isErr || !strings.Contains(out, "fly") {
+		t.Errorf("desktop_action of an unknown type = %q (error %v), want a tool error naming it", out, isErr)
+	}
+	if out, isErr := callTool(t, cs, "desktop_action", map[string]any{"sandbox_id": id}); !isErr || !strings.Contains(out, "no action given") {
+		t.Errorf("desktop_action without actions = %q (error %v)", out, isErr)
+	}
 }

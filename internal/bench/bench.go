@@ -156,6 +156,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.state(ctx)
 		r.execs(ctx)
 		r.mcpLines(ctx)
+		r.mcpHostedLines(ctx)
 		r.code(ctx)
 		r.desktopLines(ctx)
 		r.files(ctx)

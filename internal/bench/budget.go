@@ -98,6 +98,9 @@ func judge(r *Report) []Budget {
 	if rest := r.Find(lineMCPREST); rest != nil && rest.N > 0 {
 		lat(lineMCPTool, "MCP exec tool call p50 within 2 ms of the REST exec", p50, rest.P50+2, "issue")
 	}
+	if direct := r.Find(lineMCPStdio); direct != nil && direct.N > 0 {
+		lat(lineMCPHosted, "hosted MCP server's tool call p50 within 3 ms of the same server over stdio on the host", p50, direct.P50+3, "issue")
+	}
 	lat(lineDesktopPool, "desktop create -> ready p50 from a pool of started displays", p50, 100, "issue")
 	lat(lineCodeCold, "code interpreter create -> first 1+1 p50 (cold)", p50, 1500, "issue")
 	lat(lineCodePool, "code interpreter create -> first 1+1 p50 (pool of started kernels)", p50, 50, "issue")

@@ -99,10 +99,6 @@ type (
 		SandboxID string `json:"sandbox_id" jsonschema:"the sandbox's id"`
 		Count     int    `json:"count,omitempty" jsonschema:"how many independent copies; default 1"`
 	}
-	desktopArgs struct {
-		SandboxID string         `json:"sandbox_id" jsonschema:"the sandbox's id"`
-		Action    map[string]any `json:"action,omitempty" jsonschema:"the action (desktop_action only): {type: click|type|key|move, ...}"`
-	}
 )
 
 func (t *tools) register(s *mcp.Server) {
@@ -128,10 +124,10 @@ func (t *tools) register(s *mcp.Server) {
 		Annotations: &mcp.ToolAnnotations{Title: "Snapshot"}}, t.snapshot)
 	mcp.AddTool(s, &mcp.Tool{Name: "fork", Description: "Copy a running sandbox into independent children and return their ids.",
 		Annotations: &mcp.ToolAnnotations{Title: "Fork"}}, t.fork)
-	mcp.AddTool(s, &mcp.Tool{Name: "desktop_screenshot", Description: "Take a screenshot of the sandbox's desktop as a PNG image (sandboxes with a desktop only).",
-		Annotations: &mcp.ToolAnnotations{Title: "Screenshot", ReadOnlyHint: true}}, t.desktop)
-	mcp.AddTool(s, &mcp.Tool{Name: "desktop_action", Description: "Click, type or press keys on the sandbox's desktop (sandboxes with a desktop only).",
-		Annotations: &mcp.ToolAnnotations{Title: "Desktop action"}}, t.desktop)
+	mcp.AddTool(s, &mcp.Tool{Name: "desktop_screenshot", Description: desktopScreenshotDescription,
+		Annotations: &mcp.ToolAnnotations{Title: "Screenshot", ReadOnlyHint: true}}, t.desktopScreenshot)
+	mcp.AddTool(s, &mcp.Tool{Name: "desktop_action", Description: desktopActionDescription,
+		Annotations: &mcp.ToolAnnotations{Title: "Desktop action"}}, t.desktopAction)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -397,17 +393,4 @@ func (t *tools) fork(ctx context.Context, _ *mcp.CallToolRequest, in forkArgs) (
 		ids.WriteString(k.ID + "\n")
 	}
 	return text("forked %s into %d sandbox(es):\n%s", in.SandboxID, len(kids), ids.String()), nil, nil
-}
-
-// desktop answers for both desktop tools: no template here has a desktop
-// yet, and the result says so.
-func (t *tools) desktop(ctx context.Context, _ *mcp.CallToolRequest, in desktopArgs) (*mcp.CallToolResult, any, error) {
-	if err := needID(in.SandboxID); err != nil {
-		return apiError(err)
-	}
-	sb, err := t.c.GetSandbox(ctx, in.SandboxID)
-	if err != nil {
-		return apiError(err)
-	}
-	return failed("sandbox %s (template %s) has no desktop: this daemon has no desktop support yet; use exec and file tools instead", sb.ID, sb.Template), nil, nil
 }
