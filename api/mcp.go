@@ -17,7 +17,12 @@ var mcpRoutes = []Route{
 	{"DELETE", SandboxPrefix + "/mcp-servers/{name}/mcp"},
 }
 
-func init() { Routes = append(Routes, mcpRoutes...) }
+func init() {
+	Routes = append(Routes, mcpRoutes...)
+	RequestBodies["POST /mcp"] = RawBody("MCP JSON-RPC messages, read by the MCP Go SDK's streamable HTTP handler")
+	RequestBodies["POST "+SandboxPrefix+"/mcp-servers"] = (*StartMCPServerRequest)(nil)
+	RequestBodies["POST "+SandboxPrefix+"/mcp-servers/{name}/mcp"] = RawBody("MCP JSON-RPC messages, read by the MCP Go SDK's streamable HTTP handler")
+}
 
 // States of a hosted MCP server.
 const (

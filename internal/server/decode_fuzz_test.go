@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -17,12 +18,16 @@ import (
 // checks: every failure is a 4xx invalid_argument error (never a panic or
 // a 5xx), and every success round-trips (what was accepted re-encodes to a
 // body that decodes and encodes again to the same bytes).
-func fuzzDecode[T any](t *testing.T, body []byte) {
+func fuzzDecode[T any](t *testing.T, body []byte) { fuzzDecodeAs(t, reflect.TypeFor[T](), body) }
+
+// fuzzDecodeAs is fuzzDecode for a type known at run time (one of
+// api.RequestBodies').
+func fuzzDecodeAs(t *testing.T, typ reflect.Type, body []byte) {
 	s := &Server{maxBody: 64 << 10}
-	var v T
+	v := reflect.New(typ).Interface()
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest("POST", "/v1/sandboxes", bytes.NewReader(body))
-	err := s.decode(w, r, &v)
+	err := s.decode(w, r, v)
 	if err != nil {
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Fatalf("decode error %v is not invalid_argument", err)
@@ -36,9 +41,9 @@ func fuzzDecode[T any](t *testing.T, body []byte) {
 	if err != nil {
 		t.Fatalf("accepted %q but cannot re-encode it: %v", body, err)
 	}
-	var w2 T
+	w2 := reflect.New(typ).Interface()
 	r2 := httptest.NewRequest("POST", "/", bytes.NewReader(again))
-	if err := s.decode(httptest.NewRecorder(), r2, &w2); err != nil {
+	if err := s.decode(httptest.NewRecorder(), r2, w2); err != nil {
 		t.Fatalf("re-encoded %s of accepted %q does not decode: %v", again, body, err)
 	}
 	// Compare encodings: an empty map and an absent one both encode as
@@ -73,59 +78,16 @@ func FuzzDecodeExec(f *testing.F) {
 }
 
 // jsonBodies are the routes whose request body is one JSON object, with
-// the API type it decodes into. The server decodes its own routes' bodies
-// with Server.decode; the guest routes' bodies pass through to the guest,
-// which decodes them again (internal/guest's fuzz targets), but the API
-// promises the same types, and SDKs build them, so they are held here too.
-var jsonBodies = map[string]func(t *testing.T, body []byte){
-	"POST /v1/sandboxes":                             fuzzDecode[api.CreateSandboxRequest],
-	"PATCH /v1/sandboxes/{id}":                       fuzzDecode[api.UpdateSandboxRequest],
-	"POST /v1/sandboxes/{id}/snapshots":              fuzzDecode[api.CreateSnapshotRequest],
-	"POST /v1/sandboxes/{id}/fork":                   fuzzDecode[api.ForkRequest],
-	"POST /v1/sandboxes/{id}/reset":                  fuzzDecode[api.ResetRequest],
-	"POST /v1/sandboxes/{id}/egress":                 fuzzDecode[api.Network],
-	"POST /v1/sandboxes/{id}/exec":                   fuzzDecode[api.ExecRequest],
-	"POST /v1/sandboxes/{id}/files/mkdir":            fuzzDecode[api.MkdirRequest],
-	"POST /v1/sandboxes/{id}/files/rename":           fuzzDecode[api.RenameRequest],
-	"POST /v1/sandboxes/{id}/processes":              fuzzDecode[api.StartProcessRequest],
-	"POST /v1/sandboxes/{id}/processes/{ref}/signal": fuzzDecode[api.SignalRequest],
-	"POST /v1/sandboxes/{id}/pty":                    fuzzDecode[api.CreatePTYRequest],
-	"POST /v1/sandboxes/{id}/pty/{pid}/resize":       fuzzDecode[api.PTYSize],
-	"POST /v1/templates":                             fuzzDecode[api.ImportTemplateRequest],
-	"POST /v1/keys":                                  fuzzDecode[api.CreateKeyRequest],
-	"POST /v1/tickets":                               fuzzDecode[api.TicketRequest],
-	"POST /v1/tenants":                               fuzzDecode[api.CreateTenantRequest],
-	"PATCH /v1/tenants/{name}":                       fuzzDecode[api.UpdateTenantRequest],
-
-	// The code interpreter.
-	"POST /v1/sandboxes/{id}/code/contexts":   fuzzDecode[api.CreateCodeContextRequest],
-	"POST /v1/sandboxes/{id}/code/run":        fuzzDecode[api.RunCodeRequest],
-	"POST /v1/sandboxes/{id}/code/run/stream": fuzzDecode[api.RunCodeRequest],
-
-	// The desktop.
-	"POST /v1/sandboxes/{id}/desktop":         fuzzDecode[api.StartDesktopRequest],
-	"POST /v1/sandboxes/{id}/desktop/actions": fuzzDecode[api.DesktopActionsRequest],
-	"POST /v1/sandboxes/{id}/desktop/launch":  fuzzDecode[api.DesktopLaunchRequest],
-	"POST /v1/sandboxes/{id}/desktop/open":    fuzzDecode[api.DesktopOpenRequest],
-}
-
-// notJSONBodies are the state-changing routes without a JSON object body,
-// and what they take instead.
-var notJSONBodies = map[string]string{
-	"POST /v1/sandboxes/{id}/pause":                 "no body",
-	"POST /v1/sandboxes/{id}/resume":                "no body",
-	"POST /v1/sandboxes/{id}/exec/stream":           "NDJSON: an ExecRequest line, then StdinFrame lines (guest FuzzExecStream)",
-	"PUT /v1/sandboxes/{id}/files":                  "the file's bytes",
-	"PUT /v1/sandboxes/{id}/files/archive":          "a tar stream (guest FuzzExtract)",
-	"POST /v1/sandboxes/{id}/processes/{ref}/wait":  "no body",
-	"POST /v1/sandboxes/{id}/processes/{ref}/stdin": "raw stdin bytes",
-	"POST /v1/templates/import":                     "an image archive (storage's image import)",
-	"POST /v1/templates/build":                      "a build spec and its context (FuzzParseBuildSpec)",
-
-	// The code interpreter.
-	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/interrupt": "no body",
-	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart":   "no body",
-}
+// the API type it decodes into, from api.RequestBodies.
+var jsonBodies = func() map[string]reflect.Type {
+	m := map[string]reflect.Type{}
+	for p, b := range api.RequestBodies {
+		if typ := reflect.TypeOf(b); typ.Kind() == reflect.Pointer {
+			m[p] = typ.Elem()
+		}
+	}
+	return m
+}()
 
 // Every route that takes a body is either fuzzed by FuzzDecodeRequest or
 // says what it takes instead: a new JSON route joins the fuzzing.
@@ -134,15 +96,19 @@ func TestJSONBodyRoutesFuzzed(t *testing.T) {
 		if r.Method != "POST" && r.Method != "PUT" && r.Method != "PATCH" {
 			continue
 		}
-		_, isJSON := jsonBodies[r.Pattern()]
-		_, other := notJSONBodies[r.Pattern()]
-		if isJSON == other {
-			t.Errorf("%s: list it in jsonBodies (with its request type) or in notJSONBodies (with what it takes) in decode_fuzz_test.go", r.Pattern())
+		if _, ok := api.RequestBodies[r.Pattern()]; !ok {
+			t.Errorf("%s: give its body in api.RequestBodies (api/routes.go): a nil pointer to its request type, or a RawBody saying what it takes", r.Pattern())
 		}
 	}
-	for p := range jsonBodies {
+	for p, b := range api.RequestBodies {
 		if !slices.ContainsFunc(api.Routes, func(r api.Route) bool { return r.Pattern() == p }) {
-			t.Errorf("jsonBodies names %s, which is not in api.Routes", p)
+			t.Errorf("api.RequestBodies names %s, which is not in api.Routes", p)
+		}
+		switch typ := reflect.TypeOf(b); {
+		case typ == reflect.TypeFor[api.RawBody]():
+		case typ != nil && typ.Kind() == reflect.Pointer && typ.Elem().Kind() == reflect.Struct:
+		default:
+			t.Errorf("api.RequestBodies[%s] is a %v: want a nil pointer to a request struct, or a RawBody", p, typ)
 		}
 	}
 }
@@ -183,6 +149,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, route byte, body []byte) {
-		jsonBodies[routes[int(route)%len(routes)]](t, body)
+		r := routes[int(route)%len(routes)]
+		fuzzDecodeAs(t, jsonBodies[r], body)
 	})
 }

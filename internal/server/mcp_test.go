@@ -3,17 +3,7 @@ package server
 import (
 	"net/http/httptest"
 	"testing"
-
-	"github.com/agentbox/agentbox/api"
 )
-
-// The MCP routes' bodies, for TestJSONBodyRoutesFuzzed (kept here so that
-// decode_fuzz_test.go's tables need no edit).
-func init() {
-	jsonBodies["POST /v1/sandboxes/{id}/mcp-servers"] = fuzzDecode[api.StartMCPServerRequest]
-	notJSONBodies["POST /mcp"] = "MCP JSON-RPC messages, read by the MCP Go SDK's streamable HTTP handler"
-	notJSONBodies["POST /v1/sandboxes/{id}/mcp-servers/{name}/mcp"] = "MCP JSON-RPC messages, read by the MCP Go SDK's streamable HTTP handler"
-}
 
 func TestIsMCPTransport(t *testing.T) {
 	for _, c := range []struct {
