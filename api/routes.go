@@ -120,6 +120,9 @@ var Routes = []Route{
 // object (see RequestBodies).
 type RawBody string
 
+// NoBody is the RawBody of a POST route that reads no body.
+const NoBody RawBody = "no body"
+
 // RequestBodies says, for every POST, PUT and PATCH route (by its
 // Pattern), what its request body is: a nil pointer to the API type a JSON
 // body decodes into, or a RawBody saying what it takes instead. The
@@ -131,8 +134,8 @@ type RawBody string
 var RequestBodies = map[string]any{
 	"POST /v1/sandboxes":                                    (*CreateSandboxRequest)(nil),
 	"PATCH /v1/sandboxes/{id}":                              (*UpdateSandboxRequest)(nil),
-	"POST /v1/sandboxes/{id}/pause":                         RawBody("no body"),
-	"POST /v1/sandboxes/{id}/resume":                        RawBody("no body"),
+	"POST /v1/sandboxes/{id}/pause":                         NoBody,
+	"POST /v1/sandboxes/{id}/resume":                        NoBody,
 	"POST /v1/sandboxes/{id}/snapshots":                     (*CreateSnapshotRequest)(nil),
 	"POST /v1/sandboxes/{id}/fork":                          (*ForkRequest)(nil),
 	"POST /v1/sandboxes/{id}/reset":                         (*ResetRequest)(nil),
@@ -144,14 +147,14 @@ var RequestBodies = map[string]any{
 	"POST /v1/sandboxes/{id}/files/mkdir":                   (*MkdirRequest)(nil),
 	"POST /v1/sandboxes/{id}/files/rename":                  (*RenameRequest)(nil),
 	"POST /v1/sandboxes/{id}/processes":                     (*StartProcessRequest)(nil),
-	"POST /v1/sandboxes/{id}/processes/{ref}/wait":          RawBody("no body"),
+	"POST /v1/sandboxes/{id}/processes/{ref}/wait":          NoBody,
 	"POST /v1/sandboxes/{id}/processes/{ref}/stdin":         RawBody("raw stdin bytes"),
 	"POST /v1/sandboxes/{id}/processes/{ref}/signal":        (*SignalRequest)(nil),
 	"POST /v1/sandboxes/{id}/pty":                           (*CreatePTYRequest)(nil),
 	"POST /v1/sandboxes/{id}/pty/{pid}/resize":              (*PTYSize)(nil),
 	"POST /v1/sandboxes/{id}/code/contexts":                 (*CreateCodeContextRequest)(nil),
-	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/interrupt": RawBody("no body"),
-	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart":   RawBody("no body"),
+	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/interrupt": NoBody,
+	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart":   NoBody,
 	"POST /v1/sandboxes/{id}/code/run":                      (*RunCodeRequest)(nil),
 	"POST /v1/sandboxes/{id}/code/run/stream":               (*RunCodeRequest)(nil),
 	"POST /v1/sandboxes/{id}/desktop":                       (*StartDesktopRequest)(nil),

@@ -292,31 +292,30 @@ type eventWriter struct {
 // bytes json.Encoder would write, at a fraction of its cost.
 func (e *eventWriter) output(typ string, data []byte) error {
 	if e.failed {
-		return errors.New("stream already broken")
+		return errStreamBroken
 	}
 	e.line = api.AppendOutputEvent(e.line[:0], typ, data)
-	if _, err := e.w.Write(e.line); err != nil {
-		e.failed = true
-		return err
-	}
-	if err := e.rc.Flush(); err != nil {
-		e.failed = true
-		return err
-	}
-	return nil
+	_, err := e.w.Write(e.line)
+	return e.sent(err)
 }
 
 func (e *eventWriter) write(ev *api.ExecEvent) error {
 	if e.failed {
-		return errors.New("stream already broken")
+		return errStreamBroken
 	}
-	if err := e.enc.Encode(ev); err != nil {
-		e.failed = true
-		return err
-	}
-	if err := e.rc.Flush(); err != nil {
-		e.failed = true
-		return err
-	}
-	return nil
+	return e.sent(e.enc.Encode(ev))
 }
+
+// sent ends a write whose error is err: it flushes the event to the
+// client, and after any error the stream is broken for good.
+func (e *eventWriter) sent(err error) error {
+	if err == nil {
+		err = e.rc.Flush()
+	}
+	if err != nil {
+		e.failed = true
+	}
+	return err
+}
+
+var errStreamBroken = errors.New("stream already broken")
