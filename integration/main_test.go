@@ -63,6 +63,9 @@ func run(m *testing.M) int {
 	}
 	repo, _ := filepath.Abs("..")
 	env.repo = repo
+	for _, d := range sweepDeadRuns("/run", "/var/tmp") {
+		fmt.Fprintln(os.Stderr, "note: removed what a killed test run left:", d)
+	}
 	tmp, err := os.MkdirTemp("/var/tmp", "agentbox-it-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -83,6 +86,11 @@ func run(m *testing.M) int {
 	cfg.Listen = ""
 	cfg.GuestBinary = filepath.Join(bin, "agentbox-guest")
 	cfg.CgroupParent = "agentbox-it-" + suffix
+	// The next run's sweep (sweep_test.go) reads whose data this is.
+	if err := os.WriteFile(filepath.Join(tmp, runDirFile), []byte(cfg.RunDir+"\n"), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	// A /24 of its own: test daemons on one host must not share addresses.
 	cfg.Network.Pool = testPool()
 	// Allowed names resolve through the test web's DNS server
