@@ -83,7 +83,11 @@ func testDesktopTemplate(t *testing.T, iso string) {
 	mustSh(t, id, `xauth -f /tmp/dt/xauth add :7 . "$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"`)
 	xenv := map[string]string{"DISPLAY": ":7", "XAUTHORITY": "/tmp/dt/xauth"}
 	const xsh = "export DISPLAY=:7 XAUTHORITY=/tmp/dt/xauth; "
-	startBackground(t, id, api.StartProcessRequest{Tag: "t-x", Cmd: []string{"Xvfb", ":7", "-screen", "0", "1024x768x24", "-nolisten", "tcp", "-auth", "/tmp/dt/xauth"}})
+	// -noreset: this test's clients come and go one at a time, and an X
+	// server resets when its last client leaves; a client that connects
+	// during the reset fails (openbox did, once in run E: "Failed to open
+	// the display"). The agent's own desktop keeps a connection open.
+	startBackground(t, id, api.StartProcessRequest{Tag: "t-x", Cmd: []string{"Xvfb", ":7", "-screen", "0", "1024x768x24", "-nolisten", "tcp", "-noreset", "-auth", "/tmp/dt/xauth"}})
 	waitSh(t, id, "t-x", "Xvfb answers", 90*time.Second, xsh+"xdpyinfo >/dev/null 2>&1")
 	if out := mustSh(t, id, xsh+"xdpyinfo"); !strings.Contains(out, "1024x768 pixels") || !strings.Contains(out, "MIT-SHM") {
 		t.Errorf("xdpyinfo lacks the 1024x768 screen or MIT-SHM:\n%s", out)
