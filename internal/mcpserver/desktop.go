@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/errdefs"
 )
 
@@ -48,23 +49,18 @@ type (
 	}
 )
 
-// desktopUp starts the sandbox's display unless it runs already (or is
-// starting: Start then waits for it), so that an MCP client needs no
-// tool of its own for that. A sandbox whose template has no desktop gets
-// the daemon's error, which names the template to use.
-func (t *tools) desktopUp(ctx context.Context, id string) error {
-	d := t.c.Desktop(id)
-	st, err := d.Status(ctx)
-	if err != nil {
+// onDesktop runs do against the sandbox's display and, when the display
+// is not running (the guest answers a failed precondition), starts it and
+// runs do again, so that an MCP client needs no tool of its own for that
+// and a call on a running display costs no extra round trip. A sandbox
+// whose template has no desktop gets an error naming the template to use.
+func (t *tools) onDesktop(ctx context.Context, id string, do func() error) error {
+	err := do()
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		return err
 	}
-	if st.State == api.DesktopRunning {
-		return nil
-	}
-	if _, err := d.Start(ctx, api.StartDesktopRequest{}); err != nil {
-		if errors.Is(err, errdefs.ErrAlreadyExists) {
-			return nil // another client started it meanwhile, at another size
-		}
+	if _, err := t.c.Desktop(id).Start(ctx, api.StartDesktopRequest{}); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+		// (AlreadyExists: another client started it meanwhile, at another size.)
 		template := "?"
 		if sb, gerr := t.c.GetSandbox(ctx, id); gerr == nil {
 			template = sb.Template
@@ -72,18 +68,18 @@ func (t *tools) desktopUp(ctx context.Context, id string) error {
 		return fmt.Errorf("sandbox %s (template %s) has no working desktop: %w; sandboxes made from the %q template have one (sandbox_create with template %q)",
 			id, template, err, "desktop", "desktop")
 	}
-	return nil
+	return do()
 }
 
 func (t *tools) desktopScreenshot(ctx context.Context, _ *mcp.CallToolRequest, in desktopShotArgs) (*mcp.CallToolResult, any, error) {
 	if err := needID(in.SandboxID); err != nil {
 		return apiError(err)
 	}
-	if err := t.desktopUp(ctx, in.SandboxID); err != nil {
-		return apiError(err)
-	}
-	shot, err := t.c.Desktop(in.SandboxID).Screenshot(ctx, api.ScreenshotOptions{Scale: in.Scale})
-	if err != nil {
+	var shot *client.Screenshot
+	if err := t.onDesktop(ctx, in.SandboxID, func() (err error) {
+		shot, err = t.c.Desktop(in.SandboxID).Screenshot(ctx, api.ScreenshotOptions{Scale: in.Scale})
+		return err
+	}); err != nil {
 		return apiError(err)
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{
@@ -120,11 +116,11 @@ func (t *tools) desktopAction(ctx context.Context, _ *mcp.CallToolRequest, in de
 	if in.Screenshot {
 		req.Screenshot = &api.ScreenshotOptions{}
 	}
-	if err := t.desktopUp(ctx, in.SandboxID); err != nil {
-		return apiError(err)
-	}
-	res, err := t.c.Desktop(in.SandboxID).Actions(ctx, req)
-	if err != nil {
+	var res *api.DesktopActionsResult
+	if err := t.onDesktop(ctx, in.SandboxID, func() (err error) {
+		res, err = t.c.Desktop(in.SandboxID).Actions(ctx, req)
+		return err
+	}); err != nil {
 		return apiError(err)
 	}
 	var names []string
