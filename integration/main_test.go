@@ -232,12 +232,7 @@ func importTemplates() error {
 // cleanupHost removes what the test daemon kept on the host: its pool
 // mount, cgroups and directories.
 func cleanupHost(tmp string) {
-	pool := filepath.Join(env.cfg.DataDir, "storage")
-	_ = exec.Command("umount", pool).Run()
-	for _, ctrl := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "unified"} {
-		_ = os.Remove(filepath.Join("/sys/fs/cgroup", ctrl, env.cfg.CgroupParent))
-	}
-	_ = exec.Command("nft", "delete", "table", "inet", env.cfg.CgroupParent).Run()
-	_ = os.RemoveAll(env.cfg.RunDir)
+	sweepRun(env.cfg.RunDir, env.cfg.CgroupParent) // what a killed run's successor would sweep
+	unmountUnder(tmp)
 	_ = os.RemoveAll(tmp)
 }
