@@ -184,7 +184,8 @@ func (m *Manager) infoLocked() api.Desktop {
 }
 
 // Start starts the display and returns once it is ready: the agent's X
-// connection works and x11vnc accepts. A running desktop of the same size
+// connection works, the window manager manages the screen and x11vnc
+// accepts. A running desktop of the same size
 // is left as it is; another size is a conflict.
 func (m *Manager) Start(ctx context.Context, req api.StartDesktopRequest) (api.Desktop, error) {
 	if req.Width == 0 {
@@ -292,7 +293,11 @@ func (m *Manager) start(ctx context.Context) error {
 	m.mu.Lock()
 	m.x = x
 	m.mu.Unlock()
-	if _, err := m.spawn("wm", TagWM, m.wmArgv()); err != nil {
+	wm, err := m.spawn("wm", TagWM, m.wmArgv())
+	if err != nil {
+		return err
+	}
+	if err := x.waitWM(ctx, wm); err != nil {
 		return err
 	}
 	vp, err := m.spawn("vnc", TagVNC, m.vncArgv())
@@ -350,6 +355,29 @@ func (m *Manager) connect(ctx context.Context, xp Proc, cookie []byte) (*xconn, 
 			return nil, fmt.Errorf("Xvfb ended: %s", xp.ExitReason())
 		case <-ctx.Done():
 			return nil, fmt.Errorf("connecting to the X server: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(delay):
+		}
+	}
+}
+
+// waitWM waits until the window manager manages the screen: EWMH's
+// check (the root's _NET_SUPPORTING_WM_CHECK names a window that names
+// itself), which openbox sets once it has selected SubstructureRedirect
+// on the root. A program that maps its window before that is adopted
+// when the window manager starts, but not focused: Start returning
+// earlier let a launch right after it lose the focus.
+func (x *xconn) waitWM(ctx context.Context, wm Proc) error {
+	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
+		if c, err := x.windowsProp(x.root, "_NET_SUPPORTING_WM_CHECK"); err == nil && len(c) == 1 {
+			if self, err := x.windowsProp(c[0], "_NET_SUPPORTING_WM_CHECK"); err == nil && len(self) == 1 && self[0] == c[0] {
+				return nil
+			}
+		}
+		select {
+		case <-wm.Done():
+			return fmt.Errorf("the window manager (openbox) ended: %s", wm.ExitReason())
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the window manager (openbox) to manage the screen: %w", ctx.Err())
 		case <-time.After(delay):
 		}
 	}
