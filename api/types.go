@@ -67,6 +67,10 @@ type Sandbox struct {
 	ExpiresAt       *time.Time        `json:"expires_at,omitempty"`
 	Error           string            `json:"error,omitempty"` // why it failed, when state is failed
 	Pid             int               `json:"pid,omitempty"`   // host pid of the sandbox's init (admin view)
+	// UIDBase is the first host uid of the sandbox's own uid range, 0 for
+	// the shared one (uid_base); for the daemon's posture check, not
+	// sent (`agentbox inspect --security` shows it).
+	UIDBase int `json:"-"`
 	// Accelerator is the microvm tier's: "kvm", or "tcg" (QEMU's software
 	// emulation, on hosts without /dev/kvm); empty on the other tiers.
 	Accelerator string `json:"accelerator,omitempty"`

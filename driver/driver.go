@@ -32,6 +32,8 @@ import (
 	"net"
 	"sort"
 	"sync"
+
+	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // Spec is everything a driver needs to create one sandbox.
@@ -94,6 +96,10 @@ type Handle struct {
 	PidStart uint64 `json:"pid_start"`
 	// Socket is the guest channel, for tiers that use a unix socket.
 	Socket string `json:"socket,omitempty"`
+	// UIDBase is the first host uid (and gid) of the sandbox's own range
+	// (uid_ranges: each sandbox gets one; internal/idrange); 0 when the
+	// sandbox runs in the canonical range, uid_base.
+	UIDBase int `json:"uid_base,omitempty"`
 	// Accelerator is what runs a virtual machine tier's sandbox ("kvm",
 	// or "tcg": QEMU's emulation); empty for tiers on the host's kernel.
 	// The API shows it.
@@ -133,6 +139,10 @@ type Options struct {
 	// UIDBase..UIDBase+UIDCount-1 (template files are stored shifted).
 	UIDBase  int
 	UIDCount int
+	// IDRanges, when set, gives each sandbox a host range of its own,
+	// and the id-mapped views of the storage its layers are under
+	// (internal/idrange); nil: every sandbox runs in the one range above.
+	IDRanges *idrange.Pool
 	// CgroupParent is the cgroup (relative to each hierarchy's root) under
 	// which sandboxes get their own cgroups, e.g. "agentbox".
 	CgroupParent string

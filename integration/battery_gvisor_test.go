@@ -220,6 +220,7 @@ func findSentryProc(t testing.TB, id, cmd string) sentryProc {
 func hostConfined(t testing.TB, id string) int {
 	t.Helper()
 	n := 0
+	base := sandboxUIDBase(t, id)
 	for _, pid := range sandboxPids(id) {
 		st, err := procStatus(pid)
 		if err != nil {
@@ -227,7 +228,7 @@ func hostConfined(t testing.TB, id string) int {
 		}
 		n++
 		for _, u := range append(strings.Fields(st["Uid"]), strings.Fields(st["Gid"])...) {
-			if v, _ := strconv.Atoi(u); v < env.cfg.UIDBase || v >= env.cfg.UIDBase+env.cfg.UIDCount {
+			if v, _ := strconv.Atoi(u); v < base || v >= base+env.cfg.UIDCount {
 				t.Errorf("host process %d of the sandbox runs as host uid/gid %s", pid, u)
 				break
 			}
@@ -467,13 +468,14 @@ func mountsUnder(dir string) []string {
 }
 
 // itemKillAllGvisor: the same storm and kill -9 -1 next to host sleepers
-// (as root, as uid_base and uid_base+1000); gVisor's process table read
+// (as root, as its range's first uid and that +1000, as uid_base);
+// gVisor's process table read
 // from the host shows the storm and that nothing, zombies included, is
 // left after it.
 func itemKillAllGvisor(t *testing.T, b *battery) {
 	id := b.sandbox(t, api.CreateSandboxRequest{Pids: 256})
 	sentry := sandboxPid(t, id)
-	sleepers := hostSleepers(t)
+	sleepers := hostSleepers(t, sandboxUIDBase(t, id))
 	// As on the container tier (itemKillAll), the storm lasts until
 	// kill -9 -1: gVisor's process table is read once it is all there.
 	storm := goExec(id, api.ExecRequest{Shell: stormShell, TimeoutMs: 150000})

@@ -376,7 +376,7 @@ func itemSetuid(t *testing.T, b *battery) {
 	if out.err != nil {
 		t.Fatal(out.err)
 	}
-	want := strconv.Itoa(env.cfg.UIDBase + 1000)
+	want := strconv.Itoa(sandboxUIDBase(t, id) + 1000)
 	evidence(t, "inside: %q; host Uid of the setuid process: %s; NoNewPrivs %s", strings.TrimSpace(out.res.Stdout), st["Uid"], st["NoNewPrivs"])
 	for _, u := range strings.Fields(st["Uid"]) {
 		if u != want {

@@ -466,8 +466,9 @@ func itemKillAll(t *testing.T, b *battery) {
 	id := b.sandbox(t, api.CreateSandboxRequest{Pids: 256})
 	pid := sandboxPid(t, id)
 	// Host sleepers: one as root, one with the very host uid of the
-	// sandbox's root, one with the host uid of its user 1000.
-	sleepers := hostSleepers(t)
+	// sandbox's root, one with the host uid of its user 1000, one with
+	// uid_base (the ids of every sandbox file on disk).
+	sleepers := hostSleepers(t, sandboxUIDBase(t, id))
 	// The storm's 60 sleepers never reap their two children, so its
 	// zombies stay until kill -9 -1: the host counts them once all are
 	// there (a condition, however slow the machine), not after a delay.
@@ -541,10 +542,10 @@ func waitCount(count func() int, ok func(int) bool, limit time.Duration) int {
 }
 
 // hostSleepers starts `sleep 120` on the host as root, as the sandbox's
-// root's host uid (uid_base) and as its user 1000's (uid_base+1000), for
-// item 08's verdict that a kill -9 -1 inside reaches none of them; they
-// are killed and reaped when t ends.
-func hostSleepers(t *testing.T) []*exec.Cmd {
+// root's host uid (base) and as its user 1000's (base+1000), and as
+// uid_base, for item 08's verdict that a kill -9 -1 inside reaches none
+// of them; they are killed and reaped when t ends.
+func hostSleepers(t *testing.T, base int) []*exec.Cmd {
 	t.Helper()
 	var sleepers []*exec.Cmd
 	var wg sync.WaitGroup
@@ -554,7 +555,7 @@ func hostSleepers(t *testing.T) []*exec.Cmd {
 		}
 		wg.Wait()
 	})
-	for _, uid := range []int{-1, env.cfg.UIDBase, env.cfg.UIDBase + 1000} {
+	for _, uid := range []int{-1, base, base + 1000, env.cfg.UIDBase} {
 		c := exec.Command("sleep", "120")
 		if uid >= 0 {
 			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}

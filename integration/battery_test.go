@@ -621,6 +621,24 @@ func sandboxPid(t testing.TB, id string) int {
 	return sb.Pid
 }
 
+// sandboxUIDBase is the first host uid of sandbox id's range, read from
+// its init's (container) or Sentry's (gvisor) uid map, which maps the
+// sandbox's uid 0 there.
+func sandboxUIDBase(t testing.TB, id string) int {
+	t.Helper()
+	pid := sandboxPid(t, id)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 || f[0] != "0" {
+		t.Fatalf("sandbox %s's uid map %q, want one line mapping 0", id, b)
+	}
+	base, _ := strconv.Atoi(f[1])
+	return base
+}
+
 // goExec runs req in the background; the result arrives on the channel.
 func goExec(id string, req api.ExecRequest) <-chan execOutcome {
 	ch := make(chan execOutcome, 1)

@@ -44,7 +44,11 @@ func checkPosture(t *testing.T, tier string) {
 	for _, ns := range []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts"} {
 		hostNS[ns], _ = os.Readlink("/proc/self/ns/" + ns)
 	}
-	wantMap := fmt.Sprintf("0 %d %d", env.cfg.UIDBase, env.cfg.UIDCount)
+	base := sandboxUIDBase(t, id)
+	if base < env.cfg.UIDBase+env.cfg.UIDCount || (base-env.cfg.UIDBase)%env.cfg.UIDCount != 0 {
+		t.Errorf("the sandbox's host uid range starts at %d; want one of its own: uid_base + k x uid_count, k >= 1", base)
+	}
+	wantMap := fmt.Sprintf("0 %d %d", base, env.cfg.UIDCount)
 	pids := sandboxPids(id)
 	if len(pids) < 4 {
 		t.Fatalf("the sandbox's cgroup holds %v; want init and three sleepers", pids)
@@ -76,7 +80,7 @@ func checkPosture(t *testing.T, tier string) {
 		}
 		for _, u := range append(strings.Fields(st["Uid"]), strings.Fields(st["Gid"])...) {
 			n, _ := strconv.Atoi(u)
-			if n < env.cfg.UIDBase || n >= env.cfg.UIDBase+env.cfg.UIDCount {
+			if n < base || n >= base+env.cfg.UIDCount {
 				fail("host uid/gid %s outside the sandbox range", u)
 			}
 		}
@@ -164,6 +168,10 @@ func checkPostureGvisor(t *testing.T) {
 		t.Errorf("the posture check saw %v; want the Sentry, the gofer and its stubs", roles)
 	}
 	hostUser, _ := os.Readlink("/proc/self/ns/user")
+	base := sandboxUIDBase(t, id)
+	if base < env.cfg.UIDBase+env.cfg.UIDCount || (base-env.cfg.UIDBase)%env.cfg.UIDCount != 0 {
+		t.Errorf("the sandbox's host uid range starts at %d; want one of its own: uid_base + k x uid_count, k >= 1", base)
+	}
 	var checked []string
 	for _, pid := range sandboxPids(id) {
 		st, err := procStatus(pid)
@@ -185,7 +193,7 @@ func checkPostureGvisor(t *testing.T) {
 			fail("runs in the host's user namespace")
 		}
 		for _, u := range strings.Fields(st["Uid"]) {
-			if n, _ := strconv.Atoi(u); n < env.cfg.UIDBase || n >= env.cfg.UIDBase+env.cfg.UIDCount {
+			if n, _ := strconv.Atoi(u); n < base || n >= base+env.cfg.UIDCount {
 				fail("host uid %s outside the sandbox range", u)
 			}
 		}

@@ -135,7 +135,7 @@ func TestSecurityRoute(t *testing.T) {
 	if !rep.Pass || len(rep.Processes) < 2 {
 		t.Fatalf("posture report = %+v", rep)
 	}
-	local := posture.Check(id, sandboxPid(t, id), posture.Options{CgroupParent: env.cfg.CgroupParent, UIDBase: env.cfg.UIDBase, UIDCount: env.cfg.UIDCount})
+	local := posture.Check(id, sandboxPid(t, id), posture.Options{CgroupParent: env.cfg.CgroupParent, UIDBase: sandboxUIDBase(t, id), UIDCount: env.cfg.UIDCount})
 	if !local.Pass {
 		t.Errorf("posture.Check failed: %+v", local)
 	}

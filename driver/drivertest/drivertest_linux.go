@@ -54,6 +54,7 @@ import (
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/guestclient"
+	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // Config is what Suite needs to know about the driver under test.
@@ -563,4 +564,42 @@ func CgroupParent(t testing.TB) string {
 		_ = os.Remove(filepath.Join("/sys/fs/cgroup", parent))
 	})
 	return parent
+}
+
+// IDRanges is a uid range pool for a driver under test, as the daemon's
+// (uid_ranges): every sandbox in a range of its own, seeing the suite's
+// layers and writable layers (all under /var/tmp) through its views. One
+// pool serves every driver instance of a test: a restarted driver claims
+// its sandboxes' ranges from it, as a restarted daemon does from the
+// ranges it reserved.
+func IDRanges(t testing.TB, uidBase int) *idrange.Pool {
+	t.Helper()
+	// The views' directory, as the daemon's, is searchable by the inits
+	// on their way to their layers.
+	dir, err := os.MkdirTemp("/run", "agentbox-idmap-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeEmptyTree(dir) })
+	p, err := idrange.New(idrange.Options{Base: uidBase, Count: 65536, Ranges: 64, Roots: []string{"/var/tmp"}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// removeEmptyTree removes dir and the directories under it, and nothing
+// else: were a view still mounted there, its files would stay.
+func removeEmptyTree(dir string) {
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		_ = os.Remove(dirs[i])
+	}
 }

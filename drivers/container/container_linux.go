@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
 	"syscall"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/harden"
 	"github.com/agentbox/agentbox/internal/guest/launcher"
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // Name is the tier's name in the API.
@@ -74,6 +76,9 @@ type Driver struct {
 	initPrefix string
 
 	exits lifecycle.Exits // of the sandboxes' inits
+	// ranges are the sandboxes' uid ranges, for those with one of their
+	// own.
+	ranges idrange.Owners
 
 	launchState          // the pre-forked launcher (launch_linux.go)
 	pre         prespawn // inits waiting for a sandbox (prespawn_linux.go)
@@ -179,19 +184,31 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 			}
 		}
 	} else {
-		cg, home, work, err = d.makeCgroups(spec.ID, agent, workload)
+		cg, home, work, err = d.makeCgroups(spec.ID, agent, workload, p.uid)
 	}
 	if err != nil {
 		d.discard(p)
 		return nil, fmt.Errorf("creating cgroup: %w", err)
 	}
-	h, exited, err := d.spawn(ctx, spec, p, placed, d.controllers(), home.Paths(), work.Paths(), home.AddProc)
+	h, exited, ids, err := d.spawn(ctx, spec, p, placed, d.controllers(), home.Paths(), work.Paths(), home.AddProc)
 	if err != nil {
 		_ = cg.Destroy()
 		return nil, err
 	}
 	d.exits.Set(spec.ID, exited)
+	if ids != nil {
+		ids.SetOwner(spec.ID)
+	}
+	d.ranges.Set(spec.ID, ids)
 	return h, nil
+}
+
+// uidOf is the first host uid of sandbox id's range.
+func (d *Driver) uidOf(id string) int {
+	if r := d.ranges.Get(id); r != nil {
+		return r.Base()
+	}
+	return d.opts.UIDBase
 }
 
 // announce tells spec.Started, if set, that p is the sandbox's init: its
@@ -217,8 +234,9 @@ func (d *Driver) controllers() []string {
 // makeCgroups makes the cgroups of a sandbox (or of an init waiting for
 // one) named name: its own with limits agent, the agent's home in it (v1:
 // the same; v2: a leaf "agent") and the workload's child with limits
-// workload, delegated to the sandbox's root. On error nothing is left.
-func (d *Driver) makeCgroups(name string, agent, workload cgroups.Resources) (cg, home, work cgroups.Cgroup, err error) {
+// workload, delegated to the sandbox's root, host uid uid. On error
+// nothing is left.
+func (d *Driver) makeCgroups(name string, agent, workload cgroups.Resources, uid int) (cg, home, work cgroups.Cgroup, err error) {
 	if cg, err = d.cg.Create(name, agent); err != nil {
 		return nil, nil, nil, err
 	}
@@ -239,20 +257,29 @@ func (d *Driver) makeCgroups(name string, agent, workload cgroups.Resources) (cg
 	if work, err = cg.Child("workload", workload); err != nil {
 		return nil, nil, nil, fmt.Errorf("creating workload cgroup: %w", err)
 	}
-	if err = work.Delegate(d.opts.UIDBase, d.opts.UIDBase, d.controllers()...); err != nil {
-		return nil, nil, nil, fmt.Errorf("delegating cgroup: %w", err)
+	if err = d.delegate(home, work, uid); err != nil {
+		return nil, nil, nil, err
 	}
-	if v1 {
+	return cg, home, work, nil
+}
+
+// delegate gives the sandbox's root, host uid uid, the workload's cgroup
+// and (v1) its own cgroup's tasks file.
+func (d *Driver) delegate(home, work cgroups.Cgroup, uid int) error {
+	if err := work.Delegate(uid, uid, d.controllers()...); err != nil {
+		return fmt.Errorf("delegating cgroup: %w", err)
+	}
+	if d.cg.Version() == 1 {
 		// The guest's starter thread goes into workload/exec-N to fork and
 		// then back home: it may write its own cgroup's tasks file, and
 		// nothing else of it (no mkdir, no limits).
 		for _, dir := range home.Paths() {
-			if err = os.Chown(filepath.Join(dir, "tasks"), d.opts.UIDBase, d.opts.UIDBase); err != nil {
-				return nil, nil, nil, fmt.Errorf("delegating the agent's cgroup: %w", err)
+			if err := os.Chown(filepath.Join(dir, "tasks"), uid, uid); err != nil {
+				return fmt.Errorf("delegating the agent's cgroup: %w", err)
 			}
 		}
 	}
-	return cg, home, work, nil
+	return nil
 }
 
 // spawn makes a sandbox of spec out of the init p (prespawn_linux.go) in
@@ -261,7 +288,10 @@ func (d *Driver) makeCgroups(name string, agent, workload cgroups.Resources) (cg
 // is placed there already, addProc moves it into the sandbox's cgroups
 // before it gets its boot spec. spawn owns p: on error p and everything
 // spawn made are gone.
-func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, placed bool, ctrls []string, homePaths, workPaths map[string]string, addProc func(int) error) (_ *driver.Handle, _ chan struct{}, err error) {
+//
+// It returns the range the sandbox's init runs in (nil: the canonical
+// one), which the caller owns from then on.
+func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, placed bool, ctrls []string, homePaths, workPaths map[string]string, addProc func(int) error) (_ *driver.Handle, _ chan struct{}, _ *idrange.Range, err error) {
 	given := false
 	defer func() {
 		if err != nil && !given {
@@ -272,25 +302,25 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 	defer undo.Run()
 	rootfs := filepath.Join(spec.RunDir, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, nil, fmt.Errorf("creating rootfs mount point: %w", err)
+		return nil, nil, nil, fmt.Errorf("creating rootfs mount point: %w", err)
 	}
 	sock := socketPath(spec.RunDir)
 	_ = os.Remove(sock)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
-		return nil, nil, fmt.Errorf("guest socket: %w", err)
+		return nil, nil, nil, fmt.Errorf("guest socket: %w", err)
 	}
 	ln.SetUnlinkOnClose(false)
 	lnFile, err := ln.File()
 	ln.Close()
 	if err != nil {
-		return nil, nil, fmt.Errorf("guest socket fd: %w", err)
+		return nil, nil, nil, fmt.Errorf("guest socket fd: %w", err)
 	}
 	defer lnFile.Close()
 	undo.Add(func() { _ = os.Remove(sock) })
 	logFile, err := os.OpenFile(filepath.Join(spec.RunDir, "guest.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer logFile.Close()
 	files := []*os.File{lnFile, logFile} // proto.BootFiles
@@ -304,7 +334,7 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 		for _, p := range []string{workPaths[c], homePaths[c]} {
 			f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY, 0)
 			if err != nil {
-				return nil, nil, fmt.Errorf("opening cgroup dir: %w", err)
+				return nil, nil, nil, fmt.Errorf("opening cgroup dir: %w", err)
 			}
 			defer f.Close()
 			files = append(files, f)
@@ -312,12 +342,20 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 		bootCgs = append(bootCgs, proto.BootCgroup{Controller: c,
 			NoChild: c == "memory" || c == "cpu" || c == "cpuacct"})
 	}
+	// In a range of its own the init sees the storage through the
+	// range's views (internal/idrange).
+	lower, upper, work := spec.Layers, spec.UpperDir, spec.WorkDir
+	if p.ids != nil {
+		if lower, upper, work, err = p.ids.Overlay(spec.Layers, spec.UpperDir, spec.WorkDir); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	boot := &proto.BootSpec{
 		SandboxID: spec.ID,
 		Hostname:  spec.Hostname,
-		LowerDirs: spec.Layers,
-		UpperDir:  spec.UpperDir,
-		WorkDir:   spec.WorkDir,
+		LowerDirs: lower,
+		UpperDir:  upper,
+		WorkDir:   work,
 		Rootfs:    rootfs,
 		Env:       spec.Env,
 		User:      spec.User,
@@ -333,17 +371,22 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 	}
 	given = true // giveInit owns p now
 	if p, err = d.giveInit(p, placed, boot, files, addProc, func(p *initProc) { announce(spec, p) }); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	undo.Add(func() { d.discard(p) })
 
 	h := &driver.Handle{ID: spec.ID, Pid: p.pid, Socket: sock, PidStart: p.pidStart}
+	if p.ids != nil {
+		h.UIDBase = p.uid
+	}
 	if err := d.waitReady(ctx, h, p.exited, spec.RunDir, p.output); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	p.out.Close()
 	undo.Release()
-	return h, p.exited, nil
+	ids := p.ids
+	p.ids = nil
+	return h, p.exited, ids, nil
 }
 
 // randomSuffix is 8 lowercase hex digits.
@@ -438,6 +481,13 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	if h.Socket != "" {
 		_ = os.Remove(h.Socket)
 	}
+	if len(errs) == 0 {
+		// Its processes are gone: the range may serve another sandbox.
+		// (Kept, and logged, when that is not sure.)
+		d.ranges.Set(h.ID, nil)
+	} else if d.ranges.Get(h.ID) != nil {
+		d.log.Warn("keeping a destroyed sandbox's uid range out of use: its processes may not all be gone", "sandbox", h.ID, "uid", h.UIDBase)
+	}
 	return errors.Join(errs...)
 }
 
@@ -480,6 +530,13 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	ch, err := guestconn.WatchExit(h.Pid)
 	if err != nil {
 		return errdefs.NotFound("sandbox %s: pidfd: %v", h.ID, err)
+	}
+	if h.UIDBase != 0 && h.UIDBase != d.opts.UIDBase && d.opts.IDRanges != nil && d.ranges.Get(h.ID) == nil {
+		ids, err := d.opts.IDRanges.Claim(h.UIDBase, h.ID)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: its uid range: %w", h.ID, err)
+		}
+		d.ranges.Set(h.ID, ids)
 	}
 	d.killStrays(h)
 	d.exits.Set(h.ID, ch)

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
 	"github.com/agentbox/agentbox/internal/cgroups"
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // Pre-spawned inits. Everything a sandbox's init does before it reads its
@@ -53,6 +54,11 @@ type initProc struct {
 	// limits, so that a create renames it instead of making one), until a
 	// sandbox takes it over; "" then, and on v2.
 	cg string
+	// ids is its host uid range (nil: the canonical one, uid_base), and
+	// uid that range's first id: its user namespace maps 0 there, and
+	// its cgroups are delegated to it. It owns ids until spawn takes it.
+	ids *idrange.Range
+	uid int
 }
 
 // output is what p printed before it was given a sandbox, for errors.
@@ -75,6 +81,8 @@ func (d *Driver) discard(p *initProc) {
 	<-p.exited
 	p.out.Close()
 	d.dropInitCgroup(p)
+	p.ids.Release()
+	p.ids = nil
 }
 
 // dropInitCgroup removes the cgroup p waited in (once p is out of it).
@@ -220,8 +228,27 @@ func (d *Driver) closePrespawn() {
 }
 
 // startInit starts `agentbox-guest init` in fresh namespaces, waiting for
-// its boot spec.
-func (d *Driver) startInit() (_ *initProc, err error) {
+// its boot spec, in a range of its own (when the driver has ranges).
+func (d *Driver) startInit() (*initProc, error) { return d.startInitIn(nil) }
+
+// startInitIn starts an init in range ids (nil: a new one, or the
+// canonical range without ranges); the init owns ids from then on, and
+// releases it if it fails to start.
+func (d *Driver) startInitIn(ids *idrange.Range) (_ *initProc, err error) {
+	if ids == nil && d.opts.IDRanges != nil {
+		if ids, err = d.opts.IDRanges.Acquire(); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			ids.Release()
+		}
+	}()
+	uid := d.opts.UIDBase
+	if ids != nil {
+		uid = ids.Base()
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("boot channel: %w", err)
@@ -250,7 +277,7 @@ func (d *Driver) startInit() (_ *initProc, err error) {
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3: proto.BootChannelFD
-	base, count := d.opts.UIDBase, d.opts.UIDCount
+	base, count := uid, d.opts.UIDCount
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid: true,
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
@@ -267,14 +294,14 @@ func (d *Driver) startInit() (_ *initProc, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting guest agent: %w", err)
 	}
-	p := &initProc{pid: pid, exited: exited, boot: fds[0], out: out}
+	p := &initProc{pid: pid, exited: exited, boot: fds[0], out: out, ids: ids, uid: uid}
 	p.pidStart, _ = guestconn.PidStartTime(pid)
 	if d.cg.Version() == 1 {
 		// Its own cgroups, as a sandbox's but unlimited: a create renames
 		// them (one rename per hierarchy) and writes the limits. The init
 		// only waits meanwhile; its memory is charged there from the start.
 		p.cg = d.initPrefix + strconv.FormatUint(d.pre.seq.Add(1), 10)
-		cg, home, _, err := d.makeCgroups(p.cg, cgroups.Resources{}, cgroups.Resources{})
+		cg, home, _, err := d.makeCgroups(p.cg, cgroups.Resources{}, cgroups.Resources{}, uid)
 		if err == nil {
 			if err = home.AddProc(pid); err != nil {
 				_ = cg.Destroy()
@@ -282,6 +309,7 @@ func (d *Driver) startInit() (_ *initProc, err error) {
 		}
 		if err != nil {
 			p.cg = ""
+			p.ids = nil // released by the deferred function
 			d.discard(p)
 			return nil, fmt.Errorf("a sandbox init's cgroup: %w", err)
 		}
@@ -313,12 +341,18 @@ func (d *Driver) giveInit(p *initProc, placed bool, boot *proto.BootSpec, files 
 		}
 		gone := errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.ESRCH) || errors.Is(err, errInitExited)
 		err = fmt.Errorf("%w%s", err, p.output())
+		ids := p.ids
+		if gone && attempt < 2 {
+			p.ids = nil // kept for the replacement
+		}
 		d.discard(p)
 		if !gone || attempt == 2 {
 			return nil, err
 		}
 		d.log.Warn("a pre-spawned sandbox init was gone; starting another", "err", err)
-		if p, err = d.startInit(); err != nil {
+		// In the same range: the sandbox's cgroups are delegated to it
+		// and the boot spec's paths are its views.
+		if p, err = d.startInitIn(ids); err != nil {
 			return nil, err
 		}
 		replaced(p)

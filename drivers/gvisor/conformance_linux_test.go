@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/driver/drivertest"
+	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // TestConformance runs the driver conformance suite on the gvisor tier:
@@ -19,17 +20,28 @@ func TestConformance(t *testing.T) {
 	guest := drivertest.BuildGuest(t)
 	parent := drivertest.CgroupParent(t)
 	const uidBase = 1000000
-	drivertest.Suite(t, drivertest.Config{
-		New: func(t testing.TB) driver.Driver {
-			d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase})
-			if err != nil {
-				t.Fatal(err)
+	layers := []string{drivertest.BusyboxRootfs(t, uidBase)}
+	// Every sandbox in a uid range of its own (the daemon's default), and
+	// in the one canonical range (uid_ranges = 0).
+	for _, name := range []string{"own ranges", "canonical range"} {
+		t.Run(name, func(t *testing.T) {
+			var ids *idrange.Pool
+			if name == "own ranges" {
+				ids = drivertest.IDRanges(t, uidBase)
 			}
-			return d
-		},
-		Abilities:    []driver.Ability{driver.AbilityPause, driver.AbilityCheckpoint, driver.AbilityNetNSAtCreate},
-		Layers:       []string{drivertest.BusyboxRootfs(t, uidBase)},
-		UIDBase:      uidBase,
-		CgroupParent: parent,
-	})
+			drivertest.Suite(t, drivertest.Config{
+				New: func(t testing.TB) driver.Driver {
+					d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, IDRanges: ids})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return d
+				},
+				Abilities:    []driver.Ability{driver.AbilityPause, driver.AbilityCheckpoint, driver.AbilityNetNSAtCreate},
+				Layers:       layers,
+				UIDBase:      uidBase,
+				CgroupParent: parent,
+			})
+		})
+	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
 	"github.com/agentbox/agentbox/internal/guest/harden"
+	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // Name is the tier's name in the API.
@@ -65,6 +66,9 @@ type Driver struct {
 	seccompFilter []byte
 
 	exits lifecycle.Exits // of the sandboxes' runsc sandbox processes
+	// ranges are the sandboxes' uid ranges, for those with one of their
+	// own.
+	ranges idrange.Owners
 }
 
 // private is the driver's part of a Handle.
@@ -162,16 +166,35 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 			return nil, fmt.Errorf("gvisor: run dir: %w", err)
 		}
 	}
+	// A uid range of its own, when the daemon has ranges: runsc's user
+	// namespace maps the sandbox's ids there, and its root is the
+	// overlay seen through the range's id-mapping (internal/idrange).
+	uid := d.opts.UIDBase
+	var ids *idrange.Range
+	if d.opts.IDRanges != nil {
+		if ids, err = d.opts.IDRanges.Acquire(); err != nil {
+			return nil, err
+		}
+		undo.Add(ids.Release)
+		ids.SetOwner(spec.ID)
+		uid = ids.Base()
+	}
 	// The channel's directory belongs to the sandbox's root (host
-	// uid_base), which creates the socket in it.
-	if err := os.Chown(sock, d.opts.UIDBase, d.opts.UIDBase); err != nil {
+	// uid_base, or its range's first id), which creates the socket in it.
+	if err := os.Chown(sock, uid, uid); err != nil {
 		return nil, fmt.Errorf("gvisor: socket dir: %w", err)
 	}
 	// The sandbox's root: the template's layers under the writable layer,
 	// mounted on the host (runsc's gofer serves it to the sandbox).
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(spec.Layers, ":"), spec.UpperDir, spec.WorkDir)
-	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return nil, fmt.Errorf("gvisor: mounting the sandbox's root overlay: %w", err)
+	if ids != nil {
+		if err := ids.MountOverlay(spec.Layers, spec.UpperDir, spec.WorkDir, rootfs, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+			return nil, fmt.Errorf("gvisor: the sandbox's root: %w", err)
+		}
+	} else {
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(spec.Layers, ":"), spec.UpperDir, spec.WorkDir)
+		if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return nil, fmt.Errorf("gvisor: mounting the sandbox's root overlay: %w", err)
+		}
 	}
 	undo.Add(func() { _ = unmount(rootfs) })
 	shm := shmSizeMB(spec.MemoryMB)
@@ -180,7 +203,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 			return nil, err
 		}
 	}
-	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, d.opts.UIDBase, d.opts.UIDCount, d.seccompFilter, shm); err != nil {
+	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, uid, d.opts.UIDCount, d.seccompFilter, shm); err != nil {
 		return nil, fmt.Errorf("gvisor: writing the OCI bundle: %w", err)
 	}
 	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
@@ -206,6 +229,14 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	// runsc's own logs (create, boot, gofer) at info level, for a boot
 	// that fails before the guest answers (bootLog).
 	args = append(args, "--debug-log="+filepath.Join(spec.RunDir, "logs")+"/")
+	if image != "" && ids != nil {
+		// A checkpoint restores into a range of the new sandbox's own,
+		// not the one it was taken in: runsc's check that the spec's uid
+		// mapping is the checkpoint's would refuse it. The spec is the
+		// driver's, the same but for that mapping; runsc then logs the
+		// difference instead.
+		args = append(args, "--restore-spec-validation=warning")
+	}
 	pidFile := filepath.Join(spec.RunDir, "sandbox.pid")
 	verb := "run"
 	if image == "" {
@@ -238,6 +269,9 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	}
 	pv, _ := json.Marshal(private{Root: root, Rootfs: rootfs})
 	h := &driver.Handle{ID: spec.ID, Pid: pid, Socket: filepath.Join(sock, "guest.sock"), Private: pv}
+	if ids != nil {
+		h.UIDBase = uid
+	}
 	h.PidStart, _ = guestconn.PidStartTime(pid)
 	exited, _ := guestconn.WatchExit(pid)
 	if err := waitReady(ctx, h, exited); err != nil {
@@ -245,6 +279,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	}
 	d.exits.Set(spec.ID, exited)
 	undo.Release()
+	d.ranges.Set(spec.ID, ids)
 	return h, nil
 }
 
@@ -417,6 +452,11 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	if h.Socket != "" {
 		_ = os.Remove(h.Socket)
 	}
+	if len(errs) == 0 {
+		d.ranges.Set(h.ID, nil) // its processes are gone: the range may serve another
+	} else if d.ranges.Get(h.ID) != nil {
+		d.log.Warn("keeping a destroyed sandbox's uid range out of use: its processes may not all be gone", "sandbox", h.ID, "uid", h.UIDBase)
+	}
 	return errors.Join(errs...)
 }
 
@@ -448,6 +488,13 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 		if _, err := guestconn.Ping(ctx, h.Socket); err != nil {
 			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
 		}
+	}
+	if h.UIDBase != 0 && h.UIDBase != d.opts.UIDBase && d.opts.IDRanges != nil && d.ranges.Get(h.ID) == nil {
+		ids, err := d.opts.IDRanges.Claim(h.UIDBase, h.ID)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: its uid range: %w", h.ID, err)
+		}
+		d.ranges.Set(h.ID, ids)
 	}
 	ch, _ := guestconn.WatchExit(h.Pid)
 	d.exits.Set(h.ID, ch)

@@ -47,6 +47,10 @@ type Config struct {
 	// Defaults 1000000 and 65536.
 	UIDBase  int `toml:"uid_base"`
 	UIDCount int `toml:"uid_count"`
+	// UIDRanges (uid_ranges): how many sandbox ranges of UIDCount ids
+	// follow the canonical one; each sandbox runs in one of its own
+	// (internal/idrange). 0: every sandbox in the canonical range.
+	UIDRanges int `toml:"uid_ranges"`
 	// CgroupParent (cgroup_parent) is the cgroup, relative to each
 	// hierarchy's root, under which sandboxes get their own. Default
 	// "agentbox".
@@ -133,6 +137,7 @@ func Default() Config {
 		GuestBinary:      "",
 		UIDBase:          1000000,
 		UIDCount:         65536,
+		UIDRanges:        4096,
 		CgroupParent:     "agentbox",
 		StorageSizeGB:    64,
 		ReapInterval:     time.Second,

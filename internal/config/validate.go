@@ -62,6 +62,11 @@ func (c Config) Validate() error {
 	if c.UIDBase >= minUIDBase && c.UIDCount >= 1 && int64(c.UIDBase)+int64(c.UIDCount)-1 > maxID {
 		v.addf("uid_base + uid_count - 1 must be <= %d, got %d", int64(maxID), int64(c.UIDBase)+int64(c.UIDCount)-1)
 	}
+	if c.UIDRanges < 0 {
+		v.addf("uid_ranges must be >= 0 (0 runs every sandbox in the one range uid_base..), got %d", c.UIDRanges)
+	} else if c.UIDBase >= minUIDBase && c.UIDCount >= 1 && c.UIDRanges > 0 && int64(c.UIDBase)+int64(c.UIDRanges+1)*int64(c.UIDCount)-1 > maxID {
+		v.addf("uid_base + (uid_ranges + 1) x uid_count - 1 must be <= %d, got %d; lower uid_ranges", int64(maxID), int64(c.UIDBase)+int64(c.UIDRanges+1)*int64(c.UIDCount)-1)
+	}
 	if c.CgroupParent == "" || filepath.IsAbs(c.CgroupParent) || filepath.Clean(c.CgroupParent) != c.CgroupParent ||
 		c.CgroupParent == ".." || strings.HasPrefix(c.CgroupParent, "../") {
 		v.addf("cgroup_parent must be a clean relative cgroup path such as \"agentbox\", got %q", c.CgroupParent)

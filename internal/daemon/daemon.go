@@ -105,6 +105,13 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	lxcfs := ensureLxcfs(ctx, cfg.LxcfsDir, cfg.RunDir, log) // lxcfs_linux.go
+	ids := openIDRanges(cfg, pool.Root(), log)               // idranges_linux.go
+	if ids != nil {
+		defer ids.Close() // after the drivers: deferred calls run last first
+		if err := reserveIDRanges(ctx, st, ids, log); err != nil {
+			return fmt.Errorf("reserving the sandboxes' uid ranges: %w", err)
+		}
+	}
 	drivers := map[string]driver.Driver{}
 	unavailable := map[string]error{} // for GET /v1/info
 	for _, name := range driver.Names() {
@@ -112,6 +119,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			GuestBinary:  guestBin,
 			UIDBase:      cfg.UIDBase,
 			UIDCount:     cfg.UIDCount,
+			IDRanges:     ids,
 			CgroupParent: cfg.CgroupParent,
 			Seccomp:      true,
 			RunRoot:      cfg.RunDir,
@@ -147,7 +155,11 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	svc := sandbox.New(sandbox.Options{Config: cfg, Store: st, Pool: pool, Drivers: drivers, Logger: log, Net: netm})
 	hub := events.New()
 	svc.PublishEvents(hub) // lifecycle events (observe.go)
-	if err := svc.Start(ctx); err != nil {
+	err = svc.Start(ctx)
+	if ids != nil {
+		ids.DropReserved() // the ranges of sandboxes not adopted
+	}
+	if err != nil {
 		return fmt.Errorf("recovering sandboxes: %w", err)
 	}
 	defer svc.Close()

@@ -31,8 +31,15 @@ type Options struct {
 	CgroupRoot string
 	// CgroupParent is the daemon's cgroup_parent.
 	CgroupParent string
-	// UIDBase and UIDCount are the host uid range of sandboxes.
+	// UIDBase and UIDCount are the host uid range of the sandbox.
 	UIDBase, UIDCount int
+	// SharedRange: the sandbox runs in the range every sandbox shares
+	// (uid_ranges = 0, or storage that cannot be id-mapped), not one of
+	// its own; the check "a uid range of its own" fails.
+	SharedRange bool
+	// SharedWith names another live sandbox found in the same range (a
+	// failure too).
+	SharedWith string
 	// HostPaths are the daemon's directories (data, run), which no
 	// sandbox's mount table may name (mounts.go).
 	HostPaths []string
@@ -217,6 +224,13 @@ func checkConfinement(add func(name, got, want string, pass bool), dir string, s
 		}
 	}
 	add("host uids/gids", strings.Join(ids, " "), fmt.Sprintf("in [%d, %d)", o.UIDBase, o.UIDBase+o.UIDCount), inRange)
+	own := fmt.Sprintf("[%d, %d), no other sandbox's", o.UIDBase, o.UIDBase+o.UIDCount)
+	if o.SharedRange {
+		own = fmt.Sprintf("[%d, %d), shared by every sandbox", o.UIDBase, o.UIDBase+o.UIDCount)
+	} else if o.SharedWith != "" {
+		own = fmt.Sprintf("[%d, %d), also sandbox %s's", o.UIDBase, o.UIDBase+o.UIDCount, o.SharedWith)
+	}
+	add("a uid range of its own", own, "a range no other sandbox has (uid_ranges)", !o.SharedRange && o.SharedWith == "")
 	for _, ns := range nsList {
 		got, err := os.Readlink(filepath.Join(dir, "ns", ns))
 		add(ns+" namespace", got, "not the host's "+hostNS[ns], err == nil && got != hostNS[ns])

@@ -769,6 +769,7 @@ func toAPI(r *store.SandboxRecord) *api.Sandbox {
 	sb.IdleTimeoutSeconds = r.Spec.IdleTimeoutSeconds
 	if r.Handle != nil {
 		sb.Pid = r.Handle.Pid
+		sb.UIDBase = r.Handle.UIDBase
 		sb.Accelerator = r.Handle.Accelerator
 	}
 	return sb

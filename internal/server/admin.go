@@ -10,6 +10,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/posture"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenancy"
 )
@@ -298,7 +299,25 @@ func (s *Server) sandboxSecurity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Precondition("sandbox %s is %s: only a running or paused sandbox has processes to check", sb.ID, sb.State))
 		return
 	}
-	writeJSON(w, http.StatusOK, posture.CheckTier(sb.Isolation, sb.ID, sb.Pid, s.posture))
+	o := s.posture
+	if sb.UIDBase != 0 {
+		o.UIDBase = sb.UIDBase // a range of its own
+	}
+	o.SharedRange = sb.UIDBase == 0 && sb.Isolation != "microvm"
+	if sb.UIDBase != 0 {
+		// The allocator gives no range twice; the check reads it anyway.
+		all, err := s.svc.List(r.Context(), tenancy.AllTenants(), sandbox.ListFilter{})
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		for _, other := range all {
+			if other.ID != sb.ID && other.UIDBase == sb.UIDBase && other.Pid > 0 {
+				o.SharedWith = other.ID
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, posture.CheckTier(sb.Isolation, sb.ID, sb.Pid, o))
 }
 
 // adminHandlers are the routes this file serves (registered by routes,

@@ -1,0 +1,195 @@
+package idrange
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// pool makes a pool over a tmpfs root holding a file of canonical uid
+// base+5.
+func pool(t *testing.T, ranges int) (*Pool, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts") // make test runs as root
+	}
+	root := t.TempDir()
+	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "size=4m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	f := filepath.Join(root, "layer", "file")
+	if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(f, 1000005, 1000006); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Options{Base: 1000000, Count: 65536, Ranges: ranges, Roots: []string{root}, Dir: filepath.Join(t.TempDir(), "views")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, f
+}
+
+func owner(t *testing.T, path string) (uint32, uint32) {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Uid, st.Gid
+}
+
+// TestRanges: each range sees the canonical files shifted onto it, writes
+// land canonical on disk, released ranges come back first, claims and
+// exhaustion answer clearly.
+func TestRanges(t *testing.T) {
+	p, f := pool(t, 3)
+	a, err := p.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Base() != 1065536 || b.Base() != 1131072 {
+		t.Fatalf("bases %d %d", a.Base(), b.Base())
+	}
+	for _, r := range []*Range{a, b} {
+		v, err := r.Path(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, g := owner(t, v); int(u) != r.Base()+5 || int(g) != r.Base()+6 {
+			t.Errorf("range %d sees %d:%d, want %d:%d", r.Base(), u, g, r.Base()+5, r.Base()+6)
+		}
+	}
+	// A file a range's root hands its uid 7 is canonical on disk.
+	if err := os.WriteFile(filepath.Join(filepath.Dir(f), "new"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(filepath.Dir(f), "new"), 1000000, 1000000); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := a.Path(filepath.Join(filepath.Dir(f), "new"))
+	if err := os.Chown(v, a.Base()+7, a.Base()+7); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := owner(t, filepath.Join(filepath.Dir(f), "new")); u != 1000007 {
+		t.Errorf("on disk: uid %d, want 1000007", u)
+	}
+	// Ids outside the range cannot be written through the view.
+	if err := os.Chown(v, 1000007, 1000007); err == nil {
+		t.Error("chown to an unmapped id through a view worked")
+	}
+	if _, err := a.Path("/etc/passwd"); err == nil {
+		t.Error("a path under no root was translated")
+	}
+	c, err := p.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Acquire(); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("fourth acquire of three: %v", err)
+	}
+	b.Release()
+	b.Release()
+	if again, err := p.Acquire(); err != nil || again.Base() != b.Base() {
+		t.Fatalf("after a release: %v %v", again, err)
+	}
+	c.Release()
+	if _, err := p.Claim(c.Base()+1, "x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("claim of a non-range base: %v", err)
+	}
+	a.SetOwner("sandbox-a")
+	if _, err := p.Claim(a.Base(), "sandbox-z"); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("claim of a used range: %v", err)
+	}
+	if r, err := p.Claim(c.Base(), "sandbox-c"); err != nil || r.Base() != c.Base() {
+		t.Errorf("claim of a free range: %v %v", r, err)
+	}
+	if p.InUse() != 3 {
+		t.Errorf("in use %d, want 3", p.InUse())
+	}
+	// The same sandbox claims its range again (a second driver instance):
+	// the first Range then releases nothing.
+	a2, err := p.Claim(a.Base(), "sandbox-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Release()
+	if p.InUse() != 3 {
+		t.Errorf("a replaced Range released its range: in use %d", p.InUse())
+	}
+	a2.Release()
+	if p.InUse() != 2 {
+		t.Errorf("in use %d after the release, want 2", p.InUse())
+	}
+}
+
+// TestReserve: a restarted daemon reserves its sandboxes' ranges before
+// inits acquire theirs; adoption claims them; the rest are dropped.
+func TestReserve(t *testing.T) {
+	p, _ := pool(t, 3)
+	base := func(k int) int { return 1000000 + (k+1)*65536 }
+	if err := p.Reserve(base(0), "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reserve(base(2), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reserve(base(2), "other"); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("a second owner's reservation: %v", err)
+	}
+	r, err := p.Acquire()
+	if err != nil || r.Base() != base(1) {
+		t.Fatalf("acquire beside reservations: %v %v", r, err)
+	}
+	if _, err := p.Claim(base(0), "not-kept"); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("another sandbox claimed a reserved range: %v", err)
+	}
+	if _, err := p.Claim(base(0), "kept"); err != nil {
+		t.Fatal(err)
+	}
+	p.DropReserved()
+	if p.InUse() != 2 {
+		t.Errorf("in use %d after dropping, want 2 (the claimed and the acquired)", p.InUse())
+	}
+	if r, err := p.Acquire(); err != nil || r.Base() != base(2) {
+		t.Errorf("the dropped range is not handed out: %v %v", r, err)
+	}
+}
+
+// TestNewDetachesOldViews: a second pool on the same directory (a daemon
+// restart) starts from a clean one.
+func TestNewDetachesOldViews(t *testing.T) {
+	p, f := pool(t, 2)
+	if _, err := p.Acquire(); err != nil {
+		t.Fatal(err)
+	}
+	q, err := New(p.o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	r, err := q.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := r.Path(f)
+	if u, _ := owner(t, v); int(u) != r.Base()+5 {
+		t.Errorf("uid %d", u)
+	}
+}
