@@ -289,8 +289,9 @@ func (d *Driver) delegate(home, work cgroups.Cgroup, uid int) error {
 // before it gets its boot spec. spawn owns p: on error p and everything
 // spawn made are gone.
 //
-// It returns the range the sandbox's init runs in (nil: the canonical
-// one), which the caller owns from then on.
+// It returns the range the sandbox's init runs in when p held it (nil:
+// the canonical one, or a range p borrowed), which the caller owns from
+// then on.
 func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, placed bool, ctrls []string, homePaths, workPaths map[string]string, addProc func(int) error) (_ *driver.Handle, _ chan struct{}, _ *idrange.Range, err error) {
 	given := false
 	defer func() {
@@ -384,7 +385,10 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 	}
 	p.out.Close()
 	undo.Release()
-	ids := p.ids
+	var ids *idrange.Range
+	if p.owns {
+		ids = p.ids
+	}
 	p.ids = nil
 	return h, p.exited, ids, nil
 }

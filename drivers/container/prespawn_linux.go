@@ -56,9 +56,12 @@ type initProc struct {
 	cg string
 	// ids is its host uid range (nil: the canonical one, uid_base), and
 	// uid that range's first id: its user namespace maps 0 there, and
-	// its cgroups are delegated to it. It owns ids until spawn takes it.
-	ids *idrange.Range
-	uid int
+	// its cgroups are delegated to it. When owns, it holds ids (releases
+	// it if it ends without a sandbox) until spawn hands it on; else ids
+	// is its sandbox's, borrowed (a standby).
+	ids  *idrange.Range
+	uid  int
+	owns bool
 }
 
 // output is what p printed before it was given a sandbox, for errors.
@@ -81,7 +84,9 @@ func (d *Driver) discard(p *initProc) {
 	<-p.exited
 	p.out.Close()
 	d.dropInitCgroup(p)
-	p.ids.Release()
+	if p.owns {
+		p.ids.Release()
+	}
 	p.ids = nil
 }
 
@@ -229,19 +234,20 @@ func (d *Driver) closePrespawn() {
 
 // startInit starts `agentbox-guest init` in fresh namespaces, waiting for
 // its boot spec, in a range of its own (when the driver has ranges).
-func (d *Driver) startInit() (*initProc, error) { return d.startInitIn(nil) }
+func (d *Driver) startInit() (*initProc, error) { return d.startInitIn(nil, true) }
 
-// startInitIn starts an init in range ids (nil: a new one, or the
-// canonical range without ranges); the init owns ids from then on, and
-// releases it if it fails to start.
-func (d *Driver) startInitIn(ids *idrange.Range) (_ *initProc, err error) {
-	if ids == nil && d.opts.IDRanges != nil {
+// startInitIn starts an init in range ids. With owns, the init holds
+// ids from then on (a new range when ids is nil and the driver has
+// ranges), and releases it if it fails to start; without, ids (nil: the
+// canonical range) is borrowed from its sandbox.
+func (d *Driver) startInitIn(ids *idrange.Range, owns bool) (_ *initProc, err error) {
+	if ids == nil && owns && d.opts.IDRanges != nil {
 		if ids, err = d.opts.IDRanges.Acquire(); err != nil {
 			return nil, err
 		}
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && owns {
 			ids.Release()
 		}
 	}()
@@ -294,7 +300,7 @@ func (d *Driver) startInitIn(ids *idrange.Range) (_ *initProc, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting guest agent: %w", err)
 	}
-	p := &initProc{pid: pid, exited: exited, boot: fds[0], out: out, ids: ids, uid: uid}
+	p := &initProc{pid: pid, exited: exited, boot: fds[0], out: out, ids: ids, uid: uid, owns: owns}
 	p.pidStart, _ = guestconn.PidStartTime(pid)
 	if d.cg.Version() == 1 {
 		// Its own cgroups, as a sandbox's but unlimited: a create renames
@@ -341,7 +347,7 @@ func (d *Driver) giveInit(p *initProc, placed bool, boot *proto.BootSpec, files 
 		}
 		gone := errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.ESRCH) || errors.Is(err, errInitExited)
 		err = fmt.Errorf("%w%s", err, p.output())
-		ids := p.ids
+		ids, owns := p.ids, p.owns
 		if gone && attempt < 2 {
 			p.ids = nil // kept for the replacement
 		}
@@ -352,7 +358,7 @@ func (d *Driver) giveInit(p *initProc, placed bool, boot *proto.BootSpec, files 
 		d.log.Warn("a pre-spawned sandbox init was gone; starting another", "err", err)
 		// In the same range: the sandbox's cgroups are delegated to it
 		// and the boot spec's paths are its views.
-		if p, err = d.startInitIn(ids); err != nil {
+		if p, err = d.startInitIn(ids, owns); err != nil {
 			return nil, err
 		}
 		replaced(p)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/drivers/internal/guestconn"
-	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // Standby inits (driver.Standby): a sandbox's next init, booted next to
@@ -24,22 +23,17 @@ import (
 
 var _ driver.Standby = (*Driver)(nil)
 
-// standbys maps a prepared standby's pid to its standby, until Promote
-// or Discard takes it.
-var standbys sync.Map // int -> standby
-
-// standby is a prepared init: the channel closed when it exits, and its
-// uid range (nil: the canonical one).
-type standby struct {
-	exited chan struct{}
-	ids    *idrange.Range
-}
+// standbys maps a prepared standby's pid to the channel closed when it
+// exits, until Promote or Discard takes it.
+var standbys sync.Map // int -> chan struct{}
 
 // Prepare implements driver.Standby: it spawns an init for spec in the
 // running sandbox's cgroups (the agent's and the workload's, as Create
-// made them). An init in a range of its own gets the cgroups delegated
-// to it; the running init keeps what it made, and Discard gives them
-// back.
+// made them). With uid ranges the init is started for it, in the
+// sandbox's own range (its cgroups are delegated to that range's root,
+// and the running init keeps serving meanwhile): a standby is prepared
+// in the background, so a pre-spawned init, in a range of its own, would
+// save the reset nothing.
 func (d *Driver) Prepare(ctx context.Context, spec *driver.Spec) (*driver.Handle, error) {
 	cg, err := d.cg.Open(spec.ID)
 	if err != nil {
@@ -49,25 +43,21 @@ func (d *Driver) Prepare(ctx context.Context, spec *driver.Spec) (*driver.Handle
 	if d.cg.Version() != 1 {
 		home = cg.Sub("agent") // v2: the agent's leaf (makeCgroups)
 	}
-	p, err := d.takeInit()
+	var p *initProc
+	if d.opts.IDRanges == nil {
+		p, err = d.takeInit()
+	} else {
+		p, err = d.startInitIn(d.ranges.Get(spec.ID), false)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
 	}
 	announce(spec, p)
-	cur := d.uidOf(spec.ID)
-	if p.uid != cur {
-		if err := d.delegate(home, work, p.uid); err != nil {
-			d.discard(p)
-			_ = d.delegate(home, work, cur)
-			return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
-		}
-	}
-	h, exited, ids, err := d.spawn(ctx, spec, p, false, d.controllers(), home.Paths(), work.Paths(), home.AddProc)
+	h, exited, _, err := d.spawn(ctx, spec, p, false, d.controllers(), home.Paths(), work.Paths(), home.AddProc)
 	if err != nil {
-		_ = d.delegate(home, work, cur)
 		return nil, fmt.Errorf("standby for sandbox %s: %w", spec.ID, err)
 	}
-	standbys.Store(h.Pid, standby{exited: exited, ids: ids})
+	standbys.Store(h.Pid, exited)
 	return h, nil
 }
 
@@ -77,18 +67,12 @@ func (d *Driver) Promote(ctx context.Context, cur, next *driver.Handle) (<-chan 
 	if !ok {
 		return nil, fmt.Errorf("sandbox %s: pid %d is not a prepared standby", next.ID, next.Pid)
 	}
-	sb := v.(standby)
-	nextExited := sb.exited
+	nextExited := v.(chan struct{})
 	select {
 	case <-nextExited:
-		sb.ids.Release()
 		return nil, fmt.Errorf("sandbox %s: the standby init exited%s", next.ID, guestLog(filepath.Dir(next.Socket)))
 	default:
 	}
-	if sb.ids != nil {
-		sb.ids.SetOwner(cur.ID)
-	}
-	oldIDs := d.ranges.Swap(cur.ID, sb.ids)
 	// The old init's exec cgroups, listed before the kill: the standby
 	// has made none yet (nothing reached it), so every name here is the
 	// old init's to remove once its processes are gone. The standby may
@@ -114,9 +98,6 @@ func (d *Driver) Promote(ctx context.Context, cur, next *driver.Handle) (<-chan 
 			waitGone(context.Background(), cur)
 		}
 		removeEmptyDirs(leftovers, 5*time.Second)
-		if oldIDs != sb.ids {
-			oldIDs.Release() // the old init's processes are gone
-		}
 	}()
 	return gone, nil
 }
@@ -127,29 +108,11 @@ func (d *Driver) Discard(ctx context.Context, next *driver.Handle) error {
 	if !ok {
 		return nil
 	}
-	sb := v.(standby)
 	_ = unix.Kill(next.Pid, unix.SIGKILL)
 	select {
-	case <-sb.exited:
+	case <-v.(chan struct{}):
 	case <-ctx.Done():
 		return fmt.Errorf("sandbox %s: waiting for the standby init to exit: %w", next.ID, ctx.Err())
-	}
-	sb.ids.Release()
-	nextUID := next.UIDBase
-	if nextUID == 0 {
-		nextUID = d.opts.UIDBase
-	}
-	if cur := d.uidOf(next.ID); nextUID != cur {
-		// The cgroups go back to the running init's root.
-		if cg, err := d.cg.Open(next.ID); err == nil {
-			home, work := cg, cg.Sub("workload")
-			if d.cg.Version() != 1 {
-				home = cg.Sub("agent")
-			}
-			if err := d.delegate(home, work, cur); err != nil {
-				return fmt.Errorf("sandbox %s: %w", next.ID, err)
-			}
-		}
 	}
 	if next.Socket != "" {
 		_ = os.Remove(next.Socket)

@@ -18,9 +18,11 @@ func TestConformance(t *testing.T) {
 	guest := drivertest.BuildGuest(t)
 	parent := drivertest.CgroupParent(t)
 	const uidBase = 1000000
+	// Each sandbox's QEMU as a uid of its own range, as the daemon runs it.
+	ids := drivertest.IDRanges(t, uidBase)
 	drivertest.Suite(t, drivertest.Config{
 		New: func(t testing.TB) driver.Driver {
-			d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase})
+			d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, IDRanges: ids})
 			if err != nil {
 				t.Fatal(err)
 			}

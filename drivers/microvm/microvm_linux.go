@@ -54,6 +54,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/harden"
 	"github.com/agentbox/agentbox/internal/guest/proto"
 	"github.com/agentbox/agentbox/internal/guestclient"
+	"github.com/agentbox/agentbox/internal/idrange"
 )
 
 // Name is the tier's name in the API.
@@ -103,6 +104,7 @@ type Driver struct {
 
 	seccompFilter []byte
 	exits         lifecycle.Exits
+	ranges        idrange.Owners // the sandboxes' uid ranges
 
 	mu   sync.Mutex
 	mine map[string]*yamux.Session // sessions this instance opened, by socket
@@ -325,6 +327,9 @@ type launchSpec struct {
 	memoryMB int64
 	disks    []disk // layers topmost first, then the writable disk
 	cgroup   cgroups.Cgroup
+	// uid is the host uid (and gid) QEMU runs as; 0: the driver's
+	// qemuUID.
+	uid int
 }
 
 type disk struct {
@@ -427,8 +432,12 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 			"-device", fmt.Sprintf("virtio-blk-device,drive=d%d,serial=%s", i, dk.serial))
 	}
 	// A shell, as root, moves itself into the sandbox's cgroups and execs
-	// setpriv, which drops to qemuUID with no capabilities and
-	// no_new_privs and execs QEMU.
+	// setpriv, which drops to the sandbox's QEMU uid with no capabilities
+	// and no_new_privs and execs QEMU.
+	uid := d.qemuUID
+	if s.uid != 0 {
+		uid = s.uid
+	}
 	var procs []string
 	if s.cgroup != nil {
 		for _, p := range s.cgroup.Paths() {
@@ -440,7 +449,7 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 		groups = "--groups=" + strconv.Itoa(d.kvmGID)
 	}
 	shArgs := []string{"-c", `for f in $CGPROCS; do echo $$ > "$f" || exit 111; done; unset CGPROCS; exec "$@"`, "sh",
-		d.setpriv, "--reuid=" + strconv.Itoa(d.qemuUID), "--regid=" + strconv.Itoa(d.qemuUID), groups,
+		d.setpriv, "--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(uid), groups,
 		"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", d.qemu}
 	shArgs = append(shArgs, args...)
 	cmd := exec.Command("/bin/sh", shArgs...)
@@ -679,8 +688,21 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	if err := os.MkdirAll(vmDir, 0o700); err != nil {
 		return nil, err
 	}
+	// QEMU runs as the last uid of the sandbox's own range (of the
+	// canonical range without ranges): no two sandboxes' QEMUs share a
+	// host uid, and it owns no template file (internal/idrange).
+	var ids *idrange.Range
+	qemuUID := 0
+	if d.opts.IDRanges != nil {
+		if ids, err = d.opts.IDRanges.Acquire(); err != nil {
+			return nil, err
+		}
+		undo.Add(ids.Release)
+		ids.SetOwner(spec.ID)
+		qemuUID = ids.Base() + ids.Count() - 1
+	}
 	cpus := max(1, int(math.Ceil(spec.CPU)))
-	v, err := d.launch(ctx, launchSpec{runDir: vmDir, id: spec.ID, cpus: cpus, memoryMB: spec.MemoryMB, disks: disks, cgroup: cg})
+	v, err := d.launch(ctx, launchSpec{runDir: vmDir, id: spec.ID, cpus: cpus, memoryMB: spec.MemoryMB, disks: disks, cgroup: cg, uid: qemuUID})
 	if err != nil {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
@@ -696,9 +718,13 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	}
 	pv, _ := json.Marshal(private{RunDir: vmDir, Writable: writable})
 	h := &driver.Handle{ID: spec.ID, Pid: v.pid, Socket: v.sock, Accelerator: d.Accel, Private: pv}
+	if ids != nil {
+		h.UIDBase = ids.Base()
+	}
 	h.PidStart, _ = guestconn.PidStartTime(v.pid)
 	d.exits.Set(spec.ID, v.exited)
 	undo.Release()
+	d.ranges.Set(spec.ID, ids)
 	return h, nil
 }
 
@@ -760,6 +786,11 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 0 {
+		d.ranges.Set(h.ID, nil) // QEMU is gone: the range may serve another
+	} else if d.ranges.Get(h.ID) != nil {
+		d.log.Warn("keeping a destroyed sandbox's uid range out of use: its QEMU may not be gone", "sandbox", h.ID, "uid", h.UIDBase)
+	}
 	return errors.Join(errs...)
 }
 
@@ -782,6 +813,13 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 			return errdefs.NotFound("sandbox %s: %v", h.ID, err)
 		}
 		d.keep(h.Socket, sess)
+	}
+	if h.UIDBase != 0 && d.opts.IDRanges != nil && d.ranges.Get(h.ID) == nil {
+		ids, err := d.opts.IDRanges.Claim(h.UIDBase, h.ID)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: its uid range: %w", h.ID, err)
+		}
+		d.ranges.Set(h.ID, ids)
 	}
 	ch, _ := guestconn.WatchExit(h.Pid)
 	d.exits.Set(h.ID, ch)

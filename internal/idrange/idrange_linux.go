@@ -61,8 +61,8 @@ type Pool struct {
 	o     Options
 	sleep string // a program to hold a user namespace while it is set up
 
-	mu    sync.Mutex
-	used  map[int]bool
+	mu   sync.Mutex
+	used map[int]bool
 	// owner names the sandbox a used range is for ("" while an init
 	// waits with it); reserved marks those Reserve holds for a sandbox
 	// not yet claimed.
@@ -70,13 +70,10 @@ type Pool struct {
 	reserved map[int]bool
 	// gen counts the hand-outs of each range: a Range of an earlier one
 	// (a claim for the same sandbox replaced it) releases nothing.
-	gen map[int]uint64
+	gen   map[int]uint64
 	free  []int // released ranges, their views mounted; reused last in, first out
 	next  int   // the lowest range never handed out
 	views map[int]bool
-	// ns holds each viewed range's id-mapping user namespace (an fd), for
-	// IDMap.
-	ns map[int]int
 }
 
 // Range is one sandbox's range.
@@ -105,7 +102,7 @@ func New(o Options) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idrange: %w", err)
 	}
-	p := &Pool{o: o, sleep: sleep, used: map[int]bool{}, views: map[int]bool{}, owner: map[int]string{}, reserved: map[int]bool{}, gen: map[int]uint64{}, ns: map[int]int{}}
+	p := &Pool{o: o, sleep: sleep, used: map[int]bool{}, views: map[int]bool{}, owner: map[int]string{}, reserved: map[int]bool{}, gen: map[int]uint64{}}
 	if err := os.MkdirAll(o.Dir, 0o711); err != nil {
 		return nil, fmt.Errorf("idrange: %w", err)
 	}
@@ -127,6 +124,7 @@ func New(o Options) (*Pool, error) {
 		return nil, err
 	}
 	p.views[0] = true
+	p.free, p.next = []int{0}, 1
 	return p, nil
 }
 
@@ -136,10 +134,6 @@ func (p *Pool) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.views = map[int]bool{}
-	for _, fd := range p.ns {
-		unix.Close(fd)
-	}
-	clear(p.ns)
 	return unix.Unmount(p.o.Dir, unix.MNT_DETACH)
 }
 
@@ -326,12 +320,10 @@ func (p *Pool) mountViews(k int) (err error) {
 	if err != nil {
 		return err
 	}
+	defer unix.Close(ns) // each view holds it
 	dir := filepath.Join(p.o.Dir, strconv.Itoa(k))
 	defer func() {
-		if err == nil {
-			p.ns[k] = ns
-		} else {
-			unix.Close(ns)
+		if err != nil {
 			for i := range p.o.Roots {
 				_ = unix.Unmount(filepath.Join(dir, strconv.Itoa(i)), unix.MNT_DETACH)
 			}

@@ -14,7 +14,7 @@ import (
 
 // pool makes a pool over a tmpfs root holding a file of canonical uid
 // base+5.
-func pool(t *testing.T, ranges int) (*Pool, string) {
+func pool(t testing.TB, ranges int) (*Pool, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: mounts") // make test runs as root
@@ -42,7 +42,7 @@ func pool(t *testing.T, ranges int) (*Pool, string) {
 	return p, f
 }
 
-func owner(t *testing.T, path string) (uint32, uint32) {
+func owner(t testing.TB, path string) (uint32, uint32) {
 	t.Helper()
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
@@ -192,4 +192,32 @@ func TestNewDetachesOldViews(t *testing.T) {
 	if u, _ := owner(t, v); int(u) != r.Base()+5 {
 		t.Errorf("uid %d", u)
 	}
+}
+
+// BenchmarkAcquire: a range never used before (its views mounted: a user
+// namespace made and one id-mapped mount per root) and a released one
+// handed out again (the steady state).
+func BenchmarkAcquire(b *testing.B) {
+	b.Run("fresh", func(b *testing.B) {
+		p, _ := pool(b, b.N+1)
+		b.ResetTimer()
+		for range b.N {
+			if _, err := p.Acquire(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reused", func(b *testing.B) {
+		p, _ := pool(b, 4)
+		r, _ := p.Acquire()
+		r.Release()
+		b.ResetTimer()
+		for range b.N {
+			r, err := p.Acquire()
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.Release()
+		}
+	})
 }

@@ -303,7 +303,7 @@ func (s *Server) sandboxSecurity(w http.ResponseWriter, r *http.Request) {
 	if sb.UIDBase != 0 {
 		o.UIDBase = sb.UIDBase // a range of its own
 	}
-	o.SharedRange = sb.UIDBase == 0 && sb.Isolation != "microvm"
+	o.SharedRange = sb.UIDBase == 0
 	if sb.UIDBase != 0 {
 		// The allocator gives no range twice; the check reads it anyway.
 		all, err := s.svc.List(r.Context(), tenancy.AllTenants(), sandbox.ListFilter{})
