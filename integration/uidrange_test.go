@@ -2,8 +2,10 @@ package integration
 
 import (
 	"fmt"
-
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,10 +16,12 @@ import (
 // TestOwnUIDRanges: every sandbox runs in a host uid range of its own
 // (uid_ranges, internal/idrange), on both tiers: two sandboxes' ranges
 // differ and neither is the canonical uid_base.. range; inside, the
-// template's files are root's and a file given to user 1000 is 1000's;
-// on the host's disk that file is canonical (uid_base+1000), so that a
+// template's files are root's and a file user 1000 makes is 1000's; on
+// the host's disk that file is canonical (uid_base+1000), so that a
 // snapshot, a fork or a restart keeps it whatever range runs it next; the
-// host sees the sandbox's processes under its range only.
+// host sees the sandbox's processes under its range only; and an escape
+// from one sandbox (a host process with its root's uid) can signal none
+// of the other's processes and read none of its files.
 func TestOwnUIDRanges(t *testing.T) {
 	for _, tier := range batteryTiers(t) {
 		t.Run(tier, func(t *testing.T) {
@@ -32,12 +36,13 @@ func TestOwnUIDRanges(t *testing.T) {
 			if ba == bb {
 				t.Fatalf("two sandboxes share the host uid range %d", ba)
 			}
-			out := mustSh(t, a, "stat -c '%u:%g' /bin/busybox; echo x > /root/f; chown 1000:1000 /root/f; stat -c '%u:%g' /root/f")
-			if got := strings.Fields(out); len(got) != 2 || got[0] != "0:0" || got[1] != "1000:1000" {
-				t.Errorf("inside: template file and user file owned %q, want 0:0 and 1000:1000", out)
+			root := mustSh(t, a, "stat -c '%u:%g' /bin/busybox")
+			res := execReq(t, a, api.ExecRequest{Shell: "echo x > /home/user/f && stat -c '%u:%g' /home/user/f", User: "user"})
+			if root != "0:0" || res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "1000:1000" {
+				t.Errorf("inside: a template file is %q, want 0:0; user 1000's new file %q (exit %d, %s), want 1000:1000", root, res.Stdout, res.ExitCode, res.Stderr)
 			}
 			var st syscall.Stat_t
-			f := filepath.Join(env.cfg.DataDir, "storage", "sandboxes", a, "upper", "root", "f")
+			f := filepath.Join(env.cfg.DataDir, "storage", "sandboxes", a, "upper", "home", "user", "f")
 			if err := syscall.Stat(f, &st); err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +68,31 @@ func TestOwnUIDRanges(t *testing.T) {
 			if n == 0 {
 				t.Errorf("no host process of sandbox %s", a)
 			}
-			evidence(t, "%s: ranges %d and %d; /root/f given to 1000 inside is %d:%d on disk; %d host processes in [%d, %d)", tier, ba, bb, st.Uid, st.Gid, n, ba, ba+env.cfg.UIDCount)
+			// An escape from a's namespaces is host uid ba: it can signal
+			// none of b's host processes and read none of b's files.
+			mustSh(t, b, "echo secret > /root/s; chmod 600 /root/s")
+			victims := sandboxPids(b)
+			if len(victims) == 0 {
+				t.Fatalf("no host process of sandbox %s", b)
+			}
+			asA := func(name string, args ...string) error {
+				c := exec.Command(name, args...)
+				c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(ba), Gid: uint32(ba)}}
+				return c.Run()
+			}
+			for _, pid := range victims {
+				if err := asA("kill", "-0", strconv.Itoa(pid)); err == nil {
+					t.Errorf("host uid %d (sandbox %s's root) may signal pid %d of sandbox %s", ba, a, pid, b)
+				}
+			}
+			secret := filepath.Join(env.cfg.DataDir, "storage", "sandboxes", b, "upper", "root", "s")
+			if _, err := os.Stat(secret); err != nil {
+				t.Fatalf("b's file on disk: %v", err)
+			}
+			if err := asA("cat", secret); err == nil {
+				t.Errorf("host uid %d (sandbox %s's root) reads sandbox %s's file %s", ba, a, b, secret)
+			}
+			evidence(t, "%s: ranges %d and %d; a file of user 1000 inside is %d:%d on disk; %d host processes in [%d, %d); as host uid %d: kill -0 of b's %d processes and cat of b's 0600 file refused", tier, ba, bb, st.Uid, st.Gid, n, ba, ba+env.cfg.UIDCount, ba, len(victims))
 		})
 	}
 }
