@@ -53,9 +53,11 @@ for r in $(seq 1 "$ROUNDS"); do
 	if ((r % 2)); then order="a b"; else order="b a"; fi
 	for v in $order; do run_one "$v" "$r"; done
 done
-# Leave nothing: each daemon's storage mount and loop device, nftables
+# Leave nothing: each daemon's storage mount (and its uid ranges' views of
+# it) and loop device, nftables
 # table and cgroup parents (its sandboxes were destroyed above).
 for v in a b; do
+	umount -R "$OUT/$v/data/idmap" 2>/dev/null || true # uid range views, if a daemon was killed
 	umount "$OUT/$v/data/storage" 2>/dev/null || true
 	nft delete table inet "agentbox-ab-$v" 2>/dev/null || true
 	for d in /sys/fs/cgroup/*/"agentbox-ab-$v" /sys/fs/cgroup/unified/"agentbox-ab-$v"; do
