@@ -193,6 +193,11 @@ type hostCounts struct {
 	mounts, cgroups, procs, runFiles, layers int
 	// veths and nftables chains of this daemon's sandboxes (egress.go).
 	veths, chains int
+	// views are the uid ranges' id-mapped views of the storage
+	// (<data_dir>/idmap, internal/idrange): a cache kept for a range's
+	// next sandbox, bounded by how many ranges were ever in use at once,
+	// not by how many sandboxes came and went; not in grewFrom.
+	views int
 }
 
 // grewFrom says whether any count is above before's: something was left
@@ -222,8 +227,11 @@ func countHost(t testing.TB) hostCounts {
 	var c hostCounts
 	// Mounts and processes of ours only: the host is busy with other work.
 	b, _ := os.ReadFile("/proc/self/mountinfo")
+	views := filepath.Join(env.cfg.DataDir, "idmap") + "/"
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, env.cfg.DataDir) || strings.Contains(l, env.cfg.RunDir) {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], views) {
+			c.views++
+		} else if strings.Contains(l, env.cfg.DataDir) || strings.Contains(l, env.cfg.RunDir) {
 			c.mounts++
 		}
 	}
