@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentbox/agentbox/api"
 )
 
@@ -19,7 +21,8 @@ import (
 // template's files are root's and a file user 1000 makes is 1000's; on
 // the host's disk that file is canonical (uid_base+1000), so that a
 // snapshot, a fork or a restart keeps it whatever range runs it next; the
-// host sees the sandbox's processes under its range only; and an escape
+// host sees the sandbox's processes under its range only; a container
+// sandbox's user namespace is owned by its root's host uid; and an escape
 // from one sandbox (a host process with its root's uid) can signal none
 // of the other's processes and read none of its files.
 func TestOwnUIDRanges(t *testing.T) {
@@ -67,6 +70,20 @@ func TestOwnUIDRanges(t *testing.T) {
 			}
 			if n == 0 {
 				t.Errorf("no host process of sandbox %s", a)
+			}
+			if tier == "container" {
+				// Its user namespace is its root's, so what the kernel
+				// counts per user one level up is charged to ba, not to
+				// the host's root.
+				fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", sandboxPid(t, a)), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				owner, err := unix.IoctlGetUint32(fd, unix.NS_GET_OWNER_UID)
+				unix.Close(fd)
+				if err != nil || int(owner) != ba {
+					t.Errorf("sandbox %s's user namespace is owned by %d (%v), want its root's host uid %d", a, owner, err, ba)
+				}
 			}
 			// An escape from a's namespaces is host uid ba: it can signal
 			// none of b's host processes and read none of b's files.

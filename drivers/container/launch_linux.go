@@ -12,12 +12,14 @@ import (
 // startGuest starts the guest agent's command through the pre-forked
 // launcher (internal/guest/launcher: a fork from a small process instead
 // of from the daemon's whole address space) and returns its pid and a
-// channel closed when it exits. If no launcher can run (an older guest
-// binary without the launcher mode, or AGENTBOX_LAUNCHER=off), it starts
-// the command from the daemon itself, as before, and says so once.
-func (d *Driver) startGuest(cmd *exec.Cmd) (int, chan struct{}, error) {
+// channel closed when it exits. The clone is made as host uid owner, so
+// the sandbox's user namespace is its own root's (launcher.StartOwned).
+// If no launcher can run (an older guest binary without the launcher
+// mode, or AGENTBOX_LAUNCHER=off), it starts the command from the daemon
+// itself, as before, and says so once.
+func (d *Driver) startGuest(cmd *exec.Cmd, owner int) (int, chan struct{}, error) {
 	if d.launch != nil && os.Getenv("AGENTBOX_LAUNCHER") != "off" {
-		pid, exited, err := d.launch.Start(cmd)
+		pid, exited, err := d.launch.StartOwned(cmd, owner)
 		if err == nil || !errors.Is(err, launcher.ErrUnavailable) {
 			return pid, exited, err
 		}
@@ -25,7 +27,7 @@ func (d *Driver) startGuest(cmd *exec.Cmd) (int, chan struct{}, error) {
 			d.log.Warn("the pre-forked launcher is unavailable; starting sandboxes from the daemon (slower as the daemon grows)", "err", err)
 		})
 	}
-	if err := cmd.Start(); err != nil {
+	if err := launcher.StartOwned(cmd, owner); err != nil {
 		return 0, nil, err
 	}
 	exited := make(chan struct{})

@@ -296,7 +296,10 @@ func (d *Driver) startInitIn(ids *idrange.Range, owns bool) (_ *initProc, err er
 		// capabilities in that namespace only.
 		Credential: &syscall.Credential{Uid: 0, Gid: 0},
 	}
-	pid, exited, err := d.startGuest(cmd) // through the launcher (launch_linux.go)
+	// The user namespace is owned by the sandbox's root's host uid: what
+	// the kernel counts per user one level up (inotify, message queues,
+	// queued signals) is charged to it, not to the host's root.
+	pid, exited, err := d.startGuest(cmd, uid) // through the launcher (launch_linux.go)
 	if err != nil {
 		return nil, fmt.Errorf("starting guest agent: %w", err)
 	}

@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentbox/agentbox/api"
 )
 
@@ -40,6 +42,9 @@ type Options struct {
 	// SharedWith names another live sandbox found in the same range (a
 	// failure too).
 	SharedWith string
+	// ownerOf reads a user namespace's owner (nsOwner; the tests' fake
+	// /proc has none).
+	ownerOf func(path string) (string, error)
 	// HostPaths are the daemon's directories (data, run), which no
 	// sandbox's mount table may name (mounts.go).
 	HostPaths []string
@@ -130,6 +135,15 @@ func checkProcess(pid int, isInit bool, id string, hostNS map[string]string, o O
 		add(c, st[c], "0", err == nil && v == 0)
 	}
 	checkConfinement(add, dir, st, id, namespaces, hostNS, o)
+	// Its user namespace is its own root's (launcher.StartOwned): what
+	// the kernel counts per user one level up is charged there, not to
+	// the host's root.
+	ownerOf := o.ownerOf
+	if ownerOf == nil {
+		ownerOf = nsOwner
+	}
+	owner, err := ownerOf(filepath.Join(dir, "ns", "user"))
+	add("user namespace owner", owner, strconv.Itoa(o.UIDBase)+" (the sandbox's root)", err == nil && owner == strconv.Itoa(o.UIDBase))
 	if isInit {
 		checkMounts(add, dir, o) // every process of the sandbox shares its mount namespace
 	}
@@ -245,4 +259,19 @@ func checkConfinement(add func(name, got, want string, pass bool), dir string, s
 		add(ctrl+" cgroup", cgroupOf(string(cg), ctrl), want+"[/...]", under(cgroupOf(string(cg), ctrl), want))
 	}
 	return want
+}
+
+// nsOwner is the host uid that owns the user namespace at path
+// (NS_GET_OWNER_UID).
+func nsOwner(path string) (string, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err.Error(), err
+	}
+	defer unix.Close(fd)
+	uid, err := unix.IoctlGetUint32(fd, unix.NS_GET_OWNER_UID)
+	if err != nil {
+		return err.Error(), err
+	}
+	return strconv.FormatUint(uint64(uid), 10), nil
 }

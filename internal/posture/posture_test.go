@@ -31,7 +31,8 @@ const goodStatus = "Name:\tsleep\nUid:\t1000000\t1000000\t1000000\t1000000\nGid:
 func build(t *testing.T, procs []fakeProcess) Options {
 	t.Helper()
 	root := t.TempDir()
-	o := Options{ProcRoot: filepath.Join(root, "proc"), CgroupRoot: filepath.Join(root, "cg"), CgroupParent: "agentbox", UIDBase: 1000000, UIDCount: 65536}
+	o := Options{ProcRoot: filepath.Join(root, "proc"), CgroupRoot: filepath.Join(root, "cg"), CgroupParent: "agentbox", UIDBase: 1000000, UIDCount: 65536,
+		ownerOf: func(string) (string, error) { return "1000000", nil }}
 	mk := func(dir string, files map[string]string) {
 		os.MkdirAll(dir, 0o755)
 		for n, c := range files {
@@ -147,5 +148,36 @@ func TestCheckMountinfo(t *testing.T) {
 		if got == nil || got.Pass != c.pass || rep.Pass != c.pass {
 			t.Errorf("mounts %q: check %+v, report pass %v; want pass %v", c.mounts, got, rep.Pass, c.pass)
 		}
+	}
+}
+
+// TestCheckOwnerAndRange: a user namespace the host's root owns, and a
+// sandbox in the range every sandbox shares (or found beside another),
+// fail their checks.
+func TestCheckOwnerAndRange(t *testing.T) {
+	cg := "4:memory:/agentbox/sb1\n3:pids:/agentbox/sb1\n2:cpu,cpuacct:/agentbox/sb1\n"
+	p := fakeProcess{pid: 1, status: goodStatus, ns: "sb", uidMap: "0 1000000 65536", cgroup: cg, fds: 9, mounts: cleanMounts}
+	for _, tt := range []struct {
+		name, failing string
+		set           func(o *Options)
+	}{
+		{"root owns the namespace", "user namespace owner", func(o *Options) { o.ownerOf = func(string) (string, error) { return "0", nil } }},
+		{"shared range", "a uid range of its own", func(o *Options) { o.SharedRange = true }},
+		{"another sandbox in the range", "a uid range of its own", func(o *Options) { o.SharedWith = "sb2" }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := build(t, []fakeProcess{p})
+			tt.set(&o)
+			rep := Check("sb1", 1, o)
+			var failed []string
+			for _, c := range rep.Processes[0].Checks {
+				if !c.Pass {
+					failed = append(failed, c.Name)
+				}
+			}
+			if rep.Pass || len(failed) != 1 || failed[0] != tt.failing {
+				t.Errorf("failed %v, want only %q; pass %v", failed, tt.failing, rep.Pass)
+			}
+		})
 	}
 }

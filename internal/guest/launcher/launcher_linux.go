@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -54,6 +55,9 @@ type request struct {
 	GidMappingsEnableSetgroups bool                   `json:"gid_setgroups"`
 	Credential                 *syscall.Credential    `json:"credential,omitempty"`
 	CgroupFD                   int                    `json:"cgroup_fd"` // -1: none
+	// NSOwner, when not 0, is the host uid (and gid) the clone runs as,
+	// so that the user namespace it makes is that uid's (StartOwned).
+	NSOwner int `json:"ns_owner,omitempty"`
 }
 
 // reply answers a request; the pidfd travels as the message's one fd.
@@ -179,7 +183,7 @@ func start(msg []byte, files []*os.File) (pid, pidfd int, err error) {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = int(f.Fd())
 	}
-	if err := cmd.Start(); err != nil {
+	if err := StartOwned(cmd, req.NSOwner); err != nil {
 		return 0, -1, err
 	}
 	// The client gets a pidfd of its own, a separate open file: it makes
@@ -319,10 +323,17 @@ func (c *Client) Close() {
 // (the caller only receives from it). Errors wrapping ErrUnavailable
 // mean no launcher could be reached: the caller may start cmd itself.
 func (c *Client) Start(cmd *exec.Cmd) (pid int, exited chan struct{}, err error) {
+	return c.StartOwned(cmd, 0)
+}
+
+// StartOwned is Start with the clone made as host uid owner (StartOwned,
+// the function); 0 is Start.
+func (c *Client) StartOwned(cmd *exec.Cmd, owner int) (pid int, exited chan struct{}, err error) {
 	req, fds, err := encode(cmd)
 	if err != nil {
 		return 0, nil, err
 	}
+	req.NSOwner = owner
 	msg, err := json.Marshal(req)
 	if err != nil {
 		return 0, nil, err
@@ -484,3 +495,46 @@ func ServeInherited() error {
 	}
 	return Serve(uc)
 }
+
+// StartOwned starts cmd, as cmd.Start does, from a thread whose effective
+// uid and gid are owner (0: cmd.Start itself), with the capabilities it
+// has kept (SECBIT_NO_SETUID_FIXUP). A user namespace belongs to the
+// effective uid that made it, and the kernel charges what processes in it
+// hold per user (inotify instances and watches, message queue bytes,
+// queued signals) to the namespace's owner too, one level up: a sandbox
+// whose namespace its own root's host uid owns takes those from no one
+// else, where one made by root took them from root. The mappings are
+// written by the same thread, which keeps CAP_SETUID in the host's
+// namespace. The thread is never handed back to the runtime: it ends
+// with the goroutine that ran the start.
+func StartOwned(cmd *exec.Cmd, owner int) error {
+	if owner == 0 {
+		return cmd.Start()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread's credentials stay changed
+		errc <- func() error {
+			bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
+			if err != nil {
+				return fmt.Errorf("reading securebits: %w", err)
+			}
+			if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits)|secbitNoSetuidFixup, 0, 0, 0); err != nil {
+				return fmt.Errorf("keeping capabilities across a uid change: %w", err)
+			}
+			keep := ^uintptr(0) // -1: unchanged
+			if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(owner), keep); e != 0 {
+				return fmt.Errorf("setting the effective gid %d: %w", owner, e)
+			}
+			if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(owner), keep); e != 0 {
+				return fmt.Errorf("setting the effective uid %d: %w", owner, e)
+			}
+			return cmd.Start()
+		}()
+	}()
+	return <-errc
+}
+
+// secbitNoSetuidFixup keeps a thread's capabilities across a change of
+// its uids (include/uapi/linux/securebits.h).
+const secbitNoSetuidFixup = 1 << 2

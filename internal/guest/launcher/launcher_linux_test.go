@@ -178,3 +178,48 @@ func TestReapsManyChildren(t *testing.T) {
 		}
 	}
 }
+
+// TestStartOwned: a user namespace made through the launcher for owner
+// is owner's (NS_GET_OWNER_UID), its 65,536 ids map where asked, the
+// child runs as the namespace's root, and the launcher's own threads keep
+// their credentials.
+func TestStartOwned(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: an id map of 65,536 (make test runs as root)")
+	}
+	const owner = 1234567
+	c := inProcess(t)
+	for i := range 3 { // the same launcher again: its credentials are its own
+		cmd := exec.Command("/bin/sleep", "30")
+		cmd.Env = []string{}
+		m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: owner, Size: 65536}}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: m, GidMappings: m,
+			Credential: &syscall.Credential{Uid: 0, Gid: 0}}
+		pid, exited, err := c.StartOwned(cmd, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := unix.IoctlGetUint32(fd, unix.NS_GET_OWNER_UID)
+		unix.Close(fd)
+		um, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/uid_map")
+		st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		_ = unix.Kill(pid, unix.SIGKILL)
+		<-exited
+		if err != nil || got != owner {
+			t.Fatalf("start %d: the namespace's owner is %d (%v), want %d", i, got, err, owner)
+		}
+		if f := strings.Fields(string(um)); len(f) != 3 || f[1] != strconv.Itoa(owner) || f[2] != "65536" {
+			t.Errorf("uid map %q", um)
+		}
+		if !strings.Contains(string(st), "\nUid:\t"+strconv.Itoa(owner)+"\t"+strconv.Itoa(owner)+"\t"+strconv.Itoa(owner)+"\t") {
+			t.Errorf("the child's host uids are not all %d:\n%s", owner, st)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Error("the test's own credentials changed")
+	}
+}
