@@ -10,10 +10,10 @@ import (
 // TestConformance runs the driver conformance suite on the microvm tier:
 // real QEMU VMs (under emulation where the host has no /dev/kvm) on the
 // busybox root of the build cache (root, scripts/install-deps.sh and
-// scripts/build-template.sh busybox; make test has all three). The tier
-// has none of the optional abilities yet (no pause, checkpoint, resize,
-// standby, netns-at-create or start-notifier): the suite checks that it
-// declares none.
+// scripts/build-template.sh busybox; make test has all three). Of the
+// optional abilities the tier has pause (QEMU frozen in its cgroups); no
+// checkpoint, resize, standby, netns-at-create or start-notifier yet: the
+// suite checks that it declares no other.
 func TestConformance(t *testing.T) {
 	guest := drivertest.BuildGuest(t)
 	parent := drivertest.CgroupParent(t)
@@ -28,6 +28,7 @@ func TestConformance(t *testing.T) {
 			}
 			return d
 		},
+		Abilities:    []driver.Ability{driver.AbilityPause},
 		Layers:       []string{drivertest.BusyboxRootfs(t, uidBase)},
 		UIDBase:      uidBase,
 		CgroupParent: parent,

@@ -801,18 +801,11 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	if h.Pid <= 0 || !guestconn.Alive(h) {
 		return errdefs.NotFound("sandbox %s: qemu process %d is gone", h.ID, h.Pid)
 	}
-	if s, ok := sessions.Load(h.Socket); !ok || s.(*yamux.Session).IsClosed() {
-		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		sess, err := dialSession(actx, h.Socket, &proto.VMHello{}, time.Second)
-		if err != nil {
+	// A paused VM's agent cannot answer: its session is made at Resume.
+	if !d.frozen(h.ID) {
+		if err := d.reconnect(ctx, h); err != nil {
 			return errdefs.NotFound("sandbox %s: %v", h.ID, err)
 		}
-		if err := ready(actx, sess); err != nil {
-			sess.Close()
-			return errdefs.NotFound("sandbox %s: %v", h.ID, err)
-		}
-		d.keep(h.Socket, sess)
 	}
 	if h.UIDBase != 0 && d.opts.IDRanges != nil && d.ranges.Get(h.ID) == nil {
 		ids, err := d.opts.IDRanges.Claim(h.UIDBase, h.ID)
@@ -824,6 +817,63 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	ch, _ := guestconn.WatchExit(h.Pid)
 	d.exits.Set(h.ID, ch)
 	return nil
+}
+
+// reconnect makes a new session to the VM's agent unless it has an open
+// one (after a daemon restart, or after a pause whose silence closed the
+// old one: the agent then waits for the next hello).
+func (d *Driver) reconnect(ctx context.Context, h *driver.Handle) error {
+	if s, ok := sessions.Load(h.Socket); ok && !s.(*yamux.Session).IsClosed() {
+		return nil
+	}
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sess, err := dialSession(actx, h.Socket, &proto.VMHello{}, time.Second)
+	if err != nil {
+		return err
+	}
+	if err := ready(actx, sess); err != nil {
+		sess.Close()
+		return err
+	}
+	d.keep(h.Socket, sess)
+	return nil
+}
+
+// Pause implements driver.Pauser: QEMU's processes are frozen in the
+// sandbox's cgroups, so the VM stops where it is, its memory kept.
+func (d *Driver) Pause(ctx context.Context, h *driver.Handle) error {
+	cg, err := d.cg.Open(h.ID)
+	if err != nil {
+		return err
+	}
+	return cg.Freeze()
+}
+
+// Resume implements driver.Pauser: QEMU is thawed, and the agent's
+// session made again if the pause closed it.
+func (d *Driver) Resume(ctx context.Context, h *driver.Handle) error {
+	cg, err := d.cg.Open(h.ID)
+	if err != nil {
+		return err
+	}
+	if err := cg.Thaw(); err != nil {
+		return err
+	}
+	if err := d.reconnect(ctx, h); err != nil {
+		return fmt.Errorf("sandbox %s: resumed, but %w", h.ID, err)
+	}
+	return nil
+}
+
+// frozen reports whether sandbox id's cgroup is frozen (paused).
+func (d *Driver) frozen(id string) bool {
+	cg, err := d.cg.Open(id)
+	if err != nil {
+		return false
+	}
+	f, err := cg.Frozen()
+	return err == nil && f
 }
 
 // Cleanup implements driver.Driver: the cgroups of unknown sandboxes go,
@@ -842,7 +892,6 @@ func (d *Driver) Unsupported(op driver.Op) error {
 		driver.OpNetwork:  "networking (egress other than none)",
 		driver.OpSnapshot: "snapshots",
 		driver.OpFork:     "fork",
-		driver.OpPause:    "pause",
 		driver.OpReset:    "reset",
 	}[op]
 	if what == "" {
