@@ -333,7 +333,7 @@ func TestMetricsExposition(t *testing.T) {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 	for _, fam := range []string{"agentbox_sandbox_operations_total", "agentbox_sandboxes", "agentbox_events_total",
-		"agentbox_host_memory_available_bytes", "agentbox_host_disk_free_bytes", "agentbox_host_subnets_free",
+		"agentbox_host_memory_available_bytes", "agentbox_host_disk_free_bytes", "agentbox_host_subnets_free", "agentbox_host_uid_ranges_free",
 		"agentbox_egress_decisions_total", "go_goroutines", "process_cpu_seconds_total"} {
 		if !strings.Contains(expo, "\n"+fam) {
 			t.Errorf("the exposition has no %s", fam)

@@ -23,6 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/metrics"
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/posture"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -170,7 +171,11 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	authn := auth.New(st, cfg.AdminKeyPath(), log)
-	obs, err := startObservability(ctx, cfg, svc, pool, netm, authn, hub, log) // observe.go
+	var ranges metrics.UIDRanges
+	if ids != nil {
+		ranges = ids // not a nil *idrange.Pool in the interface
+	}
+	obs, err := startObservability(ctx, cfg, svc, pool, netm, authn, hub, ranges, log) // observe.go
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ type observability struct {
 // ([tracing]) and, with metrics.listen, the separate metrics listener;
 // stop ends them, exporting the spans still queued.
 func startObservability(ctx context.Context, cfg *config.Config, svc *sandbox.Service, pool *storage.Pool,
-	netm *network.Manager, authn *auth.Authenticator, hub *events.Hub, log *slog.Logger) (*observability, error) {
+	netm *network.Manager, authn *auth.Authenticator, hub *events.Hub, ranges metrics.UIDRanges, log *slog.Logger) (*observability, error) {
 	sampler, err := usage.New(usage.Options{Source: svc, Disk: pool, CgroupParent: cfg.CgroupParent,
 		Interval: cfg.Metrics.UsageInterval, Logger: log})
 	if err != nil {
@@ -51,7 +51,7 @@ func startObservability(ctx context.Context, cfg *config.Config, svc *sandbox.Se
 		log.Info("tracing: exporting spans over OTLP/HTTP", "endpoint", cfg.Tracing.Endpoint, "sample_ratio", cfg.Tracing.SampleRatio)
 	}
 	m := metrics.New(metrics.Options{Sandboxes: svc, Network: netm, Events: hub, Auth: authn,
-		ScrapeToken: cfg.Metrics.ScrapeToken, DataDir: cfg.DataDir, Logger: log, Tracer: tp.Tracer(tracing.Scope)})
+		ScrapeToken: cfg.Metrics.ScrapeToken, DataDir: cfg.DataDir, UIDRanges: ranges, Logger: log, Tracer: tp.Tracer(tracing.Scope)})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); sampler.Run(ctx) }()

@@ -237,6 +237,13 @@ func (r *Range) SetOwner(id string) {
 	}
 }
 
+// Free is how many ranges are left to hand out.
+func (p *Pool) Free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.o.Ranges - len(p.used)
+}
+
 // InUse is the number of ranges handed out.
 func (p *Pool) InUse() int {
 	p.mu.Lock()

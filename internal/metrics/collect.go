@@ -26,6 +26,7 @@ var (
 	descPoolFailed  = prometheus.NewDesc("agentbox_warm_pool_failures_total", "Failed boots of a warm pool.", []string{"pool", "template", "tier"}, nil)
 	descEgress      = prometheus.NewDesc("agentbox_egress_decisions_total", "Egress decisions of the sandboxes' resolvers, proxies and firewalls, by kind (dns, connect) and verdict (allow, deny).", []string{"kind", "verdict"}, nil)
 	descSubnets     = prometheus.NewDesc("agentbox_host_subnets_free", "Sandbox subnets left in the network pool.", nil, nil)
+	descUIDRanges   = prometheus.NewDesc("agentbox_host_uid_ranges_free", "Sandbox host uid ranges left to hand out (uid_ranges).", nil, nil)
 	descMemAvail    = prometheus.NewDesc("agentbox_host_memory_available_bytes", "The host's MemAvailable.", nil, nil)
 	descDiskFree    = prometheus.NewDesc("agentbox_host_disk_free_bytes", "Bytes free in the storage pool (the data dir where it has none).", nil, nil)
 	descScrapeError = prometheus.NewDesc("agentbox_scrape_errors", "Sources that could not be read for this scrape.", []string{"source"}, nil)
@@ -36,7 +37,7 @@ type stateCollector struct{ m *Metrics }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSandboxes, descPoolSize, descPoolReady, descPoolFills, descPoolServed,
-		descPoolMisses, descPoolFailed, descEgress, descSubnets, descMemAvail, descDiskFree, descScrapeError} {
+		descPoolMisses, descPoolFailed, descEgress, descSubnets, descUIDRanges, descMemAvail, descDiskFree, descScrapeError} {
 		ch <- d
 	}
 }
@@ -74,6 +75,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descEgress, prometheus.CounterValue, float64(d.Count), d.Kind, d.Verdict)
 		}
 		ch <- prometheus.MustNewConstMetric(descSubnets, prometheus.GaugeValue, float64(o.Network.SubnetsFree()))
+	}
+	if o.UIDRanges != nil {
+		ch <- prometheus.MustNewConstMetric(descUIDRanges, prometheus.GaugeValue, float64(o.UIDRanges.Free()))
 	}
 	if v, ok := memAvailable(); ok {
 		ch <- prometheus.MustNewConstMetric(descMemAvail, prometheus.GaugeValue, v)

@@ -58,10 +58,20 @@ type Options struct {
 	ScrapeToken string
 	// DataDir is where host disk left is measured (its storage pool).
 	DataDir string
-	Logger  *slog.Logger
+	// UIDRanges counts the sandbox uid ranges left (uid_ranges); nil
+	// without them.
+	UIDRanges UIDRanges
+	Logger    *slog.Logger
 	// Tracer starts every request's span (internal/tracing); nil or a
 	// no-op tracer when tracing is off.
 	Tracer trace.Tracer
+}
+
+// UIDRanges is what the metrics read of the sandboxes' uid ranges
+// (internal/idrange.Pool).
+type UIDRanges interface {
+	// Free is how many ranges are left to hand out.
+	Free() int
 }
 
 // Metrics holds the registry and the families the daemon updates.

@@ -32,6 +32,11 @@ func (f *fakeSandboxes) Pools() []api.PoolStatus {
 
 const token = "0123456789abcdef-token"
 
+// fakeRanges is a uid range pool with n ranges left.
+type fakeRanges int
+
+func (f fakeRanges) Free() int { return int(f) }
+
 func newTest(t *testing.T) (*Metrics, *events.Hub, http.Handler) {
 	t.Helper()
 	hub := events.New()
@@ -39,7 +44,7 @@ func newTest(t *testing.T) (*Metrics, *events.Hub, http.Handler) {
 		{ID: "aaaaaaaaaaaa", State: api.StateRunning, Isolation: "container", Template: "base"},
 		{ID: "bbbbbbbbbbbb", State: api.StatePaused, Isolation: "gvisor", Template: "python"},
 	}}
-	m := New(Options{Sandboxes: src, Events: hub, ScrapeToken: token, DataDir: t.TempDir()})
+	m := New(Options{Sandboxes: src, Events: hub, ScrapeToken: token, DataDir: t.TempDir(), UIDRanges: fakeRanges(4093)})
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method == "POST" && r.URL.Path == "/v1/sandboxes":
@@ -144,6 +149,7 @@ func TestScrapeNeedsTokenOrAdmin(t *testing.T) {
 		`agentbox_warm_pool_fills_total{pool="0",template="base",tier="container"} 7`,
 		"agentbox_host_memory_available_bytes ",
 		"agentbox_host_disk_free_bytes ",
+		"agentbox_host_uid_ranges_free 4093",
 		"go_goroutines ",
 		"process_resident_memory_bytes ",
 	} {
