@@ -16,7 +16,7 @@ import (
 // dependencies, found in each module's .modinfo): Debian's kernel has
 // every virtio driver as a module. crc32c_generic is what ext4 and jbd2
 // ask the crypto API for (not a declared dependency).
-var guestModules = []string{"virtio_mmio", "virtio_blk", "virtio_console", "crc32c_generic", "erofs", "ext4", "overlay"}
+var guestModules = []string{"virtio_mmio", "virtio_blk", "virtio_console", "virtio_net", "crc32c_generic", "erofs", "ext4", "overlay"}
 
 // moduleOrder resolves names (and their dependencies) against the
 // modules under dir and returns their paths, dependencies first.

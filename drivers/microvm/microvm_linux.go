@@ -18,14 +18,16 @@
 //
 // QEMU runs with no default devices, its seccomp sandbox on, as an
 // unprivileged host uid, inside the sandbox's cgroups (cpu, memory and
-// pids cover the VMM and the guest). Networking, pause, snapshots and
-// fork are later milestones: the tier has none of those abilities yet,
-// so the service refuses them with its usual "cannot" errors.
+// pids cover the VMM and the guest). A sandbox with egress joins the
+// namespace the service prepared through a tap (network_linux.go); pause
+// freezes QEMU in its cgroups. Pause to disk, snapshots, fork and reset
+// are later milestones, refused through driver.Unsupported.
 package microvm
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -245,6 +247,8 @@ func (d *Driver) prepareInitramfs(dir string) error {
 	if err != nil {
 		return err
 	}
+	// The module list is part of the key: a new one is a new initramfs.
+	sum = fmt.Sprintf("%x", sha256.Sum256([]byte(sum+"\x00"+strings.Join(guestModules, ","))))
 	d.initramfs = filepath.Join(d.cache, "initramfs-"+KernelRelease+"-"+sum[:16]+".cpio")
 	pruneCache(d.cache, d.initramfs)
 	if _, err := os.Stat(d.initramfs); err == nil {
@@ -330,6 +334,8 @@ type launchSpec struct {
 	// uid is the host uid (and gid) QEMU runs as; 0: the driver's
 	// qemuUID.
 	uid int
+	// net is the VM's network (a sandbox with egress); nil: none.
+	net *vmNet
 }
 
 type disk struct {
@@ -407,6 +413,12 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 		"-chardev", "socket,id=agent,fd=3,server=on,wait=off",
 		"-device", "virtserialport,chardev=agent,name="+proto.VMPort,
 	)
+	if s.net != nil {
+		extra = append(extra, s.net.tap)
+		args = append(args,
+			"-netdev", fmt.Sprintf("tap,id=n0,fd=%d", 3+len(extra)-1),
+			"-device", "virtio-net-device,netdev=n0,mac="+s.net.mac)
+	}
 	for i, dk := range s.disks {
 		// QEMU takes from a set the descriptor whose access mode it
 		// asks for, and opens a writable disk read-only too: the set of
@@ -653,9 +665,6 @@ const (
 
 // Create implements driver.Driver.
 func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handle, err error) {
-	if spec.NetNS != "" {
-		return nil, errdefs.Precondition("networking is not supported on the microvm tier yet")
-	}
 	var undo lifecycle.Undo
 	defer undo.Run()
 	var disks []disk
@@ -701,8 +710,17 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		ids.SetOwner(spec.ID)
 		qemuUID = ids.Base() + ids.Count() - 1
 	}
+	// A sandbox with egress: the VM joins the namespace the service
+	// prepared through a tap (network_linux.go).
+	var vnet *vmNet
+	if spec.NetNS != "" {
+		if vnet, err = setupNet(spec.NetNS); err != nil {
+			return nil, fmt.Errorf("microvm: %w", err)
+		}
+		defer vnet.tap.Close() // QEMU holds its own
+	}
 	cpus := max(1, int(math.Ceil(spec.CPU)))
-	v, err := d.launch(ctx, launchSpec{runDir: vmDir, id: spec.ID, cpus: cpus, memoryMB: spec.MemoryMB, disks: disks, cgroup: cg, uid: qemuUID})
+	v, err := d.launch(ctx, launchSpec{runDir: vmDir, id: spec.ID, cpus: cpus, memoryMB: spec.MemoryMB, disks: disks, cgroup: cg, uid: qemuUID, net: vnet})
 	if err != nil {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
@@ -713,7 +731,11 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	}
 	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	if err := d.connect(cctx, v, &proto.VMHello{Boot: boot, Pids: spec.Pids}); err != nil {
+	hello := &proto.VMHello{Boot: boot, Pids: spec.Pids}
+	if vnet != nil {
+		hello.Net = &vnet.cfg
+	}
+	if err := d.connect(cctx, v, hello); err != nil {
 		return nil, fmt.Errorf("microvm: %w%s", err, consoleTail(vmDir))
 	}
 	pv, _ := json.Marshal(private{RunDir: vmDir, Writable: writable})
@@ -840,6 +862,10 @@ func (d *Driver) reconnect(ctx context.Context, h *driver.Handle) error {
 	return nil
 }
 
+// TakesNetNSAtCreate implements driver.NetNSAtCreate: a VM's NIC is
+// made when QEMU starts (network_linux.go).
+func (d *Driver) TakesNetNSAtCreate() {}
+
 // Pause implements driver.Pauser: QEMU's processes are frozen in the
 // sandbox's cgroups, so the VM stops where it is, its memory kept.
 func (d *Driver) Pause(ctx context.Context, h *driver.Handle) error {
@@ -889,7 +915,6 @@ var _ driver.Unsupported = (*Driver)(nil)
 // the tier bring (docs/microvm.md).
 func (d *Driver) Unsupported(op driver.Op) error {
 	what := map[driver.Op]string{
-		driver.OpNetwork:  "networking (egress other than none)",
 		driver.OpSnapshot: "snapshots",
 		driver.OpFork:     "fork",
 		driver.OpReset:    "reset",

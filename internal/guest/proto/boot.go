@@ -138,4 +138,16 @@ const (
 type VMHello struct {
 	Boot *BootSpec `json:"boot,omitempty"`
 	Pids int64     `json:"pids,omitempty"`
+	// Net configures the VM's one network interface (a sandbox with
+	// egress); nil: loopback only.
+	Net *VMNet `json:"net,omitempty"`
+}
+
+// VMNet is the address of a microvm's interface: the sandbox's veth end's
+// address, which the host side hands over (its packets are redirected to
+// and from the VM's tap).
+type VMNet struct {
+	Address string `json:"address"` // CIDR, e.g. 10.200.0.2/30
+	Gateway string `json:"gateway"`
+	MTU     int    `json:"mtu,omitempty"`
 }

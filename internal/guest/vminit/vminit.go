@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/guest"
@@ -98,6 +100,11 @@ func Run() error {
 	if spec.Hostname != "" {
 		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
 			return fmt.Errorf("hostname: %w", err)
+		}
+	}
+	if hello.Net != nil {
+		if err := configureNet(hello.Net); err != nil {
+			return fmt.Errorf("network: %w", err)
 		}
 	}
 	var cgs []guest.CgroupDir
@@ -405,4 +412,47 @@ func findPort(name string) (string, error) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// configureNet gives the VM's one network interface (the first that is
+// not lo) the sandbox's address, brings it up and routes everything
+// through the gateway.
+func configureNet(n *proto.VMNet) error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing interfaces: %w", err)
+	}
+	var link netlink.Link
+	for _, l := range links {
+		if l.Attrs().Flags&net.FlagLoopback == 0 {
+			link = l
+			break
+		}
+	}
+	if link == nil {
+		return errors.New("the VM has no network interface (virtio_net not loaded?)")
+	}
+	addr, err := netlink.ParseAddr(n.Address)
+	if err != nil {
+		return fmt.Errorf("address %q: %w", n.Address, err)
+	}
+	if n.MTU > 0 {
+		if err := netlink.LinkSetMTU(link, n.MTU); err != nil {
+			return fmt.Errorf("mtu: %w", err)
+		}
+	}
+	if err := netlink.AddrAdd(link, addr); err != nil {
+		return fmt.Errorf("adding %s: %w", n.Address, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("bringing %s up: %w", link.Attrs().Name, err)
+	}
+	gw := net.ParseIP(n.Gateway)
+	if gw == nil {
+		return fmt.Errorf("gateway %q is not an address", n.Gateway)
+	}
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: gw}); err != nil {
+		return fmt.Errorf("default route via %s: %w", n.Gateway, err)
+	}
+	return nil
 }
