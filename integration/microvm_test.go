@@ -122,6 +122,19 @@ func TestMicrovm(t *testing.T) {
 		t.Errorf("after pause and resume: %q sleepers, want 1", out)
 	}
 
+	// Reset: a new VM on an empty writable layer, same id (the service's
+	// full path: the old VM destroyed, a new one booted).
+	mustSh(t, id, "echo gone > /root/reset-marker")
+	if _, err := env.client.ResetSandbox(ctx, id, ""); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	if out := mustSh(t, id, "cat /root/reset-marker 2>/dev/null || echo absent; cat /tmp/x/hello.txt 2>/dev/null || echo absent"); out != "absent\nabsent" {
+		t.Errorf("after a reset: %q, want the writable layer empty", out)
+	}
+	if sb, err = env.client.GetSandbox(ctx, id); err != nil || sb.Pid <= 0 {
+		t.Fatalf("after a reset: %+v %v", sb, err)
+	}
+
 	// What later milestones bring is refused, saying so.
 	const notYet = "not supported on the microvm tier yet"
 	if _, err := env.client.CreateSnapshot(ctx, id, ""); err == nil || !strings.Contains(err.Error(), notYet) {

@@ -20,8 +20,9 @@
 // unprivileged host uid, inside the sandbox's cgroups (cpu, memory and
 // pids cover the VMM and the guest). A sandbox with egress joins the
 // namespace the service prepared through a tap (network_linux.go); pause
-// freezes QEMU in its cgroups. Pause to disk, snapshots, fork and reset
-// are later milestones, refused through driver.Unsupported.
+// freezes QEMU in its cgroups; reset is the service's full path. Pause to
+// disk, snapshots and fork are later milestones, refused through
+// driver.Unsupported.
 package microvm
 
 import (
@@ -917,7 +918,6 @@ func (d *Driver) Unsupported(op driver.Op) error {
 	what := map[driver.Op]string{
 		driver.OpSnapshot: "snapshots",
 		driver.OpFork:     "fork",
-		driver.OpReset:    "reset",
 	}[op]
 	if what == "" {
 		return nil
