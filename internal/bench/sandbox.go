@@ -74,6 +74,8 @@ func (r *runner) lifecycle(ctx context.Context) {
 		r.add(res)
 	}
 
+	r.microvm(ctx)
+
 	name := "create-to-first-output"
 	if !r.want(name) {
 		return
@@ -302,4 +304,57 @@ func (r *runner) files(ctx context.Context) {
 			_ = r.c.Remove(ctx, id, path, false)
 		}
 	})
+}
+
+// microvm measures the microvm tier where the daemon offers it: a cold
+// create (a VM booted to an answering agent, then destroyed) and an exec
+// on a running VM; a note says which accelerator ran them (QEMU's
+// emulation, or KVM) or why the tier was skipped.
+func (r *runner) microvm(ctx context.Context) {
+	cname := "create/" + r.templates[0] + " (microvm)"
+	ename := "exec/true (microvm)"
+	if !r.want(cname) && !r.want(ename) {
+		return
+	}
+	info, err := r.c.Info(ctx)
+	if err != nil {
+		r.note("microvm lines: skipped, GET /v1/info: %v", err)
+		return
+	}
+	for _, t := range info.Tiers {
+		if t.Name == "microvm" && !t.Available {
+			r.note("microvm lines: skipped, the tier is not offered here: %s", t.Error)
+			return
+		}
+	}
+	req := createReq(r.templates[0])
+	req.Isolation = "microvm"
+	if r.want(cname) {
+		// A boot takes seconds under emulation: a few samples.
+		res := r.sampleT(ctx, cname, GroupLifecycle, max(min(r.opts.N, 5), 3), false, 3*time.Minute, func(ctx context.Context) (time.Duration, error) {
+			return r.createThenDestroy(ctx, req)
+		})
+		res.Floor = "baseline/namespaces"
+		r.add(res)
+	}
+	sb, err := r.c.CreateSandbox(ctx, req)
+	if err != nil {
+		r.note("microvm lines: could not create a sandbox: %v", err)
+		return
+	}
+	defer r.destroy(ctx, sb.ID)
+	r.note("microvm lines ran on accelerator %q", sb.Accelerator)
+	if r.want(ename) {
+		res := r.sample(ctx, ename, GroupExec, r.opts.N, true, func(ctx context.Context) (time.Duration, error) {
+			return timed(func() error {
+				res, err := r.c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}})
+				if err == nil && res.ExitCode != 0 {
+					err = fmt.Errorf("true exited %d", res.ExitCode)
+				}
+				return err
+			})
+		})
+		res.Floor = "exec/true"
+		r.add(res)
+	}
 }
