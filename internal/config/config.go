@@ -137,7 +137,7 @@ func Default() Config {
 		GuestBinary:      "",
 		UIDBase:          1000000,
 		UIDCount:         65536,
-		UIDRanges:        4096,
+		UIDRanges:        16384,
 		CgroupParent:     "agentbox",
 		StorageSizeGB:    64,
 		ReapInterval:     time.Second,
