@@ -608,5 +608,42 @@ func itemPerUserCounts(t *testing.T, b *battery) {
 			t.Errorf("one uid of a sandbox took inotify %d (limit 128), sigqueue %d (4096), mqueue %d (102400 bytes: one queue)",
 				took["inotify"], took["sigqueue"], took["mqueue"])
 		}
+		perUserOwners(t, b)
+	}
+}
+
+// perUserOwners: more sandboxes than the host's root's own message queue
+// count would hold each take their full share at once (12 x 102,400
+// bytes against root's RLIMIT_MSGQUEUE of 819,200). The kernel charges a
+// namespace's take one level up to its owner: each sandbox's own root
+// uid (launcher.StartOwned), so every one gets its queue and the host's
+// root still gets one. Were the namespaces root's, the ninth sandbox on
+// would be refused, and so would root.
+func perUserOwners(t *testing.T, b *battery) {
+	const n = 12
+	ids := make([]string, n)
+	chs := make([]<-chan execOutcome, n)
+	for i := range ids {
+		ids[i] = b.hostileSandbox(t, api.CreateSandboxRequest{})
+	}
+	for i, id := range ids {
+		var held bool
+		if chs[i], held = holdOrEnd(t, b, id, "mqsig", api.ExecRequest{Cmd: []string{"/tmp/probe", "mqsig", "30"}, TimeoutMs: 90_000}); !held {
+			t.Fatalf("sandbox %d of %d ended before it held its queues", i+1, n)
+		}
+	}
+	hostRoot, err := exec.Command(probePath, "peruser", "check").CombinedOutput()
+	got := make([]string, n)
+	for i, ch := range chs {
+		got[i] = strings.Join(strings.Fields(finish(t, b, ch)), " ")
+	}
+	evidence(t, "%d sandboxes at once took message queues: %q; meanwhile the host's root: %s", n, got, strings.Join(strings.Fields(string(hostRoot)), " "))
+	for i, g := range got {
+		if f := strings.Fields(g); len(f) < 3 || f[0] != "mqueue" || f[2] != "1" {
+			t.Errorf("sandbox %d of %d took %q, want its one queue (its own uid's RLIMIT_MSGQUEUE)", i+1, n, g)
+		}
+	}
+	if err != nil || !strings.Contains(string(hostRoot), "mqueue OK ") {
+		t.Errorf("the host's root could not open a message queue while %d sandboxes held theirs: %v %s", n, err, hostRoot)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -27,6 +28,7 @@ func init() {
 		"tcpfill": probeTCPFill, "loopback": probeLoopback,
 		"udpflood": probeUDPFlood, "flows": probeFlows, "sparse": probeSparse,
 		"peruser": probePerUser,
+		"mqsig":   probeMqSig,
 	}
 }
 
@@ -344,6 +346,36 @@ func probePerUser(args []string) {
 	ready("peruser")
 	secs, _ := strconv.Atoi(args[0])
 	time.Sleep(time.Duration(secs) * time.Second)
+}
+
+// probeMqSig takes as many POSIX message queues (of the default size) as
+// its uid may, reports the count, creates /tmp/ready-mqsig and holds them
+// args[0] seconds: many sandboxes doing so at once show whose per-user
+// count the kernel charges one level up (their user namespace's owner).
+func probeMqSig(args []string) {
+	attr := struct{ flags, maxmsg, msgsize, curmsgs int64 }{0, 10, 8192, 0}
+	n := 0
+	var err error
+	for ; n < 64; n++ {
+		name := []byte(fmt.Sprintf("abmq%d-%d\x00", os.Getpid(), n))
+		_, _, e := unix.Syscall6(unix.SYS_MQ_OPEN, uintptr(unsafePtr(&name[0])), uintptr(unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC), 0o600, uintptr(unsafePtr(&attr)), 0, 0)
+		if e != 0 {
+			err = e
+			break
+		}
+	}
+	report("mqueue", nil, n, " ", errText(err))
+	ready("mqsig")
+	secs, _ := strconv.Atoi(args[0])
+	time.Sleep(time.Duration(secs) * time.Second)
+}
+
+// errText is err's text, "none" for nil.
+func errText(err error) string {
+	if err == nil {
+		return "none"
+	}
+	return strings.ReplaceAll(err.Error(), " ", "_")
 }
 
 // epollWatches adds up to most epoll watches (fs.epoll.max_user_watches
