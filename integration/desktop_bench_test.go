@@ -16,11 +16,24 @@ import (
 // next to them, every sample without error.
 func TestDesktopBenchLines(t *testing.T) {
 	importDesktop(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	benchLines(t, `^desktop/`, 5, 8*time.Minute, []string{"desktop/baseline xdotool click", "desktop/baseline scrot + read",
+		"desktop/screenshot png 1024x768", "desktop/screenshot jpeg q80 1024x768", "desktop/actions one click",
+		"desktop/create->desktop ready", "desktop/screenshot png 1024x768 (busy page)",
+		"desktop/screenshot png 1024x768 (gvisor)", "desktop/actions one click (gvisor)",
+		"desktop/screenshot png 1024x768 (busy page) (gvisor)"})
+}
+
+// benchLines runs the lines of `agentbox bench` that only matches
+// against the test daemon, n samples each, within limit, and checks that
+// every line of want is there with samples and no error. It returns the
+// report (its notes say what was skipped and why).
+func benchLines(t *testing.T, only string, n int, limit time.Duration, want []string) *bench.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var progress strings.Builder
-	rep, err := bench.Run(ctx, bench.Options{Client: env.client, Quick: true, N: 5,
-		Only: regexp.MustCompile(`^desktop/`), Templates: []string{"busybox"}, Progress: &progress, Log: testLogger()})
+	rep, err := bench.Run(ctx, bench.Options{Client: env.client, Quick: true, N: n,
+		Only: regexp.MustCompile(only), Templates: []string{"busybox"}, Progress: &progress, Log: testLogger()})
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, progress.String())
 	}
@@ -29,11 +42,7 @@ func TestDesktopBenchLines(t *testing.T) {
 	for _, r := range rep.Results {
 		got[r.Name] = r
 	}
-	for _, name := range []string{"desktop/baseline xdotool click", "desktop/baseline scrot + read",
-		"desktop/screenshot png 1024x768", "desktop/screenshot jpeg q80 1024x768", "desktop/actions one click",
-		"desktop/create->desktop ready", "desktop/screenshot png 1024x768 (busy page)",
-		"desktop/screenshot png 1024x768 (gvisor)", "desktop/actions one click (gvisor)",
-		"desktop/screenshot png 1024x768 (busy page) (gvisor)"} {
+	for _, name := range want {
 		r, ok := got[name]
 		if !ok {
 			t.Errorf("no line %q; notes: %q", name, rep.Notes)
@@ -43,4 +52,5 @@ func TestDesktopBenchLines(t *testing.T) {
 			t.Errorf("%s: n=%d errors=%d p50=%.2f ms", name, r.N, r.Errors, r.P50)
 		}
 	}
+	return rep
 }

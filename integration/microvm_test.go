@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/drivers/microvm"
-	"github.com/agentbox/agentbox/internal/bench"
 )
 
 // needMicrovm fails when the daemon does not offer the microvm tier,
@@ -198,24 +196,7 @@ func TestMicrovm(t *testing.T) {
 // and say which accelerator ran them.
 func TestMicrovmBenchLines(t *testing.T) {
 	needMicrovm(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var progress strings.Builder
-	rep, err := bench.Run(ctx, bench.Options{Client: env.client, Quick: true, N: 3,
-		Only: regexp.MustCompile(`\(microvm\)$`), Templates: []string{"busybox"}, Progress: &progress, Log: testLogger()})
-	if err != nil {
-		t.Fatalf("bench: %v\n%s", err, progress.String())
-	}
-	t.Logf("bench:\n%s", progress.String())
-	got := map[string]bench.Result{}
-	for _, r := range rep.Results {
-		got[r.Name] = r
-	}
-	for _, name := range []string{"create/busybox (microvm)", "exec/true (microvm)"} {
-		if r, ok := got[name]; !ok || r.N == 0 || r.Errors != 0 || r.P50 <= 0 {
-			t.Errorf("%s: %+v (present %v); notes: %q", name, r, ok, rep.Notes)
-		}
-	}
+	rep := benchLines(t, `\(microvm\)$`, 3, 5*time.Minute, []string{"create/busybox (microvm)", "exec/true (microvm)"})
 	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "accelerator") }) {
 		t.Errorf("no note names the accelerator: %q", rep.Notes)
 	}

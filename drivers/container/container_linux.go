@@ -578,14 +578,7 @@ func (d *Driver) Pause(ctx context.Context, h *driver.Handle) error {
 }
 
 // frozen reports whether sandbox id's cgroup is frozen (paused).
-func (d *Driver) frozen(id string) bool {
-	cg, err := d.cg.Open(id)
-	if err != nil {
-		return false
-	}
-	f, err := cg.Frozen()
-	return err == nil && f
-}
+func (d *Driver) frozen(id string) bool { return lifecycle.Frozen(d.cg, id) }
 
 // Resume implements driver.Pauser.
 func (d *Driver) Resume(ctx context.Context, h *driver.Handle) error {

@@ -894,14 +894,7 @@ func (d *Driver) Resume(ctx context.Context, h *driver.Handle) error {
 }
 
 // frozen reports whether sandbox id's cgroup is frozen (paused).
-func (d *Driver) frozen(id string) bool {
-	cg, err := d.cg.Open(id)
-	if err != nil {
-		return false
-	}
-	f, err := cg.Frozen()
-	return err == nil && f
-}
+func (d *Driver) frozen(id string) bool { return lifecycle.Frozen(d.cg, id) }
 
 // Cleanup implements driver.Driver: the cgroups of unknown sandboxes go,
 // and with them their QEMU processes (the cgroup parent is shared with

@@ -1,10 +1,15 @@
 // Package lifecycle holds the bookkeeping every driver repeats: the exit
 // channels of the sandboxes it runs (Exits, behind driver.Driver's Exited)
 // and the undo stack of a sandbox half made (Undo), so that a failed
-// Create leaves nothing behind.
+// Create leaves nothing behind, and whether a sandbox is paused in its
+// frozen cgroups (Frozen).
 package lifecycle
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/agentbox/agentbox/internal/cgroups"
+)
 
 // Exits maps each sandbox id a driver created or adopted to a channel
 // closed when the sandbox's init exits. The zero value is ready to use.
@@ -101,4 +106,15 @@ func (u *Undo) Run() {
 		u.steps[i]()
 	}
 	u.steps = nil
+}
+
+// Frozen reports whether sandbox id's cgroup under mgr is frozen (a
+// paused sandbox); false when it has none.
+func Frozen(mgr cgroups.Manager, id string) bool {
+	cg, err := mgr.Open(id)
+	if err != nil {
+		return false
+	}
+	f, err := cg.Frozen()
+	return err == nil && f
 }
