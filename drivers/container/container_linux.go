@@ -485,13 +485,7 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	if h.Socket != "" {
 		_ = os.Remove(h.Socket)
 	}
-	if len(errs) == 0 {
-		// Its processes are gone: the range may serve another sandbox.
-		// (Kept, and logged, when that is not sure.)
-		d.ranges.Set(h.ID, nil)
-	} else if d.ranges.Get(h.ID) != nil {
-		d.log.Warn("keeping a destroyed sandbox's uid range out of use: its processes may not all be gone", "sandbox", h.ID, "uid", h.UIDBase)
-	}
+	d.ranges.Destroyed(h.ID, len(errs) == 0, d.log)
 	return errors.Join(errs...)
 }
 
@@ -535,12 +529,8 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 	if err != nil {
 		return errdefs.NotFound("sandbox %s: pidfd: %v", h.ID, err)
 	}
-	if h.UIDBase != 0 && h.UIDBase != d.opts.UIDBase && d.opts.IDRanges != nil && d.ranges.Get(h.ID) == nil {
-		ids, err := d.opts.IDRanges.Claim(h.UIDBase, h.ID)
-		if err != nil {
-			return fmt.Errorf("sandbox %s: its uid range: %w", h.ID, err)
-		}
-		d.ranges.Set(h.ID, ids)
+	if err := d.ranges.Adopt(d.opts.IDRanges, h.ID, h.UIDBase); err != nil {
+		return err
 	}
 	d.killStrays(h)
 	d.exits.Set(h.ID, ch)

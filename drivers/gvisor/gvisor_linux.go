@@ -171,12 +171,11 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	// overlay seen through the range's id-mapping (internal/idrange).
 	uid := d.opts.UIDBase
 	var ids *idrange.Range
-	if d.opts.IDRanges != nil {
-		if ids, err = d.opts.IDRanges.Acquire(); err != nil {
-			return nil, err
-		}
+	if ids, err = d.ranges.Take(d.opts.IDRanges, spec.ID); err != nil {
+		return nil, err
+	}
+	if ids != nil {
 		undo.Add(ids.Release)
-		ids.SetOwner(spec.ID)
 		uid = ids.Base()
 	}
 	// The channel's directory belongs to the sandbox's root (host
@@ -452,11 +451,7 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	if h.Socket != "" {
 		_ = os.Remove(h.Socket)
 	}
-	if len(errs) == 0 {
-		d.ranges.Set(h.ID, nil) // its processes are gone: the range may serve another
-	} else if d.ranges.Get(h.ID) != nil {
-		d.log.Warn("keeping a destroyed sandbox's uid range out of use: its processes may not all be gone", "sandbox", h.ID, "uid", h.UIDBase)
-	}
+	d.ranges.Destroyed(h.ID, len(errs) == 0, d.log)
 	return errors.Join(errs...)
 }
 
@@ -489,12 +484,8 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 			return errdefs.NotFound("sandbox %s: guest agent does not answer: %v", h.ID, err)
 		}
 	}
-	if h.UIDBase != 0 && h.UIDBase != d.opts.UIDBase && d.opts.IDRanges != nil && d.ranges.Get(h.ID) == nil {
-		ids, err := d.opts.IDRanges.Claim(h.UIDBase, h.ID)
-		if err != nil {
-			return fmt.Errorf("sandbox %s: its uid range: %w", h.ID, err)
-		}
-		d.ranges.Set(h.ID, ids)
+	if err := d.ranges.Adopt(d.opts.IDRanges, h.ID, h.UIDBase); err != nil {
+		return err
 	}
 	ch, _ := guestconn.WatchExit(h.Pid)
 	d.exits.Set(h.ID, ch)

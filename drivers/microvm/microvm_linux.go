@@ -703,12 +703,11 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	// host uid, and it owns no template file (internal/idrange).
 	var ids *idrange.Range
 	qemuUID := 0
-	if d.opts.IDRanges != nil {
-		if ids, err = d.opts.IDRanges.Acquire(); err != nil {
-			return nil, err
-		}
+	if ids, err = d.ranges.Take(d.opts.IDRanges, spec.ID); err != nil {
+		return nil, err
+	}
+	if ids != nil {
 		undo.Add(ids.Release)
-		ids.SetOwner(spec.ID)
 		qemuUID = ids.Base() + ids.Count() - 1
 	}
 	// A sandbox with egress: the VM joins the namespace the service
@@ -809,11 +808,7 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) == 0 {
-		d.ranges.Set(h.ID, nil) // QEMU is gone: the range may serve another
-	} else if d.ranges.Get(h.ID) != nil {
-		d.log.Warn("keeping a destroyed sandbox's uid range out of use: its QEMU may not be gone", "sandbox", h.ID, "uid", h.UIDBase)
-	}
+	d.ranges.Destroyed(h.ID, len(errs) == 0, d.log)
 	return errors.Join(errs...)
 }
 
@@ -830,12 +825,8 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 			return errdefs.NotFound("sandbox %s: %v", h.ID, err)
 		}
 	}
-	if h.UIDBase != 0 && d.opts.IDRanges != nil && d.ranges.Get(h.ID) == nil {
-		ids, err := d.opts.IDRanges.Claim(h.UIDBase, h.ID)
-		if err != nil {
-			return fmt.Errorf("sandbox %s: its uid range: %w", h.ID, err)
-		}
-		d.ranges.Set(h.ID, ids)
+	if err := d.ranges.Adopt(d.opts.IDRanges, h.ID, h.UIDBase); err != nil {
+		return err
 	}
 	ch, _ := guestconn.WatchExit(h.Pid)
 	d.exits.Set(h.ID, ch)

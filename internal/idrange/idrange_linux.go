@@ -468,3 +468,43 @@ func (o *Owners) Swap(id string, r *Range) *Range {
 	prev, _ := old.(*Range)
 	return prev
 }
+
+// Take acquires a range for sandbox id from p; nil (no error) without a
+// pool. The caller releases it if the sandbox is not made.
+func (o *Owners) Take(p *Pool, id string) (*Range, error) {
+	if p == nil {
+		return nil, nil
+	}
+	r, err := p.Acquire()
+	if err != nil {
+		return nil, err
+	}
+	r.SetOwner(id)
+	return r, nil
+}
+
+// Adopt claims from p the range starting at base (a stored handle's) for
+// sandbox id, which a restarted daemon adopts; nothing to do without a
+// pool, without a range of its own (base 0) or when id already has one.
+func (o *Owners) Adopt(p *Pool, id string, base int) error {
+	if p == nil || base == 0 || o.Get(id) != nil {
+		return nil
+	}
+	r, err := p.Claim(base, id)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: its uid range: %w", id, err)
+	}
+	o.Set(id, r)
+	return nil
+}
+
+// Destroyed releases sandbox id's range once its processes are gone
+// (gone); otherwise the range stays out of use, and log says so: another
+// sandbox in it could reach a straggler.
+func (o *Owners) Destroyed(id string, gone bool, log *slog.Logger) {
+	if gone {
+		o.Set(id, nil)
+	} else if r := o.Get(id); r != nil {
+		log.Warn("keeping a destroyed sandbox's uid range out of use: its processes may not all be gone", "sandbox", id, "uid", r.Base())
+	}
+}

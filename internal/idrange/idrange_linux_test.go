@@ -2,6 +2,7 @@ package idrange
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -220,4 +221,39 @@ func BenchmarkAcquire(b *testing.B) {
 			r.Release()
 		}
 	})
+}
+
+// TestOwners: a driver's bookkeeping. Take without a pool is nothing;
+// Destroyed keeps a range out of use while the sandbox's processes may
+// live, and releases it once they are gone; Adopt claims a stored
+// handle's range once, and nothing for a handle without one.
+func TestOwners(t *testing.T) {
+	var o Owners
+	if r, err := o.Take(nil, "x"); r != nil || err != nil {
+		t.Fatalf("take without a pool: %v %v", r, err)
+	}
+	p, _ := pool(t, 2)
+	r, err := o.Take(p, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Set("a", r)
+	o.Destroyed("a", false, slog.Default())
+	if p.InUse() != 1 || o.Get("a") == nil {
+		t.Errorf("a range released while its processes may live: in use %d", p.InUse())
+	}
+	o.Destroyed("a", true, slog.Default())
+	if p.InUse() != 0 || o.Get("a") != nil {
+		t.Errorf("destroyed: in use %d", p.InUse())
+	}
+	var restarted Owners
+	if err := restarted.Adopt(p, "b", 0); err != nil || p.InUse() != 0 {
+		t.Errorf("adopting a handle without a range: %v, in use %d", err, p.InUse())
+	}
+	if err := restarted.Adopt(p, "b", r.Base()); err != nil || p.InUse() != 1 {
+		t.Errorf("adopt: %v, in use %d", err, p.InUse())
+	}
+	if err := restarted.Adopt(p, "b", r.Base()); err != nil || p.InUse() != 1 {
+		t.Errorf("adopting twice: %v, in use %d", err, p.InUse())
+	}
 }
