@@ -4,7 +4,10 @@
 // library, so the guest agent, the daemon and the Go SDK all share it.
 package api
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Sandbox states.
 const (
@@ -43,6 +46,102 @@ type CreateSandboxRequest struct {
 	IdleTimeoutSeconds int64 `json:"idle_timeout,omitempty"`
 	// Network is the egress policy and preview access (api/network.go).
 	Network *Network `json:"network,omitempty"`
+	// UserLimits are the per-user kernel counts of the sandbox's
+	// processes; a field left 0 takes the template's value, or the
+	// default (DefaultUserLimits).
+	UserLimits *UserLimits `json:"user_limits,omitempty"`
+}
+
+// UserLimits are the counts the kernel keeps per user, bounded per
+// sandbox so that none takes them from its neighbours or the host (see
+// docs/SECURITY.md, "Shared kernel resources"). On the container tier
+// they are the limits of the sandbox's own user namespace and the rlimits
+// of its processes; on microvm the guest kernel's; on gvisor the rlimits
+// (gVisor's kernel keeps its own inotify counts). 0 in a request: the
+// template's value, or the default.
+type UserLimits struct {
+	// InotifyInstances is fs.inotify.max_user_instances: inotify_init
+	// calls per uid (each file watcher takes one).
+	InotifyInstances int64 `json:"inotify_instances,omitempty"`
+	// InotifyWatches is fs.inotify.max_user_watches: watched files and
+	// directories per uid (a dev server's watcher takes one per directory
+	// of the tree it watches).
+	InotifyWatches int64 `json:"inotify_watches,omitempty"`
+	// MsgqueueBytes is RLIMIT_MSGQUEUE: bytes of POSIX message queues per
+	// uid.
+	MsgqueueBytes int64 `json:"msgqueue_bytes,omitempty"`
+	// Sigpending is RLIMIT_SIGPENDING: signals queued per uid.
+	Sigpending int64 `json:"sigpending,omitempty"`
+}
+
+// DefaultUserLimits and MaxUserLimits bound UserLimits: the defaults
+// suit a dev server's file watcher on a large tree; the ceilings keep a
+// sandbox's take (the kernel memory behind it is charged to the sandbox's
+// memory limit) from the host's per-user figures.
+var (
+	DefaultUserLimits = UserLimits{InotifyInstances: 128, InotifyWatches: 65536, MsgqueueBytes: 102400, Sigpending: 4096}
+	MaxUserLimits     = UserLimits{InotifyInstances: 1024, InotifyWatches: 1 << 20, MsgqueueBytes: 819200, Sigpending: 65536}
+)
+
+// Check refuses a negative field or one above MaxUserLimits (0 is "the
+// default"), naming it as what.FIELD and saying what may be sent.
+func (l *UserLimits) Check(what string) error {
+	for _, f := range l.fields() {
+		if f.v < 0 || f.v > f.max {
+			return fmt.Errorf("%s.%s must be between 1 and %d (0 or absent: the default), got %d", what, f.name, f.max, f.v)
+		}
+	}
+	return nil
+}
+
+// Over returns l with each field that o sets (non-zero) taken from o.
+func (l UserLimits) Over(o *UserLimits) UserLimits {
+	if o == nil {
+		return l
+	}
+	for _, p := range []struct{ dst, v *int64 }{
+		{&l.InotifyInstances, &o.InotifyInstances}, {&l.InotifyWatches, &o.InotifyWatches},
+		{&l.MsgqueueBytes, &o.MsgqueueBytes}, {&l.Sigpending, &o.Sigpending},
+	} {
+		if *p.v != 0 {
+			*p.dst = *p.v
+		}
+	}
+	return l
+}
+
+type userLimitField struct {
+	name   string
+	v, max int64
+}
+
+func (l *UserLimits) fields() []userLimitField {
+	m := MaxUserLimits
+	return []userLimitField{
+		{"inotify_instances", l.InotifyInstances, m.InotifyInstances},
+		{"inotify_watches", l.InotifyWatches, m.InotifyWatches},
+		{"msgqueue_bytes", l.MsgqueueBytes, m.MsgqueueBytes},
+		{"sigpending", l.Sigpending, m.Sigpending},
+	}
+}
+
+// SetUserLimit sets the field named name (inotify_instances,
+// inotify_watches, msgqueue_bytes or sigpending) to v: the CLI's
+// --user-limit NAME=N and the build spec's user_limits step.
+func (l *UserLimits) SetUserLimit(name string, v int64) error {
+	switch name {
+	case "inotify_instances":
+		l.InotifyInstances = v
+	case "inotify_watches":
+		l.InotifyWatches = v
+	case "msgqueue_bytes":
+		l.MsgqueueBytes = v
+	case "sigpending":
+		l.Sigpending = v
+	default:
+		return fmt.Errorf("unknown user limit %q: use inotify_instances, inotify_watches, msgqueue_bytes or sigpending", name)
+	}
+	return nil
 }
 
 // Resources are a sandbox's limits, as applied.
@@ -85,6 +184,9 @@ type Sandbox struct {
 	// Network is the sandbox's network settings, its preview token
 	// included (api/network.go).
 	Network *Network `json:"network,omitempty"`
+	// UserLimits are the per-user kernel counts as applied, every field
+	// filled in.
+	UserLimits *UserLimits `json:"user_limits,omitempty"`
 	// PausedToDisk: paused with its processes and memory checkpointed to
 	// disk (gvisor tier); resume restores them.
 	PausedToDisk bool `json:"paused_to_disk,omitempty"`
@@ -129,6 +231,9 @@ type Template struct {
 	// MemoryMB is the memory limit of sandboxes that ask for none (the
 	// daemon's default otherwise), e.g. 2048 for the desktop template.
 	MemoryMB int64 `json:"memory_mb,omitempty"`
+	// UserLimits are the per-user kernel counts of sandboxes that ask for
+	// none (the daemon's defaults for fields left 0).
+	UserLimits *UserLimits `json:"user_limits,omitempty"`
 	// Built templates (see build.go): the template version this one
 	// stacks on (NAME@VERSION), its own layers (top first), the start
 	// command of every new sandbox and the readiness check create waits for.
@@ -157,6 +262,9 @@ type ImportTemplateRequest struct {
 	Env     map[string]string `json:"env,omitempty"`
 	// MemoryMB is the template's default memory limit (0: the daemon's).
 	MemoryMB int64 `json:"memory_mb,omitempty"`
+	// UserLimits are the template's defaults of its sandboxes' per-user
+	// kernel counts (fields left 0: the daemon's).
+	UserLimits *UserLimits `json:"user_limits,omitempty"`
 }
 
 // ListTemplatesResponse is the body of GET /v1/templates.

@@ -33,6 +33,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/idrange"
 )
 
@@ -58,6 +59,10 @@ type Spec struct {
 	// driver whose writable layer is a disk image (microvm) sizes the
 	// image by it, so the sandbox sees ENOSPC at its limit. 0: not given.
 	DiskMB int64
+	// UserLimits are the per-user kernel counts of the sandbox's
+	// processes (api.UserLimits, every field filled in); nil: the
+	// guest's defaults (api.DefaultUserLimits).
+	UserLimits *api.UserLimits `json:",omitempty"`
 	// RunDir is a private host directory for the driver (sockets, state);
 	// it exists and is removed by the service after Destroy.
 	RunDir string

@@ -366,6 +366,7 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 		Seccomp:   d.opts.Seccomp,
 		// Written at boot, since this driver calls spec.Started.
 		ResolvConf: spec.ResolvConf,
+		UserLimits: spec.UserLimits,
 	}
 	if d.opts.Seccomp {
 		boot.SeccompFilter = d.seccompFilter

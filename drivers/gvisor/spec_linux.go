@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/internal/guest/proto"
 )
@@ -133,7 +134,7 @@ func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, u
 			Capabilities: ociCaps{
 				Bounding: guestCaps, Effective: guestCaps, Permitted: guestCaps,
 			},
-			Rlimits:         nprocLimit(spec.Pids),
+			Rlimits:         rlimits(spec),
 			NoNewPrivileges: true,
 		},
 		Root:     ociRoot{Path: rootfs},
@@ -171,6 +172,15 @@ const nprocReserve = 64
 // cgroup does not hold (docs/gvisor.md), but the Sentry enforces
 // RLIMIT_NPROC for every task without CAP_SYS_ADMIN or CAP_SYS_RESOURCE,
 // which no exec has.
+// rlimits are the agent's (and so every exec's): nprocLimit's, and the
+// user limits that are rlimits (gVisor keeps its own inotify counts).
+func rlimits(spec *driver.Spec) []ociRlim {
+	l := api.DefaultUserLimits.Over(spec.UserLimits)
+	return append(nprocLimit(spec.Pids),
+		ociRlim{Type: "RLIMIT_MSGQUEUE", Hard: uint64(l.MsgqueueBytes), Soft: uint64(l.MsgqueueBytes)},
+		ociRlim{Type: "RLIMIT_SIGPENDING", Hard: uint64(l.Sigpending), Soft: uint64(l.Sigpending)})
+}
+
 func nprocLimit(pids int64) []ociRlim {
 	if pids <= 0 {
 		return nil

@@ -727,7 +727,7 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	undo.Add(func() { v.kill(); _ = os.Remove(v.sock) })
 	boot := &proto.BootSpec{
 		SandboxID: spec.ID, Hostname: spec.Hostname, Env: spec.Env, User: spec.User, Workdir: spec.Workdir,
-		Seccomp: d.opts.Seccomp, SeccompFilter: d.seccompFilter,
+		Seccomp: d.opts.Seccomp, SeccompFilter: d.seccompFilter, UserLimits: spec.UserLimits,
 	}
 	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()

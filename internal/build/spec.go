@@ -16,6 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 )
 
@@ -41,9 +42,12 @@ const (
 	KindNpm     = "npm"
 	KindStart   = "start"
 	KindReady   = "ready"
+	// KindUserLimits sets fields of the sandboxes' per-user kernel
+	// counts (api.UserLimits), e.g. `user_limits: {inotify_watches: 524288}`.
+	KindUserLimits = "user_limits"
 )
 
-var stepKinds = []string{KindRun, KindCopy, KindEnv, KindWorkdir, KindUser, KindApt, KindPip, KindNpm, KindStart, KindReady}
+var stepKinds = []string{KindRun, KindCopy, KindEnv, KindWorkdir, KindUser, KindApt, KindPip, KindNpm, KindStart, KindReady, KindUserLimits}
 
 // Spec is a parsed build spec.
 type Spec struct {
@@ -82,6 +86,8 @@ type Step struct {
 
 	Start string // start: a shell command started in every new sandbox
 	Ready *Ready // ready
+
+	UserLimits *api.UserLimits // user_limits: the fields it sets
 }
 
 // Copy copies Src (a file or directory of the build context, relative to
@@ -146,6 +152,10 @@ func (s *Step) String() string {
 			return fmt.Sprintf("ready: port %d within %v", s.Ready.Port, s.Ready.Timeout)
 		}
 		return fmt.Sprintf("ready: %s within %v", oneLine(s.Ready.Cmd), s.Ready.Timeout)
+	case KindUserLimits:
+		l := s.UserLimits
+		return fmt.Sprintf("user_limits: inotify_instances=%d inotify_watches=%d msgqueue_bytes=%d sigpending=%d (0: unchanged)",
+			l.InotifyInstances, l.InotifyWatches, l.MsgqueueBytes, l.Sigpending)
 	}
 	return s.Kind
 }
@@ -480,6 +490,12 @@ func parseStep(n *yaml.Node, num int) (*Step, error) {
 				return err
 			}
 			st.Ready = r
+		case KindUserLimits:
+			l, err := parseUserLimits(v)
+			if err != nil {
+				return err
+			}
+			st.UserLimits = l
 		}
 		return nil
 	})
@@ -556,6 +572,33 @@ func cleanRel(p string) (string, error) {
 		return "", fmt.Errorf("leaves the build context")
 	}
 	return c, nil
+}
+
+// parseUserLimits reads `user_limits: {NAME: N, ...}`.
+func parseUserLimits(v *yaml.Node) (*api.UserLimits, error) {
+	names := []string{"inotify_instances", "inotify_watches", "msgqueue_bytes", "sigpending"}
+	if v.Kind != yaml.MappingNode || len(v.Content) == 0 {
+		return nil, errAt(v.Line, "user_limits must be a mapping of %s to numbers", strings.Join(names, ", "))
+	}
+	l := &api.UserLimits{}
+	err := eachPair(v, names, func(key string, _, vv *yaml.Node) error {
+		s, err := scalar(vv, "user_limits "+key)
+		if err != nil {
+			return err
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return errAt(vv.Line, "user_limits %s must be a positive whole number, got %q", key, s)
+		}
+		return l.SetUserLimit(key, n)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Check("user_limits"); err != nil {
+		return nil, errAt(v.Line, "%v", err)
+	}
+	return l, nil
 }
 
 func parseReady(v *yaml.Node) (*Ready, error) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 )
 
@@ -75,6 +76,17 @@ func TestParseFull(t *testing.T) {
 	}
 }
 
+func TestParseUserLimits(t *testing.T) {
+	s, err := Parse([]byte("from: base\nsteps:\n  - user_limits: {inotify_watches: 524288, msgqueue_bytes: 4096}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Steps[0]
+	if got.Kind != KindUserLimits || got.Layered() || *got.UserLimits != (api.UserLimits{InotifyWatches: 524288, MsgqueueBytes: 4096}) {
+		t.Errorf("step %+v, limits %+v", got, got.UserLimits)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	cases := []struct{ name, spec, want string }{
 		{"empty", "", "empty"},
@@ -102,6 +114,10 @@ func TestParseErrors(t *testing.T) {
 		{"package space", "from: base\nsteps:\n  - apt: [\"a b\"]\n", "not a package name"},
 		{"steps scalar", "from: base\nsteps: run\n", "steps must be a list"},
 		{"two docs", "from: base\nsteps: []\n---\nfrom: x\n", "second YAML document"},
+		{"user_limits unknown", "from: base\nsteps:\n  - user_limits: {inotify: 5}\n", `unknown key "inotify"`},
+		{"user_limits text", "from: base\nsteps:\n  - user_limits: {sigpending: lots}\n", "sigpending must be a positive whole number"},
+		{"user_limits range", "from: base\nsteps:\n  - user_limits: {inotify_watches: 99999999}\n", "user_limits.inotify_watches must be between 1 and 1048576"},
+		{"user_limits scalar", "from: base\nsteps:\n  - user_limits: 5\n", "user_limits must be a mapping"},
 		{"too many layers", "from: base\nsteps:\n" + strings.Repeat("  - run: x\n", MaxLayerSteps+1), "join run steps"},
 	}
 	for _, c := range cases {

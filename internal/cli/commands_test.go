@@ -271,7 +271,8 @@ func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, cod
 func TestCreate(t *testing.T) {
 	f := newFakeDaemon(t)
 	out, errOut, code := run(t, "", "create", "--template", "py", "--ttl", "1h", "--cpu", "0.5", "--memory", "2G",
-		"--disk", "512", "--pids", "64", "--isolation", "gvisor", "--env", "A=1", "--meta", "owner=me", "--meta", "x=a=b")
+		"--disk", "512", "--pids", "64", "--isolation", "gvisor", "--env", "A=1", "--meta", "owner=me", "--meta", "x=a=b",
+		"--user-limit", "inotify_watches=524288", "--user-limit", "sigpending=100")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
@@ -280,7 +281,8 @@ func TestCreate(t *testing.T) {
 	}
 	got := f.created[0]
 	want := api.CreateSandboxRequest{Template: "py", Isolation: "gvisor", TTLSeconds: 3600, CPU: 0.5, MemoryMB: 2048, DiskMB: 512, Pids: 64,
-		Env: map[string]string{"A": "1"}, Metadata: map[string]string{"owner": "me", "x": "a=b"}}
+		Env: map[string]string{"A": "1"}, Metadata: map[string]string{"owner": "me", "x": "a=b"},
+		UserLimits: &api.UserLimits{InotifyWatches: 524288, Sigpending: 100}}
 	gb, _ := json.Marshal(got)
 	wb, _ := json.Marshal(want)
 	if !bytes.Equal(gb, wb) {
@@ -300,6 +302,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"create", "--ttl", "soon"}, 2, `agentbox: --ttl wants a duration like 30m, 2h or 1d, or "none" for no TTL, got "soon"`},
 		{[]string{"create", "--idle-timeout", "0s"}, 2, `agentbox: --idle-timeout wants a positive duration like 90s, 15m or 2h, got "0s"`},
 		{[]string{"create", "--bogus"}, 2, "agentbox: unknown flag: --bogus"},
+		{[]string{"create", "--user-limit", "sigpending"}, 2, `agentbox: --user-limit wants NAME=N with N a positive whole number, e.g. inotify_watches=524288, got "sigpending"`},
+		{[]string{"create", "--user-limit", "inotify=5"}, 2, `agentbox: --user-limit: unknown user limit "inotify": use inotify_instances, inotify_watches, msgqueue_bytes or sigpending`},
+		{[]string{"create", "--user-limit", "sigpending=100000"}, 2, "agentbox: --user-limit.sigpending must be between 1 and 65536"},
 		{[]string{"frobnicate"}, 2, `agentbox: unknown command "frobnicate" for "agentbox"`},
 		{[]string{"exec", "sb-a"}, 2, "agentbox: exec wants a command after the sandbox id"},
 		{[]string{"inspect"}, 2, "agentbox: agentbox inspect wants 1 argument(s), got 0"},

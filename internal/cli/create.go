@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,6 +31,7 @@ type createFlags struct {
 	onTimeout  string
 	autoResume bool
 	idle       string
+	userLimits []string
 	// Network (docs/network.md, network.go).
 	net netFlags
 }
@@ -49,6 +51,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.onTimeout, "on-timeout", "", "what the TTL does: destroy (default) or pause (keeps the sandbox and its files)")
 	fs.BoolVar(&f.autoResume, "auto-resume", false, "let exec and file requests resume the sandbox when it is paused")
 	fs.StringVar(&f.idle, "idle-timeout", "", "apply --on-timeout after this long without exec, file, PTY or preview use, e.g. 90s, 15m (default: none)")
+	fs.StringArrayVar(&f.userLimits, "user-limit", nil, "a per-user kernel count NAME=N: inotify_instances, inotify_watches, msgqueue_bytes or sigpending (repeatable; default: the template's)")
 	f.net.register(fs)
 }
 
@@ -105,8 +108,33 @@ func (f *createFlags) request() (api.CreateSandboxRequest, error) {
 		}
 		req.Metadata[NameKey] = f.name
 	}
+	if req.UserLimits, err = parseUserLimits(f.userLimits); err != nil {
+		return req, err
+	}
 	req.Network = f.net.request()
 	return req, nil
+}
+
+// parseUserLimits reads --user-limit NAME=N flags (nil for none).
+func parseUserLimits(flags []string) (*api.UserLimits, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	l := &api.UserLimits{}
+	for _, f := range flags {
+		name, v, ok := strings.Cut(f, "=")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil || n <= 0 {
+			return nil, usageErrorf("--user-limit wants NAME=N with N a positive whole number, e.g. inotify_watches=524288, got %q", f)
+		}
+		if err := l.SetUserLimit(name, n); err != nil {
+			return nil, usageErrorf("--user-limit: %v", err)
+		}
+	}
+	if err := l.Check("--user-limit"); err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	return l, nil
 }
 
 func newCreateCommand(g *globals) *cobra.Command {

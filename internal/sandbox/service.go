@@ -208,6 +208,10 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		// The template's own default: a desktop needs more than a shell.
 		r.Res.MemoryMB = min(tpl.MemoryMB, s.cfg.Limits.MemoryMB)
 	}
+	ul, err := resolveUserLimits(tpl.UserLimits, req.UserLimits)
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now().UTC()
 	rec := &store.SandboxRecord{
 		ID:              newID(),
@@ -224,6 +228,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		Lowers:          tpl.LowerDirs(),
 	}
 	rec.Spec.Network = netw
+	rec.Spec.UserLimits = &ul
 	if snap != nil {
 		rec.Snapshot = snap.ID
 		rec.Spec.Snapshot = snap.ID
@@ -456,6 +461,9 @@ func (s *Service) driverSpec(rec *store.SandboxRecord, tpl *storage.Template, up
 		Pids:     rec.Resources.Pids,
 		DiskMB:   rec.Resources.DiskMB,
 		RunDir:   dir,
+		// nil (a build step's sandbox, a record from before user_limits):
+		// the guest's defaults, api.DefaultUserLimits.
+		UserLimits: rec.Spec.UserLimits,
 	}
 }
 
@@ -765,6 +773,7 @@ func toAPI(r *store.SandboxRecord) *api.Sandbox {
 		OnTimeout:       r.Spec.OnTimeout,
 		AutoResume:      r.Spec.AutoResume,
 		Network:         r.Spec.Network,
+		UserLimits:      r.Spec.UserLimits,
 	}
 	sb.IdleTimeoutSeconds = r.Spec.IdleTimeoutSeconds
 	if r.Handle != nil {

@@ -1,9 +1,13 @@
 package sandbox
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
 )
 
 func TestCheckTTLLimit(t *testing.T) {
@@ -35,5 +39,32 @@ func TestCheckTTLLimit(t *testing.T) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestResolveUserLimits(t *testing.T) {
+	d := api.DefaultUserLimits
+	tpl := &api.UserLimits{InotifyWatches: 262144, Sigpending: 1024}
+	for _, c := range []struct {
+		tpl, req *api.UserLimits
+		want     api.UserLimits
+		err      string
+	}{
+		{nil, nil, d, ""},
+		{tpl, nil, api.UserLimits{InotifyInstances: d.InotifyInstances, InotifyWatches: 262144, MsgqueueBytes: d.MsgqueueBytes, Sigpending: 1024}, ""},
+		{tpl, &api.UserLimits{Sigpending: 9, InotifyInstances: 300}, api.UserLimits{InotifyInstances: 300, InotifyWatches: 262144, MsgqueueBytes: d.MsgqueueBytes, Sigpending: 9}, ""},
+		{nil, &api.UserLimits{MsgqueueBytes: -1}, api.UserLimits{}, "user_limits.msgqueue_bytes must be between 1 and 819200"},
+		{nil, &api.UserLimits{InotifyInstances: 1025}, api.UserLimits{}, "user_limits.inotify_instances must be between 1 and 1024"},
+	} {
+		got, err := resolveUserLimits(c.tpl, c.req)
+		if c.err != "" {
+			if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%+v over %+v: %v, want %q", c.req, c.tpl, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%+v over %+v: %+v, %v; want %+v", c.req, c.tpl, got, err, c.want)
+		}
 	}
 }

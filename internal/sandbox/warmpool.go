@@ -97,6 +97,8 @@ type member struct {
 	pool *warmPool
 	tpl  *storage.Template
 	res  api.Resources
+	// limits are its user limits (the template's).
+	limits api.UserLimits
 	// lowers are its overlay's lower layers.
 	lowers []string
 	sub    network.Subnet // zero without egress
@@ -224,6 +226,10 @@ func (w *warmPools) match(rec *store.SandboxRecord, tpl *storage.Template, drv d
 			if m.tpl.Version != tpl.Version || m.drv != drv || exited(m) {
 				go w.dropMember(m, "stale or gone")
 				continue
+			}
+			if rec.Spec.UserLimits != nil && *rec.Spec.UserLimits != m.limits {
+				p.ready = append([]*member{m}, p.ready...) // not this create's: keep it
+				break
 			}
 			w.claimed[m.id] = m
 			p.served++
@@ -461,12 +467,16 @@ func (s *Service) bootMember(c config.WarmPool) (*member, error) {
 		Resources:       api.Resources{CPU: c.CPU, MemoryMB: c.MemoryMB, DiskMB: c.DiskMB, Pids: c.Pids},
 		Lowers:          tpl.LowerDirs(),
 	}
+	// The template's user limits: a create that asks for others is not
+	// served from the pool (match).
+	limits := api.DefaultUserLimits.Over(tpl.UserLimits)
+	rec.Spec.UserLimits = &limits
 	b, err := s.boot(ctx, rec, tpl, drv, false)
 	if err != nil {
 		return nil, err
 	}
 	h := b.h
-	m := &member{booted: b, tpl: tpl, res: rec.Resources, lowers: rec.Lowers, made: time.Now()}
+	m := &member{booted: b, tpl: tpl, res: rec.Resources, limits: limits, lowers: rec.Lowers, made: time.Now()}
 	if c.Code != "" {
 		if err := s.startMemberKernel(ctx, m, c.Code); err != nil {
 			s.warm.dropMember(m, "kernel failed")

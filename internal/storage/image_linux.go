@@ -83,7 +83,10 @@ func (p *Pool) importImage(ctx context.Context, req api.ImportTemplateRequest, s
 	if req.MemoryMB < 0 {
 		return nil, errdefs.Invalid("memory_mb must be positive (or 0 for the daemon's default), got %d", req.MemoryMB)
 	}
-	t := &Template{Source: "image " + shown + "@" + digest.String(), MemoryMB: req.MemoryMB}
+	if err := checkUserLimits(req.UserLimits); err != nil {
+		return nil, err
+	}
+	t := &Template{Source: "image " + shown + "@" + digest.String(), MemoryMB: req.MemoryMB, UserLimits: req.UserLimits}
 	t.Env = map[string]string{}
 	for _, kv := range cfg.Config.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {

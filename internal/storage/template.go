@@ -36,6 +36,9 @@ type Template struct {
 	// MemoryMB is the default memory limit of its sandboxes (0: the
 	// daemon's).
 	MemoryMB int64 `json:"memory_mb,omitempty"`
+	// UserLimits are its sandboxes' default per-user kernel counts
+	// (nil, or fields 0: the daemon's).
+	UserLimits *api.UserLimits `json:"user_limits,omitempty"`
 	// BuildInfo: set on templates made by a build spec (build_linux.go).
 	BuildInfo
 }
@@ -43,21 +46,22 @@ type Template struct {
 // API returns what the HTTP API shows of t.
 func (t *Template) API() api.Template {
 	return api.Template{
-		Name:      t.Name,
-		Version:   t.Version,
-		User:      t.User,
-		Workdir:   t.Workdir,
-		Env:       t.Env,
-		Cmd:       t.Cmd,
-		Source:    t.Source,
-		SizeBytes: t.SizeBytes,
-		CreatedAt: t.CreatedAt,
-		Tenant:    t.Tenant,
-		MemoryMB:  t.MemoryMB,
-		From:      t.From,
-		Layers:    t.Layers,
-		Start:     t.Start,
-		Ready:     t.Ready,
+		Name:       t.Name,
+		Version:    t.Version,
+		User:       t.User,
+		Workdir:    t.Workdir,
+		Env:        t.Env,
+		Cmd:        t.Cmd,
+		Source:     t.Source,
+		SizeBytes:  t.SizeBytes,
+		CreatedAt:  t.CreatedAt,
+		Tenant:     t.Tenant,
+		MemoryMB:   t.MemoryMB,
+		UserLimits: t.UserLimits,
+		From:       t.From,
+		Layers:     t.Layers,
+		Start:      t.Start,
+		Ready:      t.Ready,
 	}
 }
 
@@ -68,6 +72,17 @@ var templateNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 func ValidTemplateName(name string) error {
 	if !templateNameRe.MatchString(name) {
 		return errdefs.Invalid("template name %q is not valid: use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// checkUserLimits refuses a template's user_limits out of range.
+func checkUserLimits(l *api.UserLimits) error {
+	if l == nil {
+		return nil
+	}
+	if err := l.Check("user_limits"); err != nil {
+		return errdefs.Invalid("%v", err)
 	}
 	return nil
 }

@@ -60,7 +60,10 @@ func (p *Pool) ImportTemplate(ctx context.Context, req api.ImportTemplateRequest
 	if req.MemoryMB < 0 {
 		return nil, errdefs.Invalid("memory_mb must be positive (or 0 for the daemon's default), got %d", req.MemoryMB)
 	}
-	t := &Template{User: req.User, Workdir: req.Workdir, Env: req.Env, Source: "rootfs " + req.Rootfs, MemoryMB: req.MemoryMB}
+	if err := checkUserLimits(req.UserLimits); err != nil {
+		return nil, err
+	}
+	t := &Template{User: req.User, Workdir: req.Workdir, Env: req.Env, Source: "rootfs " + req.Rootfs, MemoryMB: req.MemoryMB, UserLimits: req.UserLimits}
 	skipped := 0
 	t, err := p.buildTemplate(ctx, req.Name, t, func(rootfs string) (int64, error) {
 		c := newTreeCopier(ctx, p.uidBase, p.uidCount)

@@ -84,6 +84,8 @@ type state struct {
 	mkWorkdir bool
 	start     string
 	ready     *api.ReadyCheck
+	// limits: the template's user_limits (the base's, then the steps').
+	limits *api.UserLimits
 }
 
 // Build runs req's steps and publishes the template, for the principal
@@ -140,6 +142,7 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 		workdir: base.Workdir,
 		start:   base.Start,
 		ready:   base.Ready,
+		limits:  base.UserLimits,
 	}
 	if st.env == nil {
 		st.env = map[string]string{}
@@ -187,6 +190,8 @@ func (b *Builder) Build(ctx context.Context, req *Request) (*storage.Template, e
 		Workdir: st.workdir,
 		Env:     st.env,
 		Source:  "build " + req.SpecName,
+		// A built template keeps its base's user limits, as its env.
+		UserLimits: st.limits,
 	}
 	t.From = base.Name + "@" + base.Version
 	t.Layers = st.layers
@@ -267,6 +272,9 @@ func applyConfig(st *state, step *build.Step) {
 		st.start = step.Start
 	case build.KindReady:
 		st.ready = &api.ReadyCheck{Cmd: step.Ready.Cmd, Port: step.Ready.Port, TimeoutMs: step.Ready.Timeout.Milliseconds()}
+	case build.KindUserLimits:
+		l := api.UserLimits{}.Over(st.limits).Over(step.UserLimits)
+		st.limits = &l
 	}
 }
 

@@ -163,6 +163,9 @@ func Prepare(r *Received, stage string) (*Prepared, error) {
 	if err := enterStage(stage, spec); err != nil {
 		return nil, err
 	}
+	if err := LimitUserNS(spec.UserLimits); err != nil { // ucounts_linux.go
+		return nil, err
+	}
 	for i, c := range spec.Cgroups {
 		p.CgroupFDs = append(p.CgroupFDs, CgroupFD{FD: r.cgroups[2*i], HomeFD: r.cgroups[2*i+1], Controller: c.Controller, NoChild: c.NoChild})
 	}
@@ -315,9 +318,6 @@ func Stage(dir, lxcfs string) error {
 		return fmt.Errorf("mounting the stage on %s: %w", dir, err)
 	}
 	if err := stageSpecial(dir, lxcfs); err != nil {
-		return err
-	}
-	if err := limitUserNS(); err != nil { // ucounts_linux.go
 		return err
 	}
 	return LoopbackUp()

@@ -4,6 +4,8 @@ package proto
 // Private to the daemon and the agent of the same build (the agent is
 // started from the daemon's own guest binary), so it is not versioned.
 
+import "github.com/agentbox/agentbox/api"
+
 // The boot channel. The container driver starts `agentbox-guest init` with
 // fd 3 one end of a unix stream socket pair, possibly long before it knows
 // which sandbox the process will become (pre-spawned inits, docs/
@@ -97,6 +99,12 @@ type BootSpec struct {
 	// root is ready, before the guest serves: the resolver of a sandbox
 	// with egress. A failure is logged, not fatal.
 	ResolvConf string `json:"resolv_conf,omitempty"`
+	// UserLimits are the per-user kernel counts of the sandbox's
+	// processes (nil, or fields 0: api.DefaultUserLimits); the container
+	// tier's init and the microvm's agent apply them
+	// (boot.LimitUserNS), the gvisor driver passes the rlimits in the OCI
+	// spec.
+	UserLimits *api.UserLimits `json:"user_limits,omitempty"`
 }
 
 // BootCgroup is one hierarchy's pair of cgroup directories passed with the

@@ -102,6 +102,11 @@ func Run() error {
 			return fmt.Errorf("hostname: %w", err)
 		}
 	}
+	// The guest kernel's own per-user counts and the rlimits every
+	// process inherits, as the container tier's init sets them.
+	if err := boot.LimitUserNS(spec.UserLimits); err != nil {
+		return fmt.Errorf("user limits: %w", err)
+	}
 	if hello.Net != nil {
 		if err := configureNet(hello.Net); err != nil {
 			return fmt.Errorf("network: %w", err)

@@ -195,7 +195,8 @@ def create_body(template: Optional[str], ttl_seconds: Optional[int], isolation: 
                 env: Optional[Dict[str, str]], metadata: Optional[Dict[str, str]],
                 network: Any, snapshot: Optional[str], pids: Optional[int],
                 on_timeout: Optional[str] = None, auto_resume: Optional[bool] = None,
-                idle_timeout: Optional[int] = None) -> Dict[str, Any]:
+                idle_timeout: Optional[int] = None,
+                user_limits: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
     # A snapshot replaces the template; the daemon refuses both at once.
     body: Dict[str, Any] = {} if snapshot and not template else {"template": template or DEFAULT_TEMPLATE}
     for k, v in (("ttl_seconds", ttl_seconds), ("isolation", isolation), ("cpu", cpu),
@@ -208,6 +209,8 @@ def create_body(template: Optional[str], ttl_seconds: Optional[int], isolation: 
         body["env"] = dict(env)
     if metadata:
         body["metadata"] = dict(metadata)
+    if user_limits:
+        body["user_limits"] = dict(user_limits)
     return body
 
 

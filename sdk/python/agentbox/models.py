@@ -98,6 +98,9 @@ class SandboxInfo:
     #: the daemon first saw the latest (``info()`` only).
     oom_kills: int = 0
     last_oom_at: Optional[datetime] = None
+    #: per-user kernel counts as applied (``inotify_instances``,
+    #: ``inotify_watches``, ``msgqueue_bytes``, ``sigpending``).
+    user_limits: Dict[str, int] = field(default_factory=dict)
 
     @property
     def time_left(self) -> Optional[float]:
@@ -117,6 +120,7 @@ class SandboxInfo:
             expires_at=parse_time(d.get("expires_at")), error=d.get("error", ""),
             network=d.get("network") or {},
             oom_kills=d.get("oom_kills", 0), last_oom_at=parse_time(d.get("last_oom_at")),
+            user_limits=d.get("user_limits") or {},
         )
 
 

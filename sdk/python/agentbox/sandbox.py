@@ -429,7 +429,7 @@ class Sandbox(CodeInterpreter):
                metadata: Optional[Dict[str, str]] = None, network: Any = None,
                snapshot: Optional[str] = None, on_timeout: Optional[str] = None,
                auto_resume: Optional[bool] = None, idle_timeout: Optional[int] = None,
-               api_key: Optional[str] = None,
+               user_limits: Optional[Dict[str, int]] = None, api_key: Optional[str] = None,
                base_url: Optional[str] = None, request_timeout: Optional[float] = None) -> "Sandbox":
         """Create a sandbox from ``template`` (default "base") and return once
         it can run commands. ``ttl_seconds``: destroyed that long after
@@ -441,9 +441,13 @@ class Sandbox(CodeInterpreter):
         does; ``auto_resume`` lets commands resume a paused sandbox;
         ``idle_timeout`` (seconds) applies ``on_timeout`` once the sandbox
         has had no command, file, PTY or preview use for that long.
+        ``user_limits`` sets per-user kernel counts, e.g.
+        ``{"inotify_watches": 524288}`` for a file watcher on a large tree
+        (keys: inotify_instances, inotify_watches, msgqueue_bytes,
+        sigpending; the rest stay the template's).
         ``network`` is sent as given, for daemons that support it."""
         body = create_body(template, ttl_seconds, isolation, cpu, memory_mb, disk_mb, env, metadata,
-                           network, snapshot, pids, on_timeout, auto_resume, idle_timeout)
+                           network, snapshot, pids, on_timeout, auto_resume, idle_timeout, user_limits)
         return cls._open(calls.create(body), api_key, base_url, request_timeout)
 
     @classmethod

@@ -31,6 +31,16 @@ export interface SandboxInfo {
   network: Record<string, any>;
   oomKills: number;
   lastOomAt?: Date;
+  /** Per-user kernel counts as applied (keys as the API's). */
+  userLimits: UserLimits;
+}
+
+/** Per-user kernel counts of a sandbox's processes (docs/SECURITY.md). */
+export interface UserLimits {
+  inotify_instances?: number;
+  inotify_watches?: number;
+  msgqueue_bytes?: number;
+  sigpending?: number;
 }
 
 /** One file inside a sandbox; `mode` is octal, e.g. "0644". */
@@ -176,6 +186,7 @@ export function sandboxInfo(d: Json): SandboxInfo {
     network: d.network ?? {},
     oomKills: d.oom_kills ?? 0,
     lastOomAt: time(d.last_oom_at),
+    userLimits: d.user_limits ?? {},
   };
 }
 

@@ -82,7 +82,13 @@ export interface CreateOptions extends ConnectionOptions, CallOptions {
   autoResume?: boolean;
   /** Seconds without use after which onTimeout applies. */
   idleTimeout?: number;
+  /**
+   * Per-user kernel counts, e.g. `{ inotify_watches: 524288 }` for a file
+   * watcher on a large tree; the rest stay the template's.
+   */
+  userLimits?: m.UserLimits;
 }
+
 
 export interface ExecOptions extends ProcessSpec, CallOptions {
   /** Bytes for the command's stdin. */
@@ -153,6 +159,7 @@ function createBody(o: CreateOptions): Record<string, unknown> {
     ["on_timeout", o.onTimeout],
     ["auto_resume", o.autoResume],
     ["idle_timeout", o.idleTimeout],
+    ["user_limits", o.userLimits],
   ];
   for (const [k, v] of fields) if (v !== undefined && v !== null) body[k] = v;
   if (o.env && Object.keys(o.env).length) body.env = { ...o.env };
