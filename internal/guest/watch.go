@@ -97,7 +97,7 @@ func newWatcher(path string, recursive bool) (*watcher, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		if errors.Is(err, unix.EMFILE) {
-			return nil, errdefs.Exhausted("too many inotify instances (fs.inotify.max_user_instances); close other watches first")
+			return nil, errdefs.Exhausted("too many inotify instances (fs.inotify.max_user_instances); close other watches first, or create the sandbox with a higher user_limits.inotify_instances")
 		}
 		return nil, errdefs.Unavailable("starting inotify: %v", err)
 	}
@@ -123,7 +123,7 @@ func (wa *watcher) add(path string) error {
 		wa.paths[wd] = path
 		return nil
 	case errors.Is(err, unix.ENOSPC):
-		return errdefs.Exhausted("inotify watch limit reached (fs.inotify.max_user_watches) at %s; watch a smaller tree, or raise the limit on the host", path)
+		return errdefs.Exhausted("inotify watch limit reached (fs.inotify.max_user_watches) at %s; watch a smaller tree, or create the sandbox with a higher user_limits.inotify_watches", path)
 	case errors.Is(err, unix.ENOENT):
 		return errdefs.NotFound("%s does not exist", path)
 	case errors.Is(err, unix.EACCES):
