@@ -85,14 +85,16 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest,
 		return nil, err
 	}
 	hreq.Header.Set("Content-Type", "application/x-ndjson")
-	hreq.Header.Set("Accept", "application/x-ndjson")
+	// Binary frames where the sandbox's agent has them (no base64 on
+	// either end), NDJSON from one that predates them.
+	hreq.Header.Set("Accept", api.FramesContentType+", application/x-ndjson;q=0.9")
 	resp, err := c.send(hreq)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 
-	events := api.NewEventReader(resp.Body)
+	events := api.NewStreamReader(resp.Header.Get("Content-Type"), resp.Body)
 	for {
 		var ev api.ExecEvent
 		if err := events.Next(&ev); err != nil {

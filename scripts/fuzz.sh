@@ -29,6 +29,7 @@ targets="
 ./internal/server FuzzDecodeCreateSandbox 2000x
 ./internal/server FuzzDecodeExec 2000x
 ./api FuzzEventReader 10000x
+./api FuzzFrameReader 10000x
 ./internal/guest FuzzExecStream 10000x
 ./internal/guest FuzzExecRequest 10000x
 ./internal/guest FuzzGuestProcessRequest 10000x

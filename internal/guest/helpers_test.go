@@ -103,14 +103,34 @@ type stream struct {
 	in     *io.PipeWriter
 	resp   *http.Response
 	events *bufio.Scanner
+	frames *api.FrameReader // instead of events, for a framed stream
 	cancel context.CancelFunc
+}
+
+// openFramedStream is openStream asking for api's binary frames.
+func (g *testGuest) openFramedStream(t testing.TB, req api.ExecRequest) *stream {
+	t.Helper()
+	st := g.openStreamAccept(t, req, api.FramesContentType)
+	if ct := st.resp.Header.Get("Content-Type"); ct != api.FramesContentType {
+		t.Fatalf("asked for frames, got Content-Type %q", ct)
+	}
+	st.frames = api.NewFrameReader(st.resp.Body)
+	return st
 }
 
 func (g *testGuest) openStream(t testing.TB, req api.ExecRequest) *stream {
 	t.Helper()
+	return g.openStreamAccept(t, req, "")
+}
+
+func (g *testGuest) openStreamAccept(t testing.TB, req api.ExecRequest, accept string) *stream {
+	t.Helper()
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	hreq, _ := http.NewRequestWithContext(ctx, "POST", "http://guest/exec/stream", pr)
+	if accept != "" {
+		hreq.Header.Set("Accept", accept)
+	}
 	line, _ := json.Marshal(req)
 	go pw.Write(append(line, '\n'))
 	resp, err := g.client.Do(hreq)
@@ -135,6 +155,17 @@ func (st *stream) send(t testing.TB, f api.StdinFrame) {
 
 func (st *stream) next(t testing.TB) (api.ExecEvent, bool) {
 	t.Helper()
+	if st.frames != nil {
+		var ev api.ExecEvent
+		err := st.frames.Next(&ev)
+		if err == io.EOF {
+			return ev, false
+		}
+		if err != nil {
+			t.Fatalf("reading a frame: %v", err)
+		}
+		return ev, true
+	}
 	if !st.events.Scan() {
 		return api.ExecEvent{}, false
 	}

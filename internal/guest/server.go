@@ -360,7 +360,9 @@ func (c *capture) readAll(f *os.File, done chan<- struct{}) {
 // with 64 KiB 244-266; docs/PERFORMANCE.md).
 const readBufSize = 64 << 10
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
+// Buffers have api.FrameHeaderLen bytes more, room for a frame's header
+// before a read of readBufSize (pump).
+var bufPool = sync.Pool{New: func() any { b := make([]byte, api.FrameHeaderLen+readBufSize); return &b }}
 
 func getBuf() *[]byte  { return bufPool.Get().(*[]byte) }
 func putBuf(b *[]byte) { bufPool.Put(b) }

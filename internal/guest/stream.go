@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,9 +54,13 @@ func (s *Server) handleExecStream(w http.ResponseWriter, r *http.Request) {
 	}
 	sp.close()
 
-	w.Header().Set("Content-Type", "application/x-ndjson")
+	out := &eventWriter{w: w, rc: rc, enc: json.NewEncoder(w), frames: acceptsFrames(r)}
+	if out.frames {
+		w.Header().Set("Content-Type", api.FramesContentType)
+	} else {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+	}
 	w.WriteHeader(http.StatusOK)
-	out := &eventWriter{w: w, rc: rc, enc: json.NewEncoder(w)}
 	out.enc.SetEscapeHTML(false)
 	if p == nil {
 		code := sp.notFoundCode
@@ -118,14 +123,15 @@ func (s *Server) streamExec(r *http.Request, rc *http.ResponseController, dec *j
 				readers--
 				continue
 			}
-			data := (*c.buf)[:c.n]
-			if sp.maxOut > 0 && sent[c.typ]+int64(len(data)) > sp.maxOut {
-				data = data[:sp.maxOut-sent[c.typ]]
+			// The read is at api.FrameHeaderLen, room for a frame's header.
+			n := c.n
+			if sp.maxOut > 0 && sent[c.typ]+int64(n) > sp.maxOut {
+				n = int(sp.maxOut - sent[c.typ])
 				truncated = true
 			}
-			sent[c.typ] += int64(len(data))
-			if len(data) > 0 && !out.failed {
-				if out.output(c.typ, data) != nil {
+			sent[c.typ] += int64(n)
+			if n > 0 && !out.failed {
+				if out.output(c.typ, (*c.buf)[:api.FrameHeaderLen+n]) != nil {
 					gone()
 				}
 				keepalive.Reset(s.keepalive)
@@ -212,11 +218,13 @@ func (s *Server) streamExec(r *http.Request, rc *http.ResponseController, dec *j
 // client to end its request body.
 const bodyGrace = time.Second
 
-// pump sends what f yields to chunks, then an end marker.
+// pump sends what f yields to chunks, then an end marker. It reads into
+// each buffer after api.FrameHeaderLen bytes, where the stream's writer
+// puts a frame's header: framed output is written without a copy.
 func pump(f *os.File, typ string, chunks chan<- chunk) {
 	for {
 		bp := getBuf()
-		n, err := f.Read(*bp)
+		n, err := f.Read((*bp)[api.FrameHeaderLen:])
 		if n > 0 {
 			chunks <- chunk{typ: typ, buf: bp, n: n}
 		} else {
@@ -279,22 +287,48 @@ func feedStdin(dec *json.Decoder, stdin *os.File, done chan<- error) {
 	}
 }
 
-// eventWriter writes NDJSON events, flushing each one.
+// eventWriter writes events, NDJSON lines or (frames) api's binary
+// frames, flushing each one.
 type eventWriter struct {
 	w      http.ResponseWriter
 	rc     *http.ResponseController
 	enc    *json.Encoder
+	frames bool
 	line   []byte // output's buffer, reused
 	failed bool
 }
 
-// output writes a stdout or stderr event with api.AppendOutputEvent: the
-// bytes json.Encoder would write, at a fraction of its cost.
-func (e *eventWriter) output(typ string, data []byte) error {
+// acceptsFrames says the client asked for the binary framing.
+func acceptsFrames(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for f := range strings.SplitSeq(v, ",") {
+			mt, _, _ := strings.Cut(f, ";")
+			if strings.EqualFold(strings.TrimSpace(mt), api.FramesContentType) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// output writes a stdout or stderr event whose data is
+// buf[api.FrameHeaderLen:]: framed, with its header put in the room
+// before it; as NDJSON with api.AppendOutputEvent (the bytes json.Encoder
+// would write, at a fraction of its cost).
+func (e *eventWriter) output(typ string, buf []byte) error {
 	if e.failed {
 		return errStreamBroken
 	}
-	e.line = api.AppendOutputEvent(e.line[:0], typ, data)
+	if e.frames {
+		kind := api.FrameStdout
+		if typ == api.EventStderr {
+			kind = api.FrameStderr
+		}
+		api.PutFrameHeader(buf, kind, len(buf)-api.FrameHeaderLen)
+		_, err := e.w.Write(buf)
+		return e.sent(err)
+	}
+	e.line = api.AppendOutputEvent(e.line[:0], typ, buf[api.FrameHeaderLen:])
 	_, err := e.w.Write(e.line)
 	return e.sent(err)
 }
@@ -302,6 +336,14 @@ func (e *eventWriter) output(typ string, data []byte) error {
 func (e *eventWriter) write(ev *api.ExecEvent) error {
 	if e.failed {
 		return errStreamBroken
+	}
+	if e.frames {
+		var err error
+		if e.line, err = api.AppendEventFrame(e.line[:0], ev); err != nil {
+			return err
+		}
+		_, err = e.w.Write(e.line)
+		return e.sent(err)
 	}
 	return e.sent(e.enc.Encode(ev))
 }

@@ -89,6 +89,45 @@ func TestStreamBinaryAndCap(t *testing.T) {
 	})
 }
 
+// TestStreamFrames: asked for api's binary frames, the stream carries the
+// same events, output as raw bytes (50 MiB of random bytes exact, a cap
+// as with NDJSON, stdout and stderr apart, a program not found).
+func TestStreamFrames(t *testing.T) {
+	g := newTestGuest(t, Config{})
+	want := make([]byte, 50<<20)
+	rand.Read(want)
+	f := filepath.Join(t.TempDir(), "blob")
+	os.WriteFile(f, want, 0o644)
+	st := g.openFramedStream(t, api.ExecRequest{Cmd: []string{"cat", f}})
+	evs := st.all(t)
+	if evs[0].Type != api.EventStart || evs[0].Pid <= 0 {
+		t.Errorf("first event %+v, want start", evs[0])
+	}
+	out, _, last := collect(t, evs)
+	if !bytes.Equal(out, want) || last.Type != api.EventExit || *last.ExitCode != 0 {
+		t.Errorf("got %d bytes, last %+v; want the file's %d and exit 0", len(out), last, len(want))
+	}
+	st = g.openFramedStream(t, api.ExecRequest{Cmd: []string{"cat", f}, MaxOutputBytes: 100000})
+	if out, _, last = collect(t, st.all(t)); !bytes.Equal(out, want[:100000]) || !last.Truncated {
+		t.Errorf("capped: %d bytes, truncated %v", len(out), last.Truncated)
+	}
+	st = g.openFramedStream(t, api.ExecRequest{Shell: "echo out; echo err >&2; exit 3"})
+	stdout, stderr, last := collect(t, st.all(t))
+	if string(stdout) != "out\n" || string(stderr) != "err\n" || *last.ExitCode != 3 {
+		t.Errorf("stdout %q, stderr %q, last %+v", stdout, stderr, last)
+	}
+	st = g.openFramedStream(t, api.ExecRequest{Cmd: []string{"no-such-program-here"}})
+	_, stderr, last = collect(t, st.all(t))
+	if !strings.Contains(string(stderr), "not found") || *last.ExitCode != 127 {
+		t.Errorf("not found: stderr %q, last %+v", stderr, last)
+	}
+	// An Accept that lists frames among others gets them too.
+	st = g.openStreamAccept(t, api.ExecRequest{Shell: "true"}, "application/x-ndjson;q=0.9, "+api.FramesContentType)
+	if ct := st.resp.Header.Get("Content-Type"); ct != api.FramesContentType {
+		t.Errorf("Content-Type %q", ct)
+	}
+}
+
 func TestStreamNotFoundAndErrors(t *testing.T) {
 	g := newTestGuest(t, Config{})
 	t.Run("missing program", func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/proto"
 )
@@ -95,7 +96,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Server-Timing", v+", guest;dur="+strconv.FormatFloat(float64(time.Since(sentAt).Microseconds())/1000, 'f', 2, 64))
 	}
 	w.WriteHeader(resp.StatusCode)
-	streaming := strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson")
+	ct := resp.Header.Get("Content-Type")
+	streaming := strings.HasPrefix(ct, "application/x-ndjson") || strings.HasPrefix(ct, api.FramesContentType)
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
