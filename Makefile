@@ -5,7 +5,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
 
-.PHONY: build console-assets install deps up test test-under-load test-unit test-integration bench soak clean lint fuzz battery
+.PHONY: build console-assets install deps up test test-under-load test-unit test-integration bench bench-scale soak clean lint fuzz battery
 
 # console-assets copies xterm.js (npm, pinned) where go:embed takes it for
 # the web console (docs/console.md); go build works without it.
@@ -54,6 +54,17 @@ bench: install
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh base
 	@if command -v npm >/dev/null 2>&1 && [ ! -d integration/e2b/node_modules ]; then (cd integration/e2b && npm ci --no-audit --no-fund >/dev/null) || echo "bench: npm ci in integration/e2b failed; the e2b lines are skipped"; fi
 	$(BIN)/agentbox bench $(BENCH_FLAGS)
+
+# `make bench-scale` draws the cost curves (docs/PERFORMANCE.md, "Cost
+# curves"): create, exec, destroy and a list page timed with 0 to 2,000
+# idle sandboxes alive, printed and drawn to $(SCALE_PNG).
+SCALE       ?= 0,500,1000,2000
+SCALE_PNG   ?= docs/images/scale.png
+bench-scale: install
+	scripts/daemon.sh start
+	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh busybox
+	$(BIN)/agentbox bench --templates busybox --only '^scale' --scale $(SCALE) --n 40 --json $(BIN)/scale.json $(BENCH_FLAGS)
+	$(GO) run ./cmd/agentbox-benchchart -json $(BIN)/scale.json -o $(SCALE_PNG)
 
 # `make battery` runs only the hostile battery and the posture check
 # (docs/SECURITY.md) against a test daemon, on every isolation tier it

@@ -43,6 +43,17 @@ type Client struct {
 	apiKey string
 	hc     *http.Client
 	ua     string
+	// ndjson: exec streams ask for NDJSON only (NDJSONStreams).
+	ndjson bool
+}
+
+// NDJSONStreams returns a copy of c whose exec streams ask for NDJSON
+// lines only, as the Python and TypeScript SDKs read them, rather than
+// binary frames (api.FramesContentType): for comparing the two.
+func (c *Client) NDJSONStreams() *Client {
+	d := *c
+	d.ndjson = true
+	return &d
 }
 
 type config struct {

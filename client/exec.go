@@ -87,7 +87,11 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest,
 	hreq.Header.Set("Content-Type", "application/x-ndjson")
 	// Binary frames where the sandbox's agent has them (no base64 on
 	// either end), NDJSON from one that predates them.
-	hreq.Header.Set("Accept", api.FramesContentType+", application/x-ndjson;q=0.9")
+	if c.ndjson {
+		hreq.Header.Set("Accept", "application/x-ndjson")
+	} else {
+		hreq.Header.Set("Accept", api.FramesContentType+", application/x-ndjson;q=0.9")
+	}
 	resp, err := c.send(hreq)
 	if err != nil {
 		return nil, err

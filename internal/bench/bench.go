@@ -38,6 +38,10 @@ type Options struct {
 	// Density is how many idle sandboxes the density line holds at once
 	// (default 200, quick 5).
 	Density int
+	// Scale are the levels of the cost curves: create, exec, destroy and
+	// a list page timed with that many idle sandboxes alive (scale.go);
+	// none: no curves.
+	Scale []int
 	// Concurrency is the number of clients in the throughput lines
 	// (default 16).
 	Concurrency int
@@ -162,6 +166,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.files(ctx)
 		r.workloadLines(ctx)
 		r.density(ctx)
+		r.scale(ctx)
 		r.throughput(ctx)
 		r.e2b(ctx)
 		r.desktopBaselines(ctx)

@@ -92,6 +92,8 @@ type Report struct {
 	Quick   bool     `json:"quick"`
 	Results []Result `json:"results"`
 	Density *Density `json:"density,omitempty"`
+	// Scale are the cost curves, one point per level (scale.go).
+	Scale   []ScalePoint `json:"scale,omitempty"`
 	Budgets []Budget `json:"budgets"`
 	// Peers are the published figures printed beside ours (peers.go).
 	Peers    []Peer   `json:"peers,omitempty"`
@@ -130,7 +132,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	if m.CPUModel != "" {
 		fmt.Fprintf(w, "cpu: %s\n", m.CPUModel)
 	}
-	for _, g := range []string{GroupBaseline, GroupLifecycle, GroupState, GroupExec, GroupMCP, GroupCode, GroupDesktop, GroupFiles, GroupWorkload, GroupThroughput, GroupE2B} {
+	for _, g := range []string{GroupBaseline, GroupLifecycle, GroupState, GroupExec, GroupMCP, GroupCode, GroupDesktop, GroupFiles, GroupWorkload, GroupScale, GroupThroughput, GroupE2B} {
 		var rows []Result
 		for _, res := range r.Results {
 			if res.Group == g {
@@ -179,6 +181,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "(%d creates failed, %d cgroups unreadable)\n", d.CreateErrors, d.UnreadableCgroups)
 		}
 	}
+	r.writeScale(w)
 	r.writePeers(w)
 	if len(r.Budgets) > 0 {
 		fmt.Fprintf(w, "\n== budget\n")

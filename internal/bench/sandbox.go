@@ -168,7 +168,12 @@ func (r *runner) execs(ctx context.Context) {
 			res.Floor = "baseline/fork-exec"
 			r.add(res)
 		}
-		if r.want(names[2]) {
+		// Output throughput: binary frames (the Go client's default) and
+		// NDJSON (what the Python and TypeScript SDKs read).
+		for _, format := range []string{"", "ndjson"} {
+			if !r.want(names[2]) {
+				break
+			}
 			size, rounds := int64(200<<20), 3
 			if r.opts.Quick {
 				size, rounds = 20<<20, 2
@@ -178,6 +183,9 @@ func (r *runner) execs(ctx context.Context) {
 			sc := r.c
 			if r.opts.FreshClient != nil {
 				sc = r.opts.FreshClient
+			}
+			if format == "ndjson" {
+				sc = sc.NDJSONStreams()
 			}
 			res := r.sampleT(ctx, names[2], GroupExec, rounds, false, bigSampleTimeout, func(ctx context.Context) (time.Duration, error) {
 				var cw countWriter
@@ -198,6 +206,9 @@ func (r *runner) execs(ctx context.Context) {
 				return d, err
 			})
 			res.Name = fmt.Sprintf("%s (%d MiB)", names[2], size>>20)
+			if format != "" {
+				res.Name = fmt.Sprintf("%s (%d MiB, %s)", names[2], size>>20, format)
+			}
 			res.Rate, res.RateUnit = mbps(total, busy), "MB/s"
 			r.add(res)
 		}

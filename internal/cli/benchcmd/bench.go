@@ -29,7 +29,7 @@ func New(env cli.Env) *cobra.Command {
 		e2bURL   string
 	)
 	c := &cobra.Command{
-		Use:   "bench [--quick] [--n N] [--only REGEX] [--density N] [--json FILE]",
+		Use:   "bench [--quick] [--n N] [--only REGEX] [--density N] [--scale N,N...] [--json FILE]",
 		Short: "Measure a running daemon against the performance budget",
 		Long: `bench drives the daemon through its HTTP API and prints, for create,
 destroy, create-to-first-output, exec, streams, files, memory per idle
@@ -68,6 +68,7 @@ It needs root on the daemon's host for the memory and baseline lines.`,
 					return jerr
 				}
 			}
+
 			if err != nil {
 				return err
 			}
@@ -86,6 +87,7 @@ It needs root on the daemon's host for the memory and baseline lines.`,
 	f.IntVar(&opts.N, "n", 0, "samples per latency line (default 50, 5 with --quick)")
 	f.StringVar(&only, "only", "", "run only the lines whose name matches this regular expression (e.g. 'create|baseline')")
 	f.IntVar(&opts.Density, "density", 0, "idle sandboxes held at once for the memory line (default 50, 5 with --quick)")
+	f.IntSliceVar(&opts.Scale, "scale", nil, "cost curves: time create, exec, destroy and a list page with this many idle sandboxes alive, at each level (e.g. 0,500,1000,2000)")
 	f.IntVar(&opts.Concurrency, "concurrency", 16, "clients in the throughput lines")
 	f.DurationVar(&opts.LoadDuration, "duration", 0, "how long each throughput line runs (default 10s, 2s with --quick)")
 	f.StringSliceVar(&opts.Templates, "templates", []string{"busybox", "base"}, "templates create is measured on; the first serves the other lines")
