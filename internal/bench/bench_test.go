@@ -147,3 +147,17 @@ func TestJudge(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteScale(t *testing.T) {
+	r := &Report{Scale: []ScalePoint{
+		{Live: 0, Create: Summary{N: 5, P50: 20, P99: 40}, Exec: Summary{N: 5, P50: 2, P99: 4}, Destroy: Summary{N: 5, P50: 10, P99: 20}, ListPage: Summary{N: 5, P50: 1, P99: 2}},
+		{Live: 2000, Create: Summary{N: 5, P50: 30, P99: 80}, Exec: Summary{N: 5, P50: 2, P99: 5}, Destroy: Summary{N: 5, P50: 12, P99: 30}, ListPage: Summary{N: 5, P50: 1.5, P99: 3}},
+	}}
+	var b strings.Builder
+	r.writeScale(&b)
+	for _, want := range []string{"== cost curves", "2000", "30.00 / 80.00 (1.50x)", "1.50 / 3.00 (1.50x)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
