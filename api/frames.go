@@ -105,6 +105,11 @@ func mediaType(ct string) string {
 type FrameReader struct {
 	r   *bufio.Reader
 	hdr [FrameHeaderLen]byte
+	// Reuse makes an output event's Data the reader's own buffer, valid
+	// until the next call, for a caller that writes it out at once: no
+	// allocation per frame.
+	Reuse bool
+	buf   []byte
 }
 
 // NewFrameReader reads frames from r.
@@ -126,7 +131,15 @@ func (fr *FrameReader) Next(ev *ExecEvent) error {
 	if kind != FrameStdout && kind != FrameStderr && kind != FrameEvent {
 		return fmt.Errorf("exec stream frame of unknown kind %d", kind)
 	}
-	payload := make([]byte, n)
+	var payload []byte
+	if fr.Reuse && kind != FrameEvent {
+		if cap(fr.buf) < int(n) {
+			fr.buf = make([]byte, n)
+		}
+		payload = fr.buf[:n]
+	} else {
+		payload = make([]byte, n)
+	}
 	if _, err := io.ReadFull(fr.r, payload); err != nil {
 		if errors.Is(err, io.EOF) {
 			return io.ErrUnexpectedEOF

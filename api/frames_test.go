@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"fmt"
 	"encoding/binary"
 	"io"
 	"reflect"
@@ -65,6 +66,18 @@ func TestFrameRoundTrip(t *testing.T) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 	}
+	// With Reuse the output is the same, read before the next call.
+	fr := NewFrameReader(bytes.NewReader(stream))
+	fr.Reuse = true
+	var out []byte
+	for fr.Next(&ev) == nil {
+		if ev.Type == EventStdout || ev.Type == EventStderr {
+			out = append(out, ev.Data...)
+		}
+	}
+	if string(out) != "hello\x00\xffoops\n" {
+		t.Errorf("with Reuse: output %q", out)
+	}
 	// Any other content type is NDJSON.
 	nd := AppendOutputEvent(nil, EventStdout, []byte("x"))
 	if err := NewStreamReader("application/x-ndjson", bytes.NewReader(nd)).Next(&ev); err != nil || string(ev.Data) != "x" {
@@ -102,11 +115,16 @@ func BenchmarkFrameReader(b *testing.B) {
 	for range 32 {
 		stream, _ = AppendEventFrame(stream, &ExecEvent{Type: EventStdout, Data: data})
 	}
-	b.SetBytes(int64(32 * len(data)))
-	for b.Loop() {
-		fr := NewFrameReader(bytes.NewReader(stream))
-		var ev ExecEvent
-		for fr.Next(&ev) == nil {
-		}
+	for _, reuse := range []bool{false, true} {
+		b.Run(fmt.Sprintf("reuse=%v", reuse), func(b *testing.B) {
+			b.SetBytes(int64(32 * len(data)))
+			for b.Loop() {
+				fr := NewFrameReader(bytes.NewReader(stream))
+				fr.Reuse = reuse
+				var ev ExecEvent
+				for fr.Next(&ev) == nil {
+				}
+			}
+		})
 	}
 }

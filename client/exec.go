@@ -99,6 +99,9 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest,
 	defer resp.Body.Close()
 
 	events := api.NewStreamReader(resp.Header.Get("Content-Type"), resp.Body)
+	if fr, ok := events.(*api.FrameReader); ok {
+		fr.Reuse = true // each output event is written out before the next
+	}
 	for {
 		var ev api.ExecEvent
 		if err := events.Next(&ev); err != nil {
