@@ -49,6 +49,7 @@ test-unit:
 BENCH_FLAGS ?= --json $(BIN)/bench.json
 bench: install
 	@command -v runc >/dev/null 2>&1 || apt-get install -y -q runc >/dev/null 2>&1 || echo "bench: runc is not installed; its baseline is skipped"
+	@command -v bwrap >/dev/null 2>&1 || apt-get install -y -q bubblewrap >/dev/null 2>&1 || echo "bench: bubblewrap is not installed; its baseline is skipped"
 	scripts/daemon.sh start
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh busybox
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh base

@@ -56,6 +56,66 @@ func (r *runner) baselines(ctx context.Context) {
 	if r.want("baseline/runsc") {
 		r.runscBaseline(ctx, max(min(r.opts.N, 20), 5))
 	}
+	if r.want("baseline/bwrap") {
+		r.bwrapBaseline(ctx, max(r.opts.N, 5))
+	}
+	if r.want("baseline/docker") {
+		r.dockerBaseline(ctx, max(min(r.opts.N, 20), 5))
+	}
+}
+
+// bwrapBaseline measures bubblewrap (what Flatpak and several agent
+// sandboxes use) running `true` in the busybox root filesystem with
+// every namespace of its own: a peer a user could pick instead.
+func (r *runner) bwrapBaseline(ctx context.Context, n int) {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		r.note("baseline/bwrap: skipped, bubblewrap is not installed (apt-get install bubblewrap; make bench does it)")
+		return
+	}
+	if _, err := os.Stat(filepath.Join(r.opts.RuncRootfs, "bin", "true")); err != nil {
+		r.note("baseline/bwrap: skipped, no busybox root filesystem at %s (scripts/build-template.sh busybox builds it)", r.opts.RuncRootfs)
+		return
+	}
+	r.add(r.sample(ctx, "baseline/bwrap", GroupBaseline, n, true, func(ctx context.Context) (time.Duration, error) {
+		cmd := exec.CommandContext(ctx, bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", r.opts.RuncRootfs, "/",
+			"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true")
+		return timed(func() error {
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("bwrap: %w: %s", err, out)
+			}
+			return nil
+		})
+	}))
+}
+
+// dockerBaseline measures `docker run --rm --network none` of `true` in
+// the busybox root filesystem (imported once as an image), where a
+// Docker daemon answers; it is not installed for the bench, since a
+// Docker daemon rewrites the host's firewall.
+func (r *runner) dockerBaseline(ctx context.Context, n int) {
+	docker, err := exec.LookPath("docker")
+	if err != nil || exec.CommandContext(ctx, docker, "info").Run() != nil {
+		r.note("baseline/docker: skipped, no Docker daemon answers here (Debian's docker.io; not installed by make bench, as it rewrites the host's firewall)")
+		return
+	}
+	const image = "agentbox-bench-busybox:latest"
+	if exec.CommandContext(ctx, docker, "image", "inspect", image).Run() != nil {
+		imp := exec.CommandContext(ctx, "sh", "-c", `tar -C "$1" -c . | "$2" import - "$3"`, "sh", r.opts.RuncRootfs, docker, image)
+		if out, err := imp.CombinedOutput(); err != nil {
+			r.note("baseline/docker: skipped, importing the busybox root filesystem: %v: %s", err, out)
+			return
+		}
+	}
+	r.add(r.sample(ctx, "baseline/docker", GroupBaseline, n, true, func(ctx context.Context) (time.Duration, error) {
+		cmd := exec.CommandContext(ctx, docker, "run", "--rm", "--network", "none", image, "/bin/true")
+		return timed(func() error {
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("docker run: %w: %s", err, out)
+			}
+			return nil
+		})
+	}))
 }
 
 // runscBaseline measures `runsc run` of `true` in a busybox bundle: what a

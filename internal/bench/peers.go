@@ -71,3 +71,33 @@ func (r *Report) writePeers(w io.Writer) {
 	}
 	tw.Flush()
 }
+
+// measuredPeers are the baselines of tools a user could pick instead,
+// run in the same bench (baseline_linux.go).
+var measuredPeers = []string{"baseline/runc", "baseline/runsc", "baseline/bwrap", "baseline/docker"}
+
+// writeMeasuredPeers prints our create-to-first-output (a sandbox made and
+// its first command's output back, what `docker run` of a command
+// amounts to) next to each peer measured in this run, with the ratio.
+func (r *Report) writeMeasuredPeers(w io.Writer) {
+	ours := r.Find("create-to-first-output")
+	if ours == nil || ours.N == 0 {
+		return
+	}
+	var rows []*Result
+	for _, name := range measuredPeers {
+		if p := r.Find(name); p != nil && p.N > 0 {
+			rows = append(rows, p)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n== peers measured here (running `true` in the busybox root filesystem) vs our create-to-first-output p50 %.2f ms\n", ours.P50)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "peer\tp50 ms\tp99 ms\tours / peer (p50)\t")
+	for _, p := range rows {
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2fx\t\n", strings.TrimPrefix(p.Name, "baseline/"), p.P50, p.P99, ours.P50/p.P50)
+	}
+	tw.Flush()
+}

@@ -43,3 +43,18 @@ func TestJudgeStateAndPeers(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteMeasuredPeers(t *testing.T) {
+	r := &Report{Results: []Result{
+		{Name: "create-to-first-output", Group: GroupLifecycle, Summary: Summary{N: 5, P50: 40}},
+		{Name: "baseline/bwrap", Group: GroupBaseline, Summary: Summary{N: 5, P50: 4, P99: 6}},
+		{Name: "baseline/docker", Group: GroupBaseline, Summary: Summary{N: 5, P50: 800, P99: 900}},
+	}}
+	var b strings.Builder
+	r.writeMeasuredPeers(&b)
+	for _, want := range []string{"peers measured here", "bwrap", "10.00x", "docker", "0.05x"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, b.String())
+		}
+	}
+}

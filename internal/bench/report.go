@@ -182,6 +182,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 	}
 	r.writeScale(w)
+	r.writeMeasuredPeers(w)
 	r.writePeers(w)
 	if len(r.Budgets) > 0 {
 		fmt.Fprintf(w, "\n== budget\n")
