@@ -2,8 +2,8 @@ package api
 
 import (
 	"bytes"
-	"fmt"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"reflect"
 	"testing"

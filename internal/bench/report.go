@@ -94,7 +94,7 @@ type Report struct {
 	Density *Density `json:"density,omitempty"`
 	// Scale are the cost curves, one point per level (scale.go).
 	Scale   []ScalePoint `json:"scale,omitempty"`
-	Budgets []Budget `json:"budgets"`
+	Budgets []Budget     `json:"budgets"`
 	// Peers are the published figures printed beside ours (peers.go).
 	Peers    []Peer   `json:"peers,omitempty"`
 	Notes    []string `json:"notes,omitempty"`
