@@ -28,7 +28,7 @@ func TestConformance(t *testing.T) {
 			}
 			return d
 		},
-		Abilities:    []driver.Ability{driver.AbilityPause, driver.AbilityNetNSAtCreate},
+		Abilities:    []driver.Ability{driver.AbilityPause, driver.AbilityCheckpoint, driver.AbilityNetNSAtCreate},
 		Layers:       []string{drivertest.BusyboxRootfs(t, uidBase)},
 		UIDBase:      uidBase,
 		CgroupParent: parent,
