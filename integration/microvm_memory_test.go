@@ -93,8 +93,8 @@ func TestMicrovmPauseToDisk(t *testing.T) {
 	if n2 <= n1 {
 		t.Errorf("the counter thread stopped: %d then %d a minute later", n1, n2)
 	}
-	if out := mustSh(t, id, "cat /root/file; hostname"); out != "on-disk\nsbx-"+id && !strings.HasPrefix(out, "on-disk\n") {
-		t.Errorf("file and hostname after the restore: %q", out)
+	if out := mustSh(t, id, "cat /root/file"); out != "on-disk" {
+		t.Errorf("the file after the restore: %q", out)
 	}
 	if _, err := os.Stat(dir); err == nil {
 		t.Errorf("checkpoint %s is still there after the restore", dir)
@@ -164,8 +164,8 @@ func TestMicrovmSnapshotWithMemory(t *testing.T) {
 	if v, _ := askMem(t, id, "get"); v != v0 {
 		t.Errorf("the restored server answers %q, the snapshot's value is %q", v, v0)
 	}
-	if out := mustSh(t, id, "cat /root/file; hostname"); out != "from-snapshot\n"+sb.Hostname && out != "from-snapshot\nsbx-"+id {
-		t.Errorf("the restored sandbox's file and hostname: %q (its id %s)", out, id)
+	if out, srcHost := mustSh(t, id, "cat /root/file; hostname"), mustSh(t, src, "hostname"); out == "from-snapshot\n"+srcHost || !strings.HasPrefix(out, "from-snapshot\n") {
+		t.Errorf("the restored sandbox's file and hostname: %q, want the snapshot's file and a hostname of its own (the source's is %s)", out, srcHost)
 	}
 	srcSb, _ := env.client.GetSandbox(ctx, src)
 	if sb.Network == nil || sb.Network.Address == "" || srcSb.Network == nil || sb.Network.Address == srcSb.Network.Address {
