@@ -180,7 +180,11 @@ func (d *Driver) connectRestored(ctx context.Context, v *vm, hello *proto.VMHell
 	if err := runIncoming(ctx, v.qmp, v.exited); err != nil {
 		return fmt.Errorf("loading the saved VM: %w", err)
 	}
-	sess, err := dialSession(ctx, v.sock, hello, time.Second)
+	// The guest learns that its old host went only once it runs again,
+	// so a hello sent at once often reaches the old session and is lost:
+	// a short first wait for the ack (doubled on each try) makes that
+	// cost a tenth of a second, not a second.
+	sess, err := dialSession(ctx, v.sock, hello, 100*time.Millisecond)
 	if err != nil {
 		return err
 	}
