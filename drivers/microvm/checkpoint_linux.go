@@ -184,6 +184,7 @@ func (d *Driver) connectRestored(ctx context.Context, v *vm, hello *proto.VMHell
 	// so a hello sent at once often reaches the old session and is lost:
 	// a short first wait for the ack (doubled on each try) makes that
 	// cost a tenth of a second, not a second.
+	hello.Time = time.Now().UnixNano()
 	sess, err := dialSession(ctx, v.sock, hello, 100*time.Millisecond)
 	if err != nil {
 		return err

@@ -88,9 +88,9 @@ func reach(t *testing.T, d *Driver, h *driver.Handle, ln net.Listener) string {
 // TestRestoreTakesNetwork: a VM with a network, saved and left running,
 // restored as another sandbox in another prepared namespace, connects
 // out from that sandbox's address (the agent moved the restored VM to
-// the new MAC, address and gateway on its hello), and the original still
-// connects from its own. A checkpoint made under another accelerator is
-// refused.
+// the new MAC, address and gateway on its hello) with the host's time,
+// and the original still connects from its own. A checkpoint made under
+// another accelerator is refused.
 func TestRestoreTakesNetwork(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test boots VMs and needs root (make test runs as root)")
@@ -141,6 +141,8 @@ func TestRestoreTakesNetwork(t *testing.T) {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	t.Logf("checkpoint, left running: %v (%s)", time.Since(t0).Round(time.Millisecond), d.Accel)
+	// The saved clock stands still; the restored agent sets it.
+	time.Sleep(5 * time.Second)
 	t0 = time.Now()
 	hb, err := d.Restore(ctx, newSpec("b", nsB), dir)
 	if err != nil {
@@ -153,6 +155,16 @@ func TestRestoreTakesNetwork(t *testing.T) {
 	}
 	if got := mustExecTest(t, d, hb, "hostname"); got != "mvm-b" {
 		t.Errorf("the restored VM's hostname is %q, want mvm-b", got)
+	}
+	guestNow, _ := strconv.ParseInt(mustExecTest(t, d, hb, "date +%s"), 10, 64)
+	if skew := time.Now().Unix() - guestNow; skew > 2 || skew < -2 {
+		t.Errorf("the restored VM's clock is %d s off the host's", skew)
+	}
+	// Only the agent may set it: a root exec has no CAP_SYS_TIME, so the
+	// kernel refuses what the filter lets through for the agent.
+	out := mustExecTest(t, d, hb, "date -s @1000000000 2>&1 >/dev/null; date +%s")
+	if !strings.Contains(out, "not permitted") || strings.HasSuffix(out, "1000000000") {
+		t.Errorf("a root exec setting the guest's clock: %q, want EPERM", out)
 	}
 	if got := reach(t, d, h, lnA); got != "10.203.81.2" {
 		t.Errorf("the original VM connected from %s after the checkpoint, want 10.203.81.2", got)

@@ -145,6 +145,10 @@ type VMHello struct {
 	// Net configures the VM's one network interface (a sandbox with
 	// egress); nil: loopback only.
 	Net *VMNet `json:"net,omitempty"`
+	// Time is the host's wall clock (Unix nanoseconds) as it says hello
+	// to a restored VM, whose clock stood still while its state was
+	// saved: the agent sets the guest's clock to it. 0: left alone.
+	Time int64 `json:"time,omitempty"`
 }
 
 // VMNet is the address of a microvm's interface: the sandbox's veth end's

@@ -152,10 +152,19 @@ func Run() error {
 // assume applies a later hello's sandbox: one restored from a checkpoint
 // of another VM (a snapshot with memory, a fork, a resume from disk)
 // takes its own hostname, default environment, pids limit and address
-// here. A re-adopting host's hello carries none of them. The agent is
+// here, and the host's time (its clock stood still while it was saved). A re-adopting host's hello carries none of them. The agent is
 // hardened by now: the hostname is written through /proc (sethostname is
 // not in the seccomp filter).
 func assume(srv *guest.Server, hello proto.VMHello, log *slog.Logger) {
+	if hello.Time > 0 {
+		// The driver's seccomp filter lets clock_settime through for
+		// this: no exec holds CAP_SYS_TIME, so the kernel refuses it
+		// to every other process.
+		ts := unix.NsecToTimespec(hello.Time)
+		if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+			log.Warn("restore: setting the clock", "err", err)
+		}
+	}
 	if b := hello.Boot; b != nil {
 		if b.Hostname != "" {
 			if err := os.WriteFile("/proc/sys/kernel/hostname", []byte(b.Hostname), 0); err != nil {
