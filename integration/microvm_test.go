@@ -197,7 +197,7 @@ func TestMicrovm(t *testing.T) {
 // and say which accelerator ran them.
 func TestMicrovmBenchLines(t *testing.T) {
 	needMicrovm(t)
-	rep := benchLines(t, `\(microvm\)$`, 3, 5*time.Minute, []string{"create/busybox (microvm)", "exec/true (microvm)"})
+	rep := benchLines(t, `\(microvm\)$`, 3, 5*time.Minute, []string{"create/busybox (microvm)", "exec/true (microvm)", "fork/memory per child (microvm)"})
 	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "accelerator") }) {
 		t.Errorf("no note names the accelerator: %q", rep.Notes)
 	}
