@@ -152,9 +152,10 @@ func Run() error {
 // assume applies a later hello's sandbox: one restored from a checkpoint
 // of another VM (a snapshot with memory, a fork, a resume from disk)
 // takes its own hostname, default environment, pids limit and address
-// here, and the host's time (its clock stood still while it was saved). A re-adopting host's hello carries none of them. The agent is
-// hardened by now: the hostname is written through /proc (sethostname is
-// not in the seccomp filter).
+// here, and the host's time (its clock stood still while it was saved).
+// A re-adopting host's hello carries none of them. The agent is hardened
+// by now: the hostname is written through /proc (sethostname is not in
+// the seccomp filter).
 func assume(srv *guest.Server, hello proto.VMHello, log *slog.Logger) {
 	if hello.Time > 0 {
 		// The driver's seccomp filter lets clock_settime through for
