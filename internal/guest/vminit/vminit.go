@@ -8,7 +8,9 @@
 // the port is one byte stream, the host opens one stream per connection.
 // When the host goes away (a daemon restart) the port reads EOF and the
 // agent waits for the next host to connect, whose first line is a
-// proto.VMHello (the boot spec, on the first connection only).
+// proto.VMHello (the boot spec, on the first connection only; and again
+// on the first after a restore from another VM's saved state, whose
+// identity and network the agent then takes).
 package vminit
 
 import (
