@@ -85,7 +85,8 @@ func reach(t *testing.T, d *Driver, h *driver.Handle, ln net.Listener) string {
 	}
 }
 
-// TestRestoreTakesNetwork: a VM with a network, saved and left running,
+// TestRestoreTakesNetwork: a VM with a network, adopted by a new driver
+// (a daemon restart), saved and left running,
 // restored as another sandbox in another prepared namespace, connects
 // out from that sandbox's address (the agent moved the restored VM to
 // the new MAC, address and gateway on its hello) with the host's time,
@@ -99,7 +100,8 @@ func TestRestoreTakesNetwork(t *testing.T) {
 	parent := drivertest.CgroupParent(t)
 	const uidBase = 1000000
 	layer := drivertest.BusyboxRootfs(t, uidBase)
-	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, Seccomp: true, CacheDir: t.TempDir()})
+	opts := driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: uidBase, Seccomp: true, CacheDir: t.TempDir()}
+	d, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +134,16 @@ func TestRestoreTakesNetwork(t *testing.T) {
 	if got := reach(t, d, h, lnA); got != "10.203.81.2" {
 		t.Fatalf("the VM connected from %s, want 10.203.81.2", got)
 	}
+	// A daemon restart: the next driver adopts the VM, and saves it.
+	d2, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if err := d2.Adopt(ctx, h); err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	d = d2
 	dir := filepath.Join(tmp, "ckpt")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
