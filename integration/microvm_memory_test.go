@@ -68,6 +68,9 @@ func TestMicrovmPauseToDisk(t *testing.T) {
 					t.Errorf("the checkpoint lacks %s: %v", f, err)
 				}
 			}
+			if fi, err := os.Stat(filepath.Join(dir, "memory")); err == nil {
+				t.Logf("the VM's state file: %.1f MiB (RAM %d MiB)", float64(fi.Size())/(1<<20), before.Resources.MemoryMB)
+			}
 			if b, err := os.ReadFile("/proc/" + strconv.Itoa(before.Pid) + "/cmdline"); err == nil && strings.Contains(string(b), "qemu") {
 				t.Errorf("QEMU (pid %d) still runs after pause to disk", before.Pid)
 			}

@@ -152,7 +152,12 @@ func TestRestoreTakesNetwork(t *testing.T) {
 	if err := d.Checkpoint(ctx, h, dir, driver.CheckpointOptions{LeaveRunning: true}); err != nil {
 		t.Fatalf("checkpoint: %v", err)
 	}
-	t.Logf("checkpoint, left running: %v (%s)", time.Since(t0).Round(time.Millisecond), d.Accel)
+	took := time.Since(t0)
+	fi, err := os.Stat(filepath.Join(dir, "memory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint, left running: %v (%s), a state file of %.1f MiB for %d MiB of RAM", took.Round(time.Millisecond), d.Accel, float64(fi.Size())/(1<<20), 128)
 	// The saved clock stands still; the restored agent sets it.
 	time.Sleep(5 * time.Second)
 	t0 = time.Now()
