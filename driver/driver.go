@@ -254,9 +254,12 @@ type Op string
 const (
 	OpNetwork  Op = "network"  // egress other than none, at create or later
 	OpSnapshot Op = "snapshot" // snapshots (with or without memory), creates from one
-	OpFork     Op = "fork"     // fork, with or without memory
-	OpPause    Op = "pause"    // pause, and pause to disk
-	OpReset    Op = "reset"    // reset in place
+	// OpFileSnapshot: a snapshot or fork of the files alone (no memory),
+	// and a create from a snapshot that does not restore its memory.
+	OpFileSnapshot Op = "file-snapshot"
+	OpFork         Op = "fork"  // fork, with or without memory
+	OpPause        Op = "pause" // pause, and pause to disk
+	OpReset        Op = "reset" // reset in place
 )
 
 // Refuses returns d's error for op when d (or the driver it wraps) is

@@ -8,8 +8,10 @@ import (
 
 // optInTiers are isolation tiers that the battery and the posture test
 // run on only when AGENTBOX_TEST_TIERS names them (comma-separated), for a
-// tier whose items do not all pass yet: microvm, which has no snapshots,
-// fork or reset yet, and whose VMs boot in seconds under emulation (docs/microvm.md; its CI tests are in microvm_test.go). Every
+// tier whose items do not all pass yet: microvm, which snapshots and
+// forks with memory only (no snapshot of the files alone), and whose VMs
+// boot in seconds under emulation (docs/microvm.md; its CI tests are in
+// microvm_test.go and microvm_memory_test.go). Every
 // other offered tier, gvisor included, runs the whole battery in every CI
 // run.
 var optInTiers = []string{"microvm"}

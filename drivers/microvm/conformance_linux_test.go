@@ -11,9 +11,10 @@ import (
 // real QEMU VMs (under emulation where the host has no /dev/kvm) on the
 // busybox root of the build cache (root, scripts/install-deps.sh and
 // scripts/build-template.sh busybox; make test has all three). Of the
-// optional abilities the tier has pause (QEMU frozen in its cgroups); no
-// checkpoint, resize, standby, netns-at-create or start-notifier yet: the
-// suite checks that it declares no other.
+// optional abilities the tier has pause (QEMU frozen in its cgroups),
+// checkpoint (QEMU's migration to a file, checkpoint_linux.go) and
+// netns-at-create; no resize, standby or start-notifier: the suite checks
+// that it declares no other.
 func TestConformance(t *testing.T) {
 	guest := drivertest.BuildGuest(t)
 	parent := drivertest.CgroupParent(t)
@@ -28,7 +29,7 @@ func TestConformance(t *testing.T) {
 			}
 			return d
 		},
-		Abilities:    []driver.Ability{driver.AbilityPause, driver.AbilityNetNSAtCreate},
+		Abilities:    []driver.Ability{driver.AbilityPause, driver.AbilityCheckpoint, driver.AbilityNetNSAtCreate},
 		Layers:       []string{drivertest.BusyboxRootfs(t, uidBase)},
 		UIDBase:      uidBase,
 		CgroupParent: parent,

@@ -21,8 +21,9 @@
 // pids cover the VMM and the guest). A sandbox with egress joins the
 // namespace the service prepared through a tap (network_linux.go); pause
 // freezes QEMU in its cgroups; reset is the service's full path. Pause to
-// disk, snapshots and fork are later milestones, refused through
-// driver.Unsupported.
+// disk, snapshots with memory and fork with memory save the VM with
+// QEMU's migration to a file and restore it (checkpoint_linux.go);
+// snapshots and forks of the files alone are refused (driver.Unsupported).
 package microvm
 
 import (
@@ -117,6 +118,14 @@ type Driver struct {
 type private struct {
 	RunDir   string `json:"run_dir"`
 	Writable string `json:"writable"` // the writable disk image
+	// The VM's shape, which a restore of its checkpoint repeats: the
+	// template layers (host directories) its disks were made of, its
+	// vCPUs and memory, and whether it has a network device. Handles
+	// from before checkpoints have none (their VMs cannot be saved).
+	Layers   []string `json:"layers,omitempty"`
+	CPUs     int      `json:"cpus,omitempty"`
+	MemoryMB int64    `json:"memory_mb,omitempty"`
+	Net      bool     `json:"net,omitempty"`
 }
 
 // New checks the host and the installed pieces, then boots a trial VM
@@ -171,7 +180,9 @@ func New(o driver.Options) (*Driver, error) {
 	if d.cg, err = cgroups.New(o.CgroupParent); err != nil {
 		return nil, fmt.Errorf("microvm driver: cgroups: %w", err)
 	}
-	prog, err := harden.ProgramAllowing("syslog")
+	// clock_settime: the agent of a restored VM sets the guest's clock
+	// (vminit.assume); no exec holds CAP_SYS_TIME to use it.
+	prog, err := harden.ProgramAllowing("syslog", "clock_settime")
 	if err != nil {
 		return nil, fmt.Errorf("microvm driver: %w", err)
 	}
@@ -337,6 +348,9 @@ type launchSpec struct {
 	uid int
 	// net is the VM's network (a sandbox with egress); nil: none.
 	net *vmNet
+	// incoming, when set, is a saved VM state QEMU loads instead of
+	// booting (a restore); the rest of the spec must be the saved VM's.
+	incoming *os.File
 }
 
 type disk struct {
@@ -350,7 +364,27 @@ type vm struct {
 	cmd    *exec.Cmd
 	pid    int
 	sock   string
+	qmp    string // QEMU's control socket (qmp_linux.go)
 	exited chan struct{}
+}
+
+// listenFile listens on the unix socket path (private to root) and
+// returns the listener as a file for QEMU; the path stays when it closes.
+func listenFile(path string) (*os.File, error) {
+	_ = os.Remove(path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	f, err := ln.File()
+	ln.Close()
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, err
+	}
+	_ = os.Chmod(path, 0o600)
+	return f, nil
 }
 
 func (v *vm) kill() {
@@ -367,27 +401,26 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 	var undo lifecycle.Undo
 	defer undo.Run()
 	sock := filepath.Join(s.runDir, "agent.sock")
-	_ = os.Remove(sock)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	lnFile, err := listenFile(sock)
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
-	ln.SetUnlinkOnClose(false)
-	lnFile, err := ln.File()
-	ln.Close()
-	if err != nil {
-		return nil, err
-	}
 	defer lnFile.Close()
 	undo.Add(func() { _ = os.Remove(sock) })
-	_ = os.Chmod(sock, 0o600)
+	qmpSock := filepath.Join(s.runDir, "qmp.sock")
+	qmpFile, err := listenFile(qmpSock)
+	if err != nil {
+		return nil, fmt.Errorf("qemu's control socket: %w", err)
+	}
+	defer qmpFile.Close()
+	undo.Add(func() { _ = os.Remove(qmpSock) })
 	console, err := os.OpenFile(filepath.Join(s.runDir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer console.Close()
 
-	extra := []*os.File{lnFile} // fd 3
+	extra := []*os.File{lnFile, qmpFile} // fds 3 and 4
 	accel := []string{"-accel", "tcg,tb-size=64", "-cpu", "max"}
 	cmdline := "console=ttyS0 quiet reboot=t panic=-1 tsc_early_khz=2000000"
 	if d.Accel == "kvm" {
@@ -413,6 +446,7 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=agent,fd=3,server=on,wait=off",
 		"-device", "virtserialport,chardev=agent,name="+proto.VMPort,
+		"-chardev", "socket,id=qmp,fd=4,server=on,wait=off", "-mon", "chardev=qmp,mode=control",
 	)
 	if s.net != nil {
 		extra = append(extra, s.net.tap)
@@ -441,8 +475,18 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 			args = append(args, "-add-fd", fmt.Sprintf("fd=%d,set=%d", 3+len(extra)-1, set))
 		}
 		args = append(args,
-			"-drive", fmt.Sprintf("id=d%d,file=/dev/fdset/%d,format=raw,if=none,read-only=%s,cache=unsafe", i, set, ro),
+			// No image locking: the driver alone opens these files, and a
+			// VM left running after its state was saved takes its disks
+			// back (cont), which QEMU's own locks on the descriptors of a
+			// set refuse.
+			"-drive", fmt.Sprintf("id=d%d,file=/dev/fdset/%d,file.locking=off,format=raw,if=none,read-only=%s,cache=unsafe", i, set, ro),
 			"-device", fmt.Sprintf("virtio-blk-device,drive=d%d,serial=%s", i, dk.serial))
+	}
+	if s.incoming != nil {
+		// The device model above is the saved VM's (checkpoint_linux.go):
+		// QEMU loads its state from the file instead of booting.
+		extra = append(extra, s.incoming)
+		args = append(args, "-incoming", fmt.Sprintf("fd:%d", 3+len(extra)-1))
 	}
 	// A shell, as root, moves itself into the sandbox's cgroups and execs
 	// setpriv, which drops to the sandbox's QEMU uid with no capabilities
@@ -478,7 +522,7 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting qemu: %w", err)
 	}
-	v := &vm{cmd: cmd, pid: cmd.Process.Pid, sock: sock, exited: make(chan struct{})}
+	v := &vm{cmd: cmd, pid: cmd.Process.Pid, sock: sock, qmp: qmpSock, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(v.exited) }()
 	undo.Release()
 	return v, nil
@@ -665,11 +709,29 @@ const (
 )
 
 // Create implements driver.Driver.
-func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handle, err error) {
+func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (*driver.Handle, error) {
+	return d.start(ctx, spec, nil)
+}
+
+// start boots the VM of spec, or, with saved, restores it from the
+// checkpoint saved describes (checkpoint_linux.go): then the VM's shape
+// (vCPUs, memory, layers, network device) and writable disk are the
+// saved VM's, everything else spec's.
+func (d *Driver) start(ctx context.Context, spec *driver.Spec, saved *savedVM) (_ *driver.Handle, err error) {
 	var undo lifecycle.Undo
 	defer undo.Run()
+	cpus := max(1, int(math.Ceil(spec.CPU)))
+	memoryMB := spec.MemoryMB
+	layers := spec.Layers
+	if saved != nil {
+		cpus, memoryMB, layers = saved.CPUs, saved.MemoryMB, saved.Layers
+		if saved.Net != (spec.NetNS != "") {
+			return nil, errdefs.Precondition("microvm: the saved VM had %s and this sandbox has %s: a VM restores only into a sandbox with the same network (egress none or not)",
+				netWord(saved.Net), netWord(spec.NetNS != ""))
+		}
+	}
 	var disks []disk
-	for i, l := range spec.Layers {
+	for i, l := range layers {
 		img, err := d.layerImage(ctx, l)
 		if err != nil {
 			return nil, fmt.Errorf("microvm: %w", err)
@@ -680,14 +742,20 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	// directory, which no overlay uses on this tier), where storage's
 	// disk limit and removal apply.
 	writable := filepath.Join(spec.WorkDir, "microvm-rw.img")
-	if err := d.writableImage(ctx, writable, spec.DiskMB); err != nil {
+	if saved != nil {
+		_ = os.Remove(writable)
+		err = cloneFile(ctx, saved.disk(), writable)
+	} else {
+		err = d.writableImage(ctx, writable, spec.DiskMB)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
 	undo.Add(func() { _ = os.Remove(writable) })
 	disks = append(disks, disk{path: writable, serial: proto.VMUpperSerial})
 	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
 		CPU:         spec.CPU,
-		MemoryBytes: spec.MemoryMB<<20 + qemuReserve,
+		MemoryBytes: max(spec.MemoryMB, memoryMB)<<20 + qemuReserve,
 		Pids:        qemuPids,
 	})
 	if err != nil {
@@ -719,12 +787,18 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 		}
 		defer vnet.tap.Close() // QEMU holds its own
 	}
-	cpus := max(1, int(math.Ceil(spec.CPU)))
-	v, err := d.launch(ctx, launchSpec{runDir: vmDir, id: spec.ID, cpus: cpus, memoryMB: spec.MemoryMB, disks: disks, cgroup: cg, uid: qemuUID, net: vnet})
+	ls := launchSpec{runDir: vmDir, id: spec.ID, cpus: cpus, memoryMB: memoryMB, disks: disks, cgroup: cg, uid: qemuUID, net: vnet}
+	if saved != nil {
+		if ls.incoming, err = os.Open(saved.memory()); err != nil {
+			return nil, fmt.Errorf("microvm: %w", err)
+		}
+		defer ls.incoming.Close()
+	}
+	v, err := d.launch(ctx, ls)
 	if err != nil {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
-	undo.Add(func() { v.kill(); _ = os.Remove(v.sock) })
+	undo.Add(func() { v.kill(); _ = os.Remove(v.sock); _ = os.Remove(v.qmp) })
 	boot := &proto.BootSpec{
 		SandboxID: spec.ID, Hostname: spec.Hostname, Env: spec.Env, User: spec.User, Workdir: spec.Workdir,
 		Seccomp: d.opts.Seccomp, SeccompFilter: d.seccompFilter, UserLimits: spec.UserLimits,
@@ -735,10 +809,15 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	if vnet != nil {
 		hello.Net = &vnet.cfg
 	}
-	if err := d.connect(cctx, v, hello); err != nil {
+	if saved != nil {
+		err = d.connectRestored(cctx, v, hello)
+	} else {
+		err = d.connect(cctx, v, hello)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("microvm: %w%s", err, consoleTail(vmDir))
 	}
-	pv, _ := json.Marshal(private{RunDir: vmDir, Writable: writable})
+	pv, _ := json.Marshal(private{RunDir: vmDir, Writable: writable, Layers: layers, CPUs: cpus, MemoryMB: memoryMB, Net: vnet != nil})
 	h := &driver.Handle{ID: spec.ID, Pid: v.pid, Socket: v.sock, Accelerator: d.Accel, Private: pv}
 	if ids != nil {
 		h.UIDBase = ids.Base()
@@ -748,6 +827,13 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	undo.Release()
 	d.ranges.Set(spec.ID, ids)
 	return h, nil
+}
+
+func netWord(has bool) string {
+	if has {
+		return "a network interface"
+	}
+	return "no network interface"
 }
 
 func priv(h *driver.Handle) private {
@@ -802,6 +888,9 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	}
 	if h.Socket != "" {
 		_ = os.Remove(h.Socket)
+	}
+	if p := priv(h); p.RunDir != "" {
+		_ = os.Remove(filepath.Join(p.RunDir, "qmp.sock"))
 	}
 	if p := priv(h); p.Writable != "" {
 		if err := os.Remove(p.Writable); err != nil && !os.IsNotExist(err) {
@@ -896,15 +985,13 @@ func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, e
 
 var _ driver.Unsupported = (*Driver)(nil)
 
-// Unsupported implements driver.Unsupported: what later milestones of
-// the tier bring (docs/microvm.md).
+// Unsupported implements driver.Unsupported: a snapshot or fork of the
+// files alone. The tier's files are an ext4 disk image, not a layer
+// directory the service can capture; a snapshot or fork with memory
+// saves the disk with the VM (checkpoint_linux.go).
 func (d *Driver) Unsupported(op driver.Op) error {
-	what := map[driver.Op]string{
-		driver.OpSnapshot: "snapshots",
-		driver.OpFork:     "fork",
-	}[op]
-	if what == "" {
+	if op != driver.OpFileSnapshot {
 		return nil
 	}
-	return errdefs.Precondition("%s is not supported on the microvm tier yet (use --isolation container or gvisor)", what)
+	return errdefs.Precondition("the microvm tier snapshots and forks with memory only (its files are a disk image saved with the VM): use a snapshot or fork with memory, or --isolation container or gvisor")
 }

@@ -66,7 +66,7 @@ func setupNet(nsPath string) (*vmNet, error) {
 	if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
 		return nil, fmt.Errorf("reading eth0 of %s: %q (%v)", nsPath, out, err)
 	}
-	n := &vmNet{mac: links[0].Address, cfg: proto.VMNet{MTU: links[0].MTU}}
+	n := &vmNet{mac: links[0].Address, cfg: proto.VMNet{MTU: links[0].MTU, MAC: links[0].Address}}
 	for _, a := range links[0].AddrInfo {
 		if a.Family == "inet" {
 			n.cfg.Address = fmt.Sprintf("%s/%d", a.Local, a.Prefixlen)

@@ -318,13 +318,15 @@ func (r *runner) files(ctx context.Context) {
 }
 
 // microvm measures the microvm tier where the daemon offers it: a cold
-// create (a VM booted to an answering agent, then destroyed) and an exec
-// on a running VM; a note says which accelerator ran them (QEMU's
-// emulation, or KVM) or why the tier was skipped.
+// create (a VM booted to an answering agent, then destroyed), an exec on
+// a running VM and a fork with memory (per child, of a fork of two); a
+// note says which accelerator ran them (QEMU's emulation, or KVM) or why
+// the tier was skipped.
 func (r *runner) microvm(ctx context.Context) {
 	cname := "create/" + r.templates[0] + " (microvm)"
 	ename := "exec/true (microvm)"
-	if !r.want(cname) && !r.want(ename) {
+	fname := "fork/memory per child (microvm)"
+	if !r.want(cname) && !r.want(ename) && !r.want(fname) {
 		return
 	}
 	info, err := r.c.Info(ctx)
@@ -366,6 +368,18 @@ func (r *runner) microvm(ctx context.Context) {
 			})
 		})
 		res.Floor = "exec/true"
+		r.add(res)
+	}
+	if r.want(fname) {
+		const kids = 2
+		res := r.sampleT(ctx, fname, GroupLifecycle, max(min(r.opts.N, 5), 3), false, 3*time.Minute, func(ctx context.Context) (time.Duration, error) {
+			var ks []api.Sandbox
+			d, err := timed(func() (err error) { ks, err = r.c.ForkSandboxWithMemory(ctx, sb.ID, kids); return err })
+			for _, k := range ks {
+				_ = r.destroy(ctx, k.ID)
+			}
+			return d / kids, err
+		})
 		r.add(res)
 	}
 }

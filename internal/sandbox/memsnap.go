@@ -105,7 +105,7 @@ func markComplete(dir string) error {
 func checkpointer(drv driver.Driver, what string) (driver.Checkpointer, error) {
 	cp, ok := driver.As[driver.Checkpointer](drv)
 	if !ok {
-		return nil, errdefs.Precondition("isolation %s cannot %s: that needs memory snapshots, which the gvisor tier has (create the sandbox with `--isolation gvisor`)", drv.Name(), what)
+		return nil, errdefs.Precondition("isolation %s cannot %s: that needs memory snapshots, which the gvisor and microvm tiers have (create the sandbox with `--isolation gvisor` or `--isolation microvm`)", drv.Name(), what)
 	}
 	return cp, nil
 }
@@ -396,7 +396,7 @@ func (s *Service) ForkWithMemory(ctx context.Context, scope tenancy.Scope, id st
 		return nil, err
 	}
 	if !driver.Has[driver.Checkpointer](e.drv) {
-		return nil, errdefs.Precondition("isolation %s cannot fork with memory: live fork needs the gvisor tier (create the sandbox with `--isolation gvisor`); a fork without memory gives children the parent's files", e.drv.Name())
+		return nil, errdefs.Precondition("isolation %s cannot fork with memory: live fork needs the gvisor or microvm tier; a fork without memory gives children the parent's files", e.drv.Name())
 	}
 	return s.fork(ctx, scope, id, count, true)
 }

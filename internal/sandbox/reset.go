@@ -60,6 +60,10 @@ func (s *Service) Reset(ctx context.Context, scope tenancy.Scope, id, snapRef st
 		if snap.Isolation != "" && snap.Isolation != cur.Isolation {
 			return nil, errdefs.Invalid("snapshot %s was taken on isolation %s; sandbox %s runs %s", snap.ID, snap.Isolation, id, cur.Isolation)
 		}
+		// A reset boots the snapshot's files, without its memory.
+		if err := driver.Refuses(e.drv, driver.OpFileSnapshot); err != nil {
+			return nil, err
+		}
 		tpl, err = s.pool.TemplateVersion(snap.Template, snap.TemplateVersion)
 	} else {
 		tpl, err = s.pool.TemplateVersion(cur.Template, cur.TemplateVersion)

@@ -201,6 +201,18 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		if req.Isolation == "" && snap.Isolation != "" && s.ckpt.memoryOf(snap.ID, s.drivers[snap.Isolation]) != "" {
 			drv, r.Isolation = s.drivers[snap.Isolation], snap.Isolation
 		}
+		// Without its memory a snapshot gives its layer's files: a tier
+		// whose files are not a layer (microvm) has none to give or take.
+		if snap.Isolation != r.Isolation || s.ckpt.memoryOf(snap.ID, drv) == "" {
+			if err := driver.Refuses(drv, driver.OpFileSnapshot); err != nil {
+				return nil, err
+			}
+			if src := s.drivers[snap.Isolation]; src != nil {
+				if err := driver.Refuses(src, driver.OpFileSnapshot); err != nil {
+					return nil, fmt.Errorf("snapshot %s was taken on isolation %s and restores only there with its memory: %w", snap.ID, snap.Isolation, err)
+				}
+			}
+		}
 	} else if tpl, err = s.pool.TemplateFor(ctx, r.Template); err != nil { // another tenant's: not found
 		return nil, err
 	}

@@ -73,6 +73,11 @@ func (s *Service) snapshotWith(ctx context.Context, e *entry, name string, inter
 	if err := driver.Refuses(e.drv, driver.OpSnapshot); err != nil {
 		return nil, err
 	}
+	if !memory {
+		if err := driver.Refuses(e.drv, driver.OpFileSnapshot); err != nil {
+			return nil, err
+		}
+	}
 	p, err := pauser(e)
 	if err != nil {
 		return nil, errdefs.Precondition("isolation %s cannot freeze a sandbox for a consistent snapshot", e.drv.Name())

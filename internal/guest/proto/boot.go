@@ -142,13 +142,21 @@ const (
 
 // VMHello is the line that starts each host connection to a microvm
 // sandbox's agent: the first one carries the sandbox (its boot spec and
-// pids limit), later ones (a restarted daemon re-adopting it) nothing.
+// pids limit), later ones (a restarted daemon re-adopting it) nothing,
+// except the first hello to a VM restored from a checkpoint (a snapshot
+// with memory, a fork, a resume from disk): it carries the restored
+// sandbox's hostname, env, pids limit and network, which the agent
+// takes.
 type VMHello struct {
 	Boot *BootSpec `json:"boot,omitempty"`
 	Pids int64     `json:"pids,omitempty"`
 	// Net configures the VM's one network interface (a sandbox with
 	// egress); nil: loopback only.
 	Net *VMNet `json:"net,omitempty"`
+	// Time is the host's wall clock (Unix nanoseconds) as it says hello
+	// to a restored VM, whose clock stood still while its state was
+	// saved: the agent sets the guest's clock to it. 0: left alone.
+	Time int64 `json:"time,omitempty"`
 }
 
 // VMNet is the address of a microvm's interface: the sandbox's veth end's
@@ -158,4 +166,8 @@ type VMNet struct {
 	Address string `json:"address"` // CIDR, e.g. 10.200.0.2/30
 	Gateway string `json:"gateway"`
 	MTU     int    `json:"mtu,omitempty"`
+	// MAC is the veth end's MAC, which the VM's interface takes (frames
+	// the host side sends are addressed to it). A VM restored from
+	// another's state has that VM's MAC until its hello gives it this.
+	MAC string `json:"mac,omitempty"`
 }

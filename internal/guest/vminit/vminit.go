@@ -8,7 +8,9 @@
 // the port is one byte stream, the host opens one stream per connection.
 // When the host goes away (a daemon restart) the port reads EOF and the
 // agent waits for the next host to connect, whose first line is a
-// proto.VMHello (the boot spec, on the first connection only).
+// proto.VMHello (the boot spec, on the first connection only; and again
+// on the first after a restore from another VM's saved state, whose
+// identity and network the agent then takes).
 package vminit
 
 import (
@@ -147,8 +149,46 @@ func Run() error {
 	})
 	for {
 		serveSession(srv, f, log)
-		if _, err = accept(f, log); err != nil {
+		if hello, err = accept(f, log); err != nil {
 			return err
+		}
+		assume(srv, hello, log)
+	}
+}
+
+// assume applies a later hello's sandbox: one restored from a checkpoint
+// of another VM (a snapshot with memory, a fork, a resume from disk)
+// takes its own hostname, default environment, pids limit and address
+// here, and the host's time (its clock stood still while it was saved).
+// A re-adopting host's hello carries none of them. The agent is hardened
+// by now: the hostname is written through /proc (sethostname is not in
+// the seccomp filter).
+func assume(srv *guest.Server, hello proto.VMHello, log *slog.Logger) {
+	if hello.Time > 0 {
+		// The driver's seccomp filter lets clock_settime through for
+		// this: no exec holds CAP_SYS_TIME, so the kernel refuses it
+		// to every other process.
+		ts := unix.NsecToTimespec(hello.Time)
+		if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+			log.Warn("restore: setting the clock", "err", err)
+		}
+	}
+	if b := hello.Boot; b != nil {
+		if b.Hostname != "" {
+			if err := os.WriteFile("/proc/sys/kernel/hostname", []byte(b.Hostname), 0); err != nil {
+				log.Warn("restore: hostname", "err", err)
+			}
+		}
+		srv.SetEnv(b.Env)
+	}
+	if hello.Pids > 0 {
+		if err := os.WriteFile("/sys/fs/cgroup/pids/workload/pids.max", []byte(strconv.FormatInt(hello.Pids, 10)), 0); err != nil {
+			log.Warn("restore: pids.max", "err", err)
+		}
+	}
+	if hello.Net != nil {
+		if err := reconfigureNet(hello.Net); err != nil {
+			log.Warn("restore: network", "err", err)
 		}
 	}
 }
@@ -419,23 +459,62 @@ func findPort(name string) (string, error) {
 	}
 }
 
-// configureNet gives the VM's one network interface (the first that is
-// not lo) the sandbox's address, brings it up and routes everything
-// through the gateway.
-func configureNet(n *proto.VMNet) error {
+// vmLink is the VM's one network interface: the first that is not lo.
+func vmLink() (netlink.Link, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
-		return fmt.Errorf("listing interfaces: %w", err)
+		return nil, fmt.Errorf("listing interfaces: %w", err)
 	}
-	var link netlink.Link
 	for _, l := range links {
 		if l.Attrs().Flags&net.FlagLoopback == 0 {
-			link = l
-			break
+			return l, nil
 		}
 	}
-	if link == nil {
-		return errors.New("the VM has no network interface (virtio_net not loaded?)")
+	return nil, errors.New("the VM has no network interface (virtio_net not loaded?)")
+}
+
+// reconfigureNet gives a restored VM its new sandbox's network: the
+// interface goes down (its routes and neighbours, the old gateway's
+// among them, go with it), takes the new MAC, loses its old addresses,
+// and is configured as at boot.
+func reconfigureNet(n *proto.VMNet) error {
+	link, err := vmLink()
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetDown(link); err != nil {
+		return fmt.Errorf("bringing %s down: %w", link.Attrs().Name, err)
+	}
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("listing addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if a.IP.To4() != nil {
+			if err := netlink.AddrDel(link, &a); err != nil {
+				return fmt.Errorf("removing %s: %w", a.IPNet, err)
+			}
+		}
+	}
+	return configureNet(n)
+}
+
+// configureNet gives the VM's one network interface the sandbox's
+// address (and MAC, when given), brings it up and routes everything
+// through the gateway.
+func configureNet(n *proto.VMNet) error {
+	link, err := vmLink()
+	if err != nil {
+		return err
+	}
+	if n.MAC != "" && n.MAC != link.Attrs().HardwareAddr.String() {
+		mac, err := net.ParseMAC(n.MAC)
+		if err != nil {
+			return fmt.Errorf("mac %q: %w", n.MAC, err)
+		}
+		if err := netlink.LinkSetHardwareAddr(link, mac); err != nil {
+			return fmt.Errorf("mac %s: %w", n.MAC, err)
+		}
 	}
 	addr, err := netlink.ParseAddr(n.Address)
 	if err != nil {
