@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
@@ -163,8 +164,16 @@ func Prepare(r *Received, stage string) (*Prepared, error) {
 	if err := enterStage(stage, spec); err != nil {
 		return nil, err
 	}
-	if err := LimitUserNS(spec.UserLimits); err != nil { // ucounts_linux.go
+	// Stage wrote the default inotify counts; a sandbox that asks for
+	// others gets them now (ucounts_linux.go, LimitUserNS).
+	if err := setUserRlimits(spec.UserLimits); err != nil {
 		return nil, err
+	}
+	if l := api.DefaultUserLimits.Over(spec.UserLimits); l.InotifyInstances != api.DefaultUserLimits.InotifyInstances ||
+		l.InotifyWatches != api.DefaultUserLimits.InotifyWatches {
+		if err := limitUserNSFiles(spec.UserLimits); err != nil {
+			return nil, err
+		}
 	}
 	for i, c := range spec.Cgroups {
 		p.CgroupFDs = append(p.CgroupFDs, CgroupFD{FD: r.cgroups[2*i], HomeFD: r.cgroups[2*i+1], Controller: c.Controller, NoChild: c.NoChild})
@@ -318,6 +327,9 @@ func Stage(dir, lxcfs string) error {
 		return fmt.Errorf("mounting the stage on %s: %w", dir, err)
 	}
 	if err := stageSpecial(dir, lxcfs); err != nil {
+		return err
+	}
+	if err := limitUserNSFiles(nil); err != nil { // the defaults; Prepare sets others
 		return err
 	}
 	return LoopbackUp()
