@@ -405,11 +405,23 @@ func stageSpecial(root, lxcfs string) error {
 			return fmt.Errorf("masking %s: %w", f, err)
 		}
 	}
+	// One empty read-only tmpfs, bound over every masked directory: a
+	// superblock each would cost the host at every memory cgroup's
+	// removal (the kernel walks every superblock's lists then), and
+	// sandboxes are many.
+	empty := ""
 	for _, d := range maskedDirs {
 		if fi, err := os.Stat(in(d)); err != nil || !fi.IsDir() {
 			continue
 		}
-		if err := unix.Mount("tmpfs", in(d), "tmpfs", noexec|unix.MS_RDONLY, "size=0"); err != nil {
+		var err error
+		if empty == "" {
+			err = unix.Mount("tmpfs", in(d), "tmpfs", noexec|unix.MS_RDONLY, "size=0")
+			empty = in(d)
+		} else {
+			err = unix.Mount(empty, in(d), "", unix.MS_BIND, "")
+		}
+		if err != nil {
 			return fmt.Errorf("masking %s: %w", d, err)
 		}
 	}
