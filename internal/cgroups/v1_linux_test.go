@@ -488,3 +488,85 @@ func TestV1Cpuset(t *testing.T) {
 		t.Errorf("cpuset cgroup left after Destroy: %v", err)
 	}
 }
+
+// BenchmarkV1Cpuset measures what the sandbox's cpuset cgroup adds to
+// create and destroy: a create renames a waiting init's cgroups (one
+// rename per hierarchy) and sets the limits; without a waiting init it
+// makes them; destroy removes them.
+func BenchmarkV1Cpuset(b *testing.B) {
+	full := testV1(b).(*v1Manager)
+	if full.ctrls["cpuset"] == "" {
+		b.Skip("cpuset is not mounted on this host")
+	}
+	without := &v1Manager{parent: full.parent, ctrls: map[string]string{}}
+	for c, d := range full.ctrls {
+		if c != "cpuset" {
+			without.ctrls[c] = d
+		}
+	}
+	for _, d := range full.dirs {
+		if d != full.ctrls["cpuset"] {
+			without.dirs = append(without.dirs, d)
+		}
+	}
+	r := Resources{CPU: 1, MemoryBytes: 256 << 20, Pids: 100}
+	for _, m := range []*v1Manager{without, full} {
+		name := "without"
+		if m == full {
+			name = "with"
+		}
+		b.Run("rename+set/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				cg, err := m.Create("w", Resources{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := cg.Child("workload", Resources{}); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				cg, err = m.Rename("w", "sb")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := cg.Set(r); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				cg.Destroy()
+				b.StartTimer()
+			}
+		})
+		b.Run("create+child/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				cg, err := m.Create("sb", r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := cg.Child("workload", Resources{}); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				cg.Destroy()
+				b.StartTimer()
+			}
+		})
+		b.Run("destroy/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				cg, err := m.Create("sb", r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := cg.Child("workload", Resources{}); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := cg.Destroy(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
