@@ -74,6 +74,18 @@ func TestDriverRoundTrip(t *testing.T) {
 	if !strings.Contains(strings.ToLower(string(out)), "gvisor") {
 		t.Errorf("not gVisor? %s", out)
 	}
+	// gVisor's MemTotal is the sandbox's memory cgroup limit (its memory
+	// and the Sentry's reserve), read by runsc run (runscCgroups), not
+	// the host's.
+	if d.cg.Version() == 1 {
+		res, err := drivertest.Exec(ctx, d, h, "head -1 /proc/meminfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("MemTotal: %d kB", (spec.MemoryMB<<20+sentryReserveMemory)>>10); strings.Join(strings.Fields(res.Stdout), " ") != want {
+			t.Errorf("gVisor's /proc/meminfo starts %q, want %q", res.Stdout, want)
+		}
+	}
 	if err := d.Destroy(ctx, h); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +131,7 @@ func TestBundleCarriesSeccompFilter(t *testing.T) {
 	}
 	bundle := t.TempDir()
 	spec := &driver.Spec{ID: "sbx", Hostname: "sbx", MemoryMB: 256, Pids: 128}
-	if err := writeBundle(bundle, "/rootfs", "/guest", "/sock", spec, 1000000, 65536, harden.EncodeFilter(prog), shmSizeMB(spec.MemoryMB)); err != nil {
+	if err := writeBundle(bundle, "/rootfs", "/guest", "/sock", spec, 1000000, 65536, harden.EncodeFilter(prog), shmSizeMB(spec.MemoryMB), ""); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
