@@ -191,35 +191,3 @@ func TestContainerCPUView(t *testing.T) {
 	}
 	t.Logf("host CPUs %d; sandbox: %s", host, strings.ReplaceAll(mustSh(t, id, views), "\n", " "))
 }
-
-// TestGvisorResourceView: on the gvisor tier `runsc run` reads the
-// sandbox's cgroups (v1 hosts), so gVisor's /proc/meminfo and free say
-// the sandbox's memory cgroup limit (its memory plus the Sentry's
-// reserve), read on the host, not the host's; its CPU count is runsc's
-// ceil(quota) but never below 2 (--cpu-num-from-quota), at most the
-// host's, and nproc, os.cpu_count() and /proc/cpuinfo agree on it.
-func TestGvisorResourceView(t *testing.T) {
-	needBase(t)
-	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "gvisor", MemoryMB: 256, CPU: 1})
-	limit := readHostInt(t, cgroupPath("memory", id)+"/memory.limit_in_bytes")
-	out := mustSh(t, id, `awk '/^MemTotal:/{print $2}' /proc/meminfo; free -k | awk '/^Mem:/{print $2}'`)
-	f := strings.Fields(out)
-	if len(f) != 2 {
-		t.Fatalf("MemTotal and free's total: %q", out)
-	}
-	for i, what := range []string{"/proc/meminfo's MemTotal", "free's total"} {
-		n, _ := strconv.ParseInt(f[i], 10, 64)
-		if n<<10 != limit {
-			t.Errorf("%s = %d KiB; want the sandbox's memory cgroup limit, %d KiB, read on the host", what, n, limit>>10)
-		}
-	}
-	if limit < 256<<20 || limit > 256<<20+128<<20 {
-		t.Errorf("the sandbox's memory cgroup limit is %d; want 256 MiB plus the Sentry's reserve", limit)
-	}
-	want := min(runtime.NumCPU(), 2)
-	cpus := mustSh(t, id, `nproc; python3 -c 'import os; print(os.cpu_count())'; grep -c ^processor /proc/cpuinfo`)
-	if wantOut := fmt.Sprintf("%d\n%d\n%d", want, want, want); cpus != wantOut {
-		t.Errorf("nproc, os.cpu_count(), cpuinfo's processors =\n%s\nwant %d each (runsc: ceil(quota), at least 2, at most the host's)", cpus, want)
-	}
-	t.Logf("limit %d KiB; inside MemTotal and free %v; CPUs %s", limit>>10, f, strings.ReplaceAll(cpus, "\n", " "))
-}

@@ -10,9 +10,10 @@
 // The driver makes the sandbox's cgroups itself and starts `runsc run
 // --detach` inside them: the sandbox process and its gofer inherit them,
 // and memory, CPU and host threads are limited there from their first
-// instruction. On cgroup v1 hosts `runsc run` also reads them
-// (runscCgroups), so that gVisor's /proc/meminfo says the sandbox's
-// memory; every other runsc command runs with --ignore-cgroups.
+// instruction. With Options.GvisorCgroups, on cgroup v1 hosts, `runsc
+// run` also reads them (runscCgroups), so that gVisor's /proc/meminfo
+// says the sandbox's memory; otherwise, and for every other runsc
+// command, runsc runs with --ignore-cgroups.
 package gvisor
 
 import (
@@ -205,7 +206,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		}
 	}
 	cgPath := ""
-	if image == "" && d.cg.Version() == 1 {
+	if d.opts.GvisorCgroups && image == "" && d.cg.Version() == 1 {
 		cgPath = "/" + d.opts.CgroupParent + "/" + spec.ID
 	}
 	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, uid, d.opts.UIDCount, d.seccompFilter, shm, cgPath); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -38,7 +39,9 @@ func TestDriverRoundTrip(t *testing.T) {
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1000000)
 	parent := drivertest.CgroupParent(t)
 	guest := drivertest.BuildGuest(t)
-	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: 1000000, UIDCount: 65536})
+	// With the memory view (gvisor_memory_view), checked below; the
+	// conformance suite runs without it.
+	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: 1000000, UIDCount: 65536, GvisorCgroups: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +79,7 @@ func TestDriverRoundTrip(t *testing.T) {
 	}
 	// gVisor's MemTotal is the sandbox's memory cgroup limit (its memory
 	// and the Sentry's reserve), read by runsc run (runscCgroups), not
-	// the host's.
+	// the host's; its CPU count is runsc's ceil(quota), at least 2.
 	if d.cg.Version() == 1 {
 		res, err := drivertest.Exec(ctx, d, h, "head -1 /proc/meminfo")
 		if err != nil {
@@ -84,6 +87,13 @@ func TestDriverRoundTrip(t *testing.T) {
 		}
 		if want := fmt.Sprintf("MemTotal: %d kB", (spec.MemoryMB<<20+sentryReserveMemory)>>10); strings.Join(strings.Fields(res.Stdout), " ") != want {
 			t.Errorf("gVisor's /proc/meminfo starts %q, want %q", res.Stdout, want)
+		}
+		res, err = drivertest.Exec(ctx, d, h, "grep -c ^processor /proc/cpuinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprint(min(runtime.NumCPU(), 2)); strings.TrimSpace(res.Stdout) != want {
+			t.Errorf("gVisor's CPUs with cpu: 1 = %q, want %s (runsc: ceil(quota), at least 2, at most the host's)", res.Stdout, want)
 		}
 	}
 	if err := d.Destroy(ctx, h); err != nil {
