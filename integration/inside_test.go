@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/config"
 )
 
 // builtinTemplateEnv is the env scripts/build-template.sh imports the
@@ -190,4 +191,32 @@ func TestContainerCPUView(t *testing.T) {
 		check(fmt.Sprintf("after the quota was set to %d", c.quota), c.want)
 	}
 	t.Logf("host CPUs %d; sandbox: %s", host, strings.ReplaceAll(mustSh(t, id, views), "\n", " "))
+}
+
+// TestContainerCPUViewAfterClaim: a warm pool's sandbox made with `cpu:
+// 2` and claimed by a create with `cpu: 1` is resized (the driver's
+// SetLimits), and its views say 1 from the claim on: nproc at the next
+// exec, /proc/cpuinfo and cpu/online at the next read.
+func TestContainerCPUViewAfterClaim(t *testing.T) {
+	needBase(t)
+	host := runtime.NumCPU()
+	if host < 2 {
+		t.Fatalf("this host has %d CPU; the test needs 2 or more", host)
+	}
+	restartDaemon(t, func() {
+		env.cfg.Pools = []config.WarmPool{{Template: "base", Isolation: "container", Size: 1, CPU: float64(host)}}
+	})
+	t.Cleanup(func() { restartDaemon(t, func() { env.cfg.Pools = nil }) })
+	waitPoolsFull(t)
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "container", CPU: 1})
+	if got := pools(t)[0].Served; got != 1 {
+		t.Fatalf("the create was not served from the pool (served %d): this test needs a claim", got)
+	}
+	if got := readHostInt(t, cgroupPath("cpu", id)+"/cpu.cfs_quota_us"); got != 100000 {
+		t.Fatalf("after the claim the CFS quota is %d, want 100000 (cpu: 1)", got)
+	}
+	const views = `nproc; python3 -c 'import os; print(os.cpu_count())'; grep -c ^processor /proc/cpuinfo; cat /sys/devices/system/cpu/online`
+	if got := mustSh(t, id, views); got != "1\n1\n1\n0" {
+		t.Errorf("after a claim with cpu: 1 of a cpu: %d pool sandbox: nproc, os.cpu_count(), cpuinfo's processors, cpu/online =\n%s\nwant 1, 1, 1, 0", host, got)
+	}
 }
