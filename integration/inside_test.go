@@ -5,13 +5,17 @@ package integration
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/config"
 )
 
 // builtinTemplateEnv is the env scripts/build-template.sh imports the
@@ -137,4 +141,82 @@ func TestContainerResourceView(t *testing.T) {
 		t.Errorf("uptime inside = %.1f s; want its init's age, %.1f s read on the host (the host's is %.1f s)", inside, age, host)
 	}
 	t.Logf("MemTotal %d (limit %d, then %d; host %d); uptime %.1f s (init's age %.1f s, host's %.1f s)", limit, limit, raised, hostTotal, inside, age, host)
+}
+
+// TestContainerCPUView: in a `cpu: 1` sandbox on this host's CPUs, every
+// common count says ceil(cpu): nproc (OMP_NUM_THREADS in the exec's env),
+// Python's os.cpu_count() (sysconf, /sys/devices/system/cpu/online),
+// /proc/cpuinfo and /proc/stat (LXCFS with --enable-cfs at the sandbox's
+// cpuset cgroup); after a resize (the CFS quota changes on the host, as a
+// warm pool's claim does it) the next reads and execs say the new one;
+// the exec's own OMP_NUM_THREADS wins.
+func TestContainerCPUView(t *testing.T) {
+	needBase(t)
+	host := runtime.NumCPU()
+	if host < 2 {
+		t.Fatalf("this host has %d CPU; the test needs 2 or more to tell a sandbox's count from the host's", host)
+	}
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "container", CPU: 1})
+	const views = `nproc; python3 -c 'import os; print(os.cpu_count())'; grep -c ^processor /proc/cpuinfo; grep -c '^cpu[0-9]' /proc/stat; cat /sys/devices/system/cpu/online`
+	check := func(when string, want int) {
+		t.Helper()
+		online := "0"
+		if want > 1 {
+			online = fmt.Sprintf("0-%d", want-1)
+		}
+		wantOut := fmt.Sprintf("%d\n%d\n%d\n%d\n%s", want, want, want, want, online)
+		if got := mustSh(t, id, views); got != wantOut {
+			t.Errorf("%s: nproc, os.cpu_count(), cpuinfo's processors, /proc/stat's cpuN lines, cpu/online =\n%s\nwant\n%s", when, got, wantOut)
+		}
+	}
+	quota := cgroupPath("cpu", id) + "/cpu.cfs_quota_us"
+	if got := readHostInt(t, quota); got != 100000 {
+		t.Fatalf("the sandbox's CFS quota is %d, want 100000 (cpu: 1)", got)
+	}
+	check("cpu: 1", 1)
+	if got := mustSh(t, id, `env | grep ^OMP_NUM_THREADS=`); got != "OMP_NUM_THREADS=1" {
+		t.Errorf("the exec's env has %q, want OMP_NUM_THREADS=1", got)
+	}
+	res, err := env.client.Exec(context.Background(), id, api.ExecRequest{Shell: "nproc", Env: map[string]string{"OMP_NUM_THREADS": "3"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "3" {
+		t.Errorf("nproc with the exec's own OMP_NUM_THREADS=3: %q, %v", res.Stdout, err)
+	}
+	for _, c := range []struct {
+		quota int64
+		want  int
+	}{{int64(host) * 100000, host}, {50000, 1}} {
+		if err := os.WriteFile(quota, []byte(strconv.FormatInt(c.quota, 10)), 0); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("after the quota was set to %d", c.quota), c.want)
+	}
+	t.Logf("host CPUs %d; sandbox: %s", host, strings.ReplaceAll(mustSh(t, id, views), "\n", " "))
+}
+
+// TestContainerCPUViewAfterClaim: a warm pool's sandbox made with `cpu:
+// 2` and claimed by a create with `cpu: 1` is resized (the driver's
+// SetLimits), and its views say 1 from the claim on: nproc at the next
+// exec, /proc/cpuinfo and cpu/online at the next read.
+func TestContainerCPUViewAfterClaim(t *testing.T) {
+	needBase(t)
+	host := runtime.NumCPU()
+	if host < 2 {
+		t.Fatalf("this host has %d CPU; the test needs 2 or more", host)
+	}
+	restartDaemon(t, func() {
+		env.cfg.Pools = []config.WarmPool{{Template: "base", Isolation: "container", Size: 1, CPU: float64(host)}}
+	})
+	t.Cleanup(func() { restartDaemon(t, func() { env.cfg.Pools = nil }) })
+	waitPoolsFull(t)
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "container", CPU: 1})
+	if got := pools(t)[0].Served; got != 1 {
+		t.Fatalf("the create was not served from the pool (served %d): this test needs a claim", got)
+	}
+	if got := readHostInt(t, cgroupPath("cpu", id)+"/cpu.cfs_quota_us"); got != 100000 {
+		t.Fatalf("after the claim the CFS quota is %d, want 100000 (cpu: 1)", got)
+	}
+	const views = `nproc; python3 -c 'import os; print(os.cpu_count())'; grep -c ^processor /proc/cpuinfo; cat /sys/devices/system/cpu/online`
+	if got := mustSh(t, id, views); got != "1\n1\n1\n0" {
+		t.Errorf("after a claim with cpu: 1 of a cpu: %d pool sandbox: nproc, os.cpu_count(), cpuinfo's processors, cpu/online =\n%s\nwant 1, 1, 1, 0", host, got)
+	}
 }

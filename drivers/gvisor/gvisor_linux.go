@@ -7,10 +7,13 @@
 // unix socket the agent creates in a host directory bind-mounted into the
 // sandbox (runsc --host-uds=create).
 //
-// runsc runs with --ignore-cgroups (it cannot drive this host's hybrid
-// cgroups), so the driver starts `runsc run --detach` inside the sandbox's own
-// cgroup: the sandbox process and its gofer inherit it, and memory, CPU and
-// host threads are limited there from their first instruction.
+// The driver makes the sandbox's cgroups itself and starts `runsc run
+// --detach` inside them: the sandbox process and its gofer inherit them,
+// and memory, CPU and host threads are limited there from their first
+// instruction. With Options.GvisorCgroups, on cgroup v1 hosts, `runsc
+// run` also reads them (runscCgroups), so that gVisor's /proc/meminfo
+// says the sandbox's memory; otherwise, and for every other runsc
+// command, runsc runs with --ignore-cgroups.
 package gvisor
 
 import (
@@ -202,7 +205,11 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 			return nil, err
 		}
 	}
-	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, uid, d.opts.UIDCount, d.seccompFilter, shm); err != nil {
+	cgPath := ""
+	if d.opts.GvisorCgroups && image == "" && d.cg.Version() == 1 {
+		cgPath = "/" + d.opts.CgroupParent + "/" + spec.ID
+	}
+	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, uid, d.opts.UIDCount, d.seccompFilter, shm, cgPath); err != nil {
 		return nil, fmt.Errorf("gvisor: writing the OCI bundle: %w", err)
 	}
 	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
@@ -223,8 +230,12 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	for _, p := range cg.Paths() {
 		procs = append(procs, filepath.Join(p, "cgroup.procs"))
 	}
+	flags := createFlags(root, spec)
+	if cgPath != "" {
+		flags = runscCgroups(flags)
+	}
 	args := append([]string{"-c", `for f in $CGPROCS; do echo $$ > "$f" || exit 111; done; unset CGPROCS; exec "$@"`, "sh", runscPath()},
-		createFlags(root, spec)...)
+		flags...)
 	// runsc's own logs (create, boot, gofer) at info level, for a boot
 	// that fails before the guest answers (bootLog).
 	args = append(args, "--debug-log="+filepath.Join(spec.RunDir, "logs")+"/")
@@ -430,6 +441,11 @@ func (d *Driver) Destroy(ctx context.Context, h *driver.Handle) error {
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		errs = append(errs, err)
 	}
+	if d.cg.Version() == 1 {
+		if err := removeRunscCgroups(d.opts.CgroupParent, h.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if ch, ours := d.exits.Take(h.ID); ours {
 		select {
 		case <-ch:
@@ -503,6 +519,15 @@ func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, e
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if d.cg.Version() == 1 {
+		for _, id := range strayRunscCgroups(d.opts.CgroupParent, keep) {
+			if err := removeRunscCgroups(d.opts.CgroupParent, id); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed = append(removed, "runsc cgroup "+id)
+		}
 	}
 	for _, m := range leftoverMounts(d.opts.RunRoot, keep) {
 		if err := unmount(m); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -38,7 +39,9 @@ func TestDriverRoundTrip(t *testing.T) {
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1000000)
 	parent := drivertest.CgroupParent(t)
 	guest := drivertest.BuildGuest(t)
-	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: 1000000, UIDCount: 65536})
+	// With the memory view (gvisor_memory_view), checked below; the
+	// conformance suite runs without it.
+	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: 1000000, UIDCount: 65536, GvisorCgroups: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +76,25 @@ func TestDriverRoundTrip(t *testing.T) {
 	t.Logf("runsc.log: %s", logb)
 	if !strings.Contains(strings.ToLower(string(out)), "gvisor") {
 		t.Errorf("not gVisor? %s", out)
+	}
+	// gVisor's MemTotal is the sandbox's memory cgroup limit (its memory
+	// and the Sentry's reserve), read by runsc run (runscCgroups), not
+	// the host's; its CPU count is runsc's ceil(quota), at least 2.
+	if d.cg.Version() == 1 {
+		res, err := drivertest.Exec(ctx, d, h, "head -1 /proc/meminfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("MemTotal: %d kB", (spec.MemoryMB<<20+sentryReserveMemory)>>10); strings.Join(strings.Fields(res.Stdout), " ") != want {
+			t.Errorf("gVisor's /proc/meminfo starts %q, want %q", res.Stdout, want)
+		}
+		res, err = drivertest.Exec(ctx, d, h, "grep -c ^processor /proc/cpuinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprint(min(runtime.NumCPU(), 2)); strings.TrimSpace(res.Stdout) != want {
+			t.Errorf("gVisor's CPUs with cpu: 1 = %q, want %s (runsc: ceil(quota), at least 2, at most the host's)", res.Stdout, want)
+		}
 	}
 	if err := d.Destroy(ctx, h); err != nil {
 		t.Fatal(err)
@@ -119,7 +141,7 @@ func TestBundleCarriesSeccompFilter(t *testing.T) {
 	}
 	bundle := t.TempDir()
 	spec := &driver.Spec{ID: "sbx", Hostname: "sbx", MemoryMB: 256, Pids: 128}
-	if err := writeBundle(bundle, "/rootfs", "/guest", "/sock", spec, 1000000, 65536, harden.EncodeFilter(prog), shmSizeMB(spec.MemoryMB)); err != nil {
+	if err := writeBundle(bundle, "/rootfs", "/guest", "/sock", spec, 1000000, 65536, harden.EncodeFilter(prog), shmSizeMB(spec.MemoryMB), ""); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))

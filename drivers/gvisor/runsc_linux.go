@@ -28,8 +28,9 @@ func runscPath() string {
 }
 
 // globalFlags are runsc's flags for every sandbox of this driver, with
-// root its state directory. --ignore-cgroups: runsc cannot drive hybrid
-// v1/v2 hosts, the driver puts runsc's processes into its own cgroups.
+// root its state directory. --ignore-cgroups: the driver makes the
+// sandbox's cgroups and puts runsc's processes into them (only `runsc
+// run` on v1 reads them: runscCgroups).
 // --overlay2=none: the root's writes go to the host overlay (the btrfs
 // layer with its quota), not to a runsc-private overlay.
 func globalFlags(root string) []string {
@@ -40,6 +41,26 @@ func globalFlags(root string) []string {
 		"--overlay2=none",
 		"--host-uds=create",
 	}
+}
+
+// runscCgroups turns flags (globalFlags') into those of a `runsc run` that
+// reads the sandbox's cgroups, which the driver made and the spec's
+// cgroupsPath names: runsc then passes the Sentry the memory cgroup's
+// limit as its MemTotal (`runsc boot --total-memory`; with
+// --ignore-cgroups it passes the host's) and a CPU count from the CFS
+// quota, never below 2 (its --cpu-num-from-quota). runsc uses the
+// hierarchies the driver made as they are, makes the ones it did not
+// (blkio, devices, name=systemd where mounted: empty, no limits), and
+// removes those at `runsc delete` (docs/sandbox-view.md). v1 only: on v2
+// runsc would make a child cgroup of its own, untested here.
+func runscCgroups(flags []string) []string {
+	out := make([]string, 0, len(flags))
+	for _, f := range flags {
+		if f != "--ignore-cgroups" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // runsc runs one runsc command and returns its stdout; an error carries

@@ -17,7 +17,17 @@ import (
 )
 
 // v1Controllers are the hierarchies a v1 sandbox cgroup lives in.
-var v1Controllers = []string{"cpu", "cpuacct", "memory", "pids", "freezer"}
+// cpuset is used where it is mounted (v1Optional) and limits nothing: a
+// sandbox's cpuset allows every CPU its parent does, since pinning would
+// only hurt the scheduler's balance (the CPU limit is the cpu
+// controller's quota). It is there because LXCFS finds a sandbox's CPU
+// quota at its cpuset cgroup's path, and counts CPUs for /proc/cpuinfo,
+// /proc/stat and /sys/devices/system/cpu/online from it
+// (docs/sandbox-view.md).
+var v1Controllers = []string{"cpu", "cpuacct", "memory", "pids", "freezer", "cpuset"}
+
+// v1Optional are the controllers of v1Controllers a host may lack.
+var v1Optional = []string{"cpuset"}
 
 // v1Mounts maps each v1 controller to its mount point, from mountinfo.
 // Co-mounted controllers (cpu,cpuacct) share one mount point.
@@ -53,6 +63,9 @@ func newV1(mounts map[string]string, parent string) (*v1Manager, error) {
 	m := &v1Manager{parent: parent, ctrls: map[string]string{}}
 	for _, c := range v1Controllers {
 		mnt, ok := mounts[c]
+		if !ok && slices.Contains(v1Optional, c) {
+			continue
+		}
 		if !ok {
 			return nil, fmt.Errorf("%w: cgroup v1 controller %q is not mounted; mount it (mount -t cgroup -o %s cgroup /sys/fs/cgroup/%s)",
 				errdefs.ErrFailedPrecondition, c, c, c)
@@ -65,8 +78,53 @@ func newV1(mounts map[string]string, parent string) (*v1Manager, error) {
 				return nil, classify(err, "creating cgroup parent")
 			}
 		}
+		if c == "cpuset" {
+			if err := cloneCpusets(mnt, parent); err != nil {
+				return nil, classify(err, "preparing the cpuset cgroup parent")
+			}
+		}
 	}
 	return m, nil
+}
+
+// cloneCpusets readies the cpuset cgroups from the hierarchy's mount down
+// to parent so that a cgroup made below them by mkdir alone can hold
+// processes: a fresh v1 cpuset has no CPUs and no memory nodes (a task
+// cannot join it) unless its parent has cgroup.clone_children set, which
+// copies the parent's at mkdir and is itself inherited. Each level gets
+// its parent's cpuset.cpus and cpuset.mems where it has none, and
+// clone_children. Once per Manager, so that Create stays one mkdir.
+func cloneCpusets(mnt, parent string) error {
+	dir := mnt
+	for _, el := range strings.Split(parent, "/") {
+		up := dir
+		dir = filepath.Join(dir, el)
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(string(b)) != "" {
+				continue
+			}
+			if b, err = os.ReadFile(filepath.Join(up, f)); err != nil {
+				return err
+			}
+			if err := writeFile(filepath.Join(dir, f), strings.TrimSpace(string(b))); err != nil {
+				return err
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.clone_children"))
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(b)) != "1" {
+			if err := writeFile(filepath.Join(dir, "cgroup.clone_children"), "1"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (m *v1Manager) Version() int { return 1 }

@@ -434,3 +434,139 @@ func TestProcsOfRemovedCgroup(t *testing.T) {
 		t.Fatalf("gone(%v) = false", err)
 	}
 }
+
+// TestV1Cpuset: a sandbox's cpuset cgroup, made by mkdir alone, allows
+// every CPU and memory node of the host's (no pinning) and takes
+// processes, its children too; a nested parent is readied the same way.
+func TestV1Cpuset(t *testing.T) {
+	m := testV1(t)
+	cpuset := m.(*v1Manager).ctrls["cpuset"]
+	if cpuset == "" {
+		t.Skip("cpuset is not mounted on this host")
+	}
+	root := filepath.Dir(cpuset)
+	cg, err := m.Create("sb", Resources{CPU: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := cg.Child("workload", Resources{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nested, err := New(m.(*v1Manager).parent + "/sb")
+	if err != nil {
+		t.Fatalf("New under a sandbox: %v", err)
+	}
+	if _, err := nested.Open("workload"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Cgroup{cg, child} {
+		dir := c.Paths()["cpuset"]
+		if dir == "" {
+			t.Fatalf("%s has no cpuset path: %v", c.Name(), c.Paths())
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if got, want := readTrim(t, filepath.Join(dir, f)), readTrim(t, filepath.Join(root, f)); got != want {
+				t.Errorf("%s/%s = %q, want the host's %q", dir, f, got, want)
+			}
+		}
+		cmd := exec.Command("sleep", "30")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		err := c.AddProc(cmd.Process.Pid)
+		cmd.Process.Kill()
+		cmd.Wait()
+		if err != nil {
+			t.Errorf("AddProc to %s: %v", dir, err)
+		}
+	}
+	if err := cg.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cg.Paths()["cpuset"]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cpuset cgroup left after Destroy: %v", err)
+	}
+}
+
+// BenchmarkV1Cpuset measures what the sandbox's cpuset cgroup adds to
+// create and destroy: a create renames a waiting init's cgroups (one
+// rename per hierarchy) and sets the limits; without a waiting init it
+// makes them; destroy removes them.
+func BenchmarkV1Cpuset(b *testing.B) {
+	full := testV1(b).(*v1Manager)
+	if full.ctrls["cpuset"] == "" {
+		b.Skip("cpuset is not mounted on this host")
+	}
+	without := &v1Manager{parent: full.parent, ctrls: map[string]string{}}
+	for c, d := range full.ctrls {
+		if c != "cpuset" {
+			without.ctrls[c] = d
+		}
+	}
+	for _, d := range full.dirs {
+		if d != full.ctrls["cpuset"] {
+			without.dirs = append(without.dirs, d)
+		}
+	}
+	r := Resources{CPU: 1, MemoryBytes: 256 << 20, Pids: 100}
+	for _, m := range []*v1Manager{without, full} {
+		name := "without"
+		if m == full {
+			name = "with"
+		}
+		b.Run("rename+set/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				cg, err := m.Create("w", Resources{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := cg.Child("workload", Resources{}); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				cg, err = m.Rename("w", "sb")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := cg.Set(r); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				cg.Destroy()
+				b.StartTimer()
+			}
+		})
+		b.Run("create+child/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				cg, err := m.Create("sb", r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := cg.Child("workload", Resources{}); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				cg.Destroy()
+				b.StartTimer()
+			}
+		})
+		b.Run("destroy/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				cg, err := m.Create("sb", r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := cg.Child("workload", Resources{}); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := cg.Destroy(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

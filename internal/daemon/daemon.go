@@ -117,17 +117,18 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	unavailable := map[string]error{} // for GET /v1/info
 	for _, name := range driver.Names() {
 		d, err := driver.New(name, driver.Options{
-			GuestBinary:  guestBin,
-			UIDBase:      cfg.UIDBase,
-			UIDCount:     cfg.UIDCount,
-			IDRanges:     ids,
-			CgroupParent: cfg.CgroupParent,
-			Seccomp:      true,
-			RunRoot:      cfg.RunDir,
-			Prespawn:     cfg.PrespawnInits,
-			LxcfsDir:     lxcfs,
-			CacheDir:     filepath.Join(cfg.DataDir, "cache", name),
-			Logger:       log.With("driver", name),
+			GuestBinary:   guestBin,
+			UIDBase:       cfg.UIDBase,
+			UIDCount:      cfg.UIDCount,
+			IDRanges:      ids,
+			CgroupParent:  cfg.CgroupParent,
+			Seccomp:       true,
+			RunRoot:       cfg.RunDir,
+			Prespawn:      cfg.PrespawnInits,
+			LxcfsDir:      lxcfs,
+			GvisorCgroups: cfg.GvisorMemoryView,
+			CacheDir:      filepath.Join(cfg.DataDir, "cache", name),
+			Logger:        log.With("driver", name),
 		})
 		if err != nil {
 			log.Warn("isolation tier unavailable", "driver", name, "err", err)

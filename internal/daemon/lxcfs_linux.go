@@ -13,19 +13,40 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ensureLxcfs returns dir once an LXCFS is mounted there, starting one if
-// none is: `lxcfs --enable-loadavg dir`, in a session of its own so that it
+// lxcfsOptions are the views the daemon's lxcfs serves beyond memory and
+// uptime: each sandbox's own load average, and its CPU count from its CFS
+// quota (/proc/cpuinfo, /proc/stat, /sys/devices/system/cpu/online).
+var lxcfsOptions = []string{"--enable-loadavg", "--enable-cfs"}
+
+// lxcfsCFSSuffix names the directory of the daemon's own lxcfs when an
+// lxcfs without --enable-cfs holds lxcfs_dir (see ensureLxcfs).
+const lxcfsCFSSuffix = ".cfs"
+
+// ensureLxcfs returns the directory where an LXCFS with the CPU views is
+// mounted for new sandboxes, starting one if none is: `lxcfs
+// --enable-loadavg --enable-cfs dir`, in a session of its own so that it
 // outlives the daemon (sandboxes keep running across a restart, and their
 // /proc/meminfo is a file of it), its output in runDir/lxcfs.log. An LXCFS
-// already there (Debian's lxcfs.service mounts /var/lib/lxcfs) is used as
-// it is. A mount whose lxcfs has died (killed with the session that
-// started it: every read answers ENOTCONN, "Transport endpoint is not
-// connected") is detached and a new lxcfs mounted in its place. On failure
-// it logs why and returns "": sandboxes then see the host's figures
-// (docs/sandbox-view.md).
+// with --enable-cfs already at dir is used as it is. One without it
+// (Debian's lxcfs.service mounts /var/lib/lxcfs so; an older agentbox
+// started one so) is left where it is, since running sandboxes bind its
+// files and stopping it would break their reads, and the daemon's own
+// goes to dir+".cfs" instead, used from then on. A mount whose lxcfs has
+// died (killed with the session that started it: every read answers
+// ENOTCONN, "Transport endpoint is not connected") is detached and a new
+// lxcfs mounted in its place. On failure it logs why and returns "":
+// sandboxes then see the host's figures (docs/sandbox-view.md).
 func ensureLxcfs(ctx context.Context, dir, runDir string, log *slog.Logger) string {
 	if dir == "" {
 		return ""
+	}
+	base := filepath.Clean(dir)
+	dir = base
+	pidfile := filepath.Join(runDir, "lxcfs.pid")
+	if lxcfsMounted(dir) && lxcfsServes(dir) == nil && !lxcfsHasCFS(dir) {
+		dir += lxcfsCFSSuffix
+		pidfile = filepath.Join(runDir, "lxcfs"+lxcfsCFSSuffix+".pid")
+		log.Info("lxcfs: the one mounted runs without --enable-cfs (sandboxes would see the host's CPUs); leaving it to the sandboxes that use it, new ones get one with the CPU views", "old", base, "dir", dir)
 	}
 	if lxcfsMounted(dir) {
 		err := lxcfsServes(dir)
@@ -54,7 +75,8 @@ func ensureLxcfs(ctx context.Context, dir, runDir string, log *slog.Logger) stri
 	}
 	defer logf.Close()
 	// Not CommandContext: it must outlive this daemon.
-	cmd := exec.Command(bin, "--foreground", "--enable-loadavg", "--pidfile", filepath.Join(runDir, "lxcfs.pid"), dir)
+	args := append([]string{"--foreground"}, lxcfsOptions...)
+	cmd := exec.Command(bin, append(args, "--pidfile", pidfile, dir)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -79,7 +101,7 @@ func ensureLxcfs(ctx context.Context, dir, runDir string, log *slog.Logger) stri
 					return
 				}
 				log.Warn("lxcfs exited; starting a new one", "err", err, "log", filepath.Join(runDir, "lxcfs.log"))
-				ensureLxcfs(ctx, dir, runDir, log)
+				ensureLxcfs(ctx, base, runDir, log)
 			}()
 			return dir
 		}
@@ -120,6 +142,35 @@ func lxcfsMounted(dir string) bool {
 		f, g := strings.Fields(pre), strings.Fields(post)
 		if ok && len(f) >= 5 && len(g) >= 1 && f[4] == filepath.Clean(dir) && g[0] == "fuse.lxcfs" {
 			return true
+		}
+	}
+	return false
+}
+
+// lxcfsHasCFS says whether the lxcfs serving dir runs with --enable-cfs,
+// from the command lines of this pid namespace's lxcfs processes. One
+// whose process is not found (another pid namespace) counts as without.
+func lxcfsHasCFS(dir string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(args[0]) != "lxcfs" {
+			continue
+		}
+		serves, cfs := false, false
+		for _, a := range args[1:] {
+			serves = serves || (!strings.HasPrefix(a, "-") && filepath.Clean(a) == dir)
+			cfs = cfs || a == "--enable-cfs"
+		}
+		if serves {
+			return cfs
 		}
 	}
 	return false

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -62,8 +63,56 @@ func TestLxcfsReplacesDeadMount(t *testing.T) {
 	}
 }
 
+// TestLxcfsBesideOneWithoutCFS: an lxcfs without --enable-cfs at
+// lxcfs_dir (Debian's unit, or an older agentbox's) keeps serving the
+// sandboxes that bind its files; the daemon mounts its own, with the CPU
+// views, at lxcfs_dir.cfs and uses it from then on.
+func TestLxcfsBesideOneWithoutCFS(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (it mounts FUSE): run it as make test does")
+	}
+	dir, run, oldRun := t.TempDir(), t.TempDir(), t.TempDir()
+	cfsDir := dir + lxcfsCFSSuffix
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	old := exec.Command("lxcfs", "--foreground", "--enable-loadavg", "--pidfile", filepath.Join(oldRun, "lxcfs.pid"), dir)
+	if err := old.Start(); err != nil {
+		t.Fatalf("starting lxcfs (is the lxcfs package installed? scripts/install-deps.sh): %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		killLxcfs(t, run)
+		_ = old.Process.Kill()
+		_ = old.Wait()
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		_ = unix.Unmount(cfsDir, unix.MNT_DETACH)
+		_ = os.RemoveAll(cfsDir)
+	})
+	waitFor(t, "the old lxcfs to mount", func() bool { return lxcfsMounted(dir) && lxcfsServes(dir) == nil })
+	if lxcfsHasCFS(dir) {
+		t.Fatal("lxcfsHasCFS says the lxcfs started without --enable-cfs has it")
+	}
+	for range 2 { // the second time it finds its own
+		if got := ensureLxcfs(ctx, dir, run, log); got != cfsDir {
+			t.Fatalf("ensureLxcfs = %q, want %q", got, cfsDir)
+		}
+	}
+	if !lxcfsHasCFS(cfsDir) {
+		t.Error("the daemon's lxcfs runs without --enable-cfs")
+	}
+	if err := lxcfsServes(dir); err != nil || old.ProcessState != nil {
+		t.Errorf("the old lxcfs stopped serving: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfsDir, "sys/devices/system/cpu/online")); err != nil {
+		t.Errorf("the daemon's lxcfs has no CPU view: %v", err)
+	}
+}
+
 func lxcfsPid(run string) int {
-	b, _ := os.ReadFile(filepath.Join(run, "lxcfs.pid"))
+	b, err := os.ReadFile(filepath.Join(run, "lxcfs.pid"))
+	if err != nil {
+		b, _ = os.ReadFile(filepath.Join(run, "lxcfs"+lxcfsCFSSuffix+".pid"))
+	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	return pid
 }

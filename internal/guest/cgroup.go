@@ -40,6 +40,10 @@ type CgroupDir struct {
 	// lives above the workload so that the workload's pids and memory
 	// limits cannot starve or OOM-kill it. 0 means FD.
 	HomeFD int
+	// CPU says the sandbox's CPU limit is here: v1, the cpu hierarchy
+	// (in HomeFD); v2, the parent of FD and HomeFD. Execs' environments
+	// then say it (cpus.go).
+	CPU bool
 }
 
 // cgroupSet makes and removes the per-exec child cgroups. Making one

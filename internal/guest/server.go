@@ -70,6 +70,7 @@ type Server struct {
 	reaper  *reaper
 	cgroups *cgroupSet  // nil without cgroups
 	oom     *oomCounter // nil without a memory cgroup (oom.go)
+	cpu     *cpuLimit   // nil without a CPU cgroup (cpus.go)
 	// devNull is an fd of /dev/null, every exec's default stdin; -1 where
 	// the root has none.
 	devNull int
@@ -118,6 +119,7 @@ func NewServer(cfg Config) *Server {
 	if len(cfg.Cgroups) > 0 {
 		s.cgroups = newCgroupSet(cfg.Cgroups, s.log)
 		s.oom = findOOMCounter(cfg.Cgroups)
+		s.cpu = openCPULimit(cfg.Cgroups)
 	}
 	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		s.log.Warn("marking inherited fds close-on-exec", "err", err)

@@ -30,9 +30,14 @@ func (s *Server) handleSetEnv(w http.ResponseWriter, r *http.Request) {
 }
 
 // defaultEnv is the default environment of an exec, read under mu since
-// SetEnv may replace it while the server runs.
+// SetEnv may replace it while the server runs: the sandbox's CPU limit
+// (cpus.go) and then the configured one, which overrides it.
 func (s *Server) defaultEnv() []string {
+	cpu := s.cpu.env()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cfg.Env
+	if cpu == "" {
+		return s.cfg.Env
+	}
+	return append([]string{cpu}, s.cfg.Env...)
 }

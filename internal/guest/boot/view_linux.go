@@ -18,14 +18,21 @@ import (
 //     sandbox's memory cgroup, so free and MemTotal say its limit, and a
 //     resize shows at once), /proc/uptime (its init's age), /proc/swaps
 //     and /proc/loadavg (its own tasks when lxcfs runs with
-//     --enable-loadavg);
+//     --enable-loadavg), and its CPUs: /proc/cpuinfo, /proc/stat and
+//     /sys/devices/system/cpu/online count ceil(its CFS quota) CPUs
+//     when lxcfs runs with --enable-cfs and the sandbox has a cpuset
+//     cgroup (internal/cgroups), else every CPU of the host;
 //   - files of its own for the host-wide counters that say something of
 //     the host or of other tenants: /proc/cmdline (the host's boot line),
 //     /proc/sys/kernel/random/boot_id (a random id per sandbox),
 //     /proc/cgroups (one cgroup per controller, not the host's count,
 //     which grows with every sandbox) and /proc/diskstats (empty: the
 //     storage pool's I/O is the host's).
-var lxcfsFiles = []string{"/proc/meminfo", "/proc/uptime", "/proc/swaps", "/proc/loadavg"}
+var lxcfsFiles = []string{"/proc/meminfo", "/proc/uptime", "/proc/swaps", "/proc/loadavg", "/proc/cpuinfo", "/proc/stat"}
+
+// lxcfsSysFiles are LXCFS's views under /sys, bound where the LXCFS
+// serves them (each on its own: an older LXCFS may lack one).
+var lxcfsSysFiles = []string{"/sys/devices/system/cpu/online"}
 
 // stageView binds the views over the staged /proc under root; lxcfs is
 // the mounted LXCFS ("" for none). The files of its own live in view, a
@@ -40,13 +47,18 @@ func stageView(root, view, lxcfs string) error {
 			if _, err := os.Stat(src); err != nil {
 				// lxcfs stopped or crashed: the sandbox still starts, with
 				// the host's figures, rather than none starting at all.
-				fmt.Fprintf(os.Stderr, "agentbox-guest: LXCFS at %s has no %s (%v); this sandbox sees the host's memory and uptime\n", lxcfs, f, err)
+				fmt.Fprintf(os.Stderr, "agentbox-guest: LXCFS at %s has no %s (%v); this sandbox sees the host's memory, uptime and CPUs\n", lxcfs, f, err)
 				got = nil
 				break
 			}
 			got = append(got, [2]string{src, in(f)})
 		}
 		binds = append(binds, got...)
+		for _, f := range lxcfsSysFiles {
+			if src := filepath.Join(lxcfs, f); got != nil && exists(src) && exists(in(f)) {
+				binds = append(binds, [2]string{src, in(f)})
+			}
+		}
 	}
 	if err := os.MkdirAll(view, 0o755); err != nil {
 		return fmt.Errorf("mkdir %s: %w", view, err)
@@ -81,6 +93,11 @@ func stageView(root, view, lxcfs string) error {
 		}
 	}
 	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // oneCgroupEach rewrites /proc/cgroups with 1 as every controller's

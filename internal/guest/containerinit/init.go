@@ -84,7 +84,8 @@ func Run() error {
 	}
 	var cgs []guest.CgroupDir
 	for _, c := range prep.CgroupFDs {
-		cgs = append(cgs, guest.CgroupDir{FD: c.FD, HomeFD: c.HomeFD, V2: c.Controller == "", Freezer: c.Controller == "freezer", NoChild: c.NoChild})
+		cgs = append(cgs, guest.CgroupDir{FD: c.FD, HomeFD: c.HomeFD, V2: c.Controller == "", Freezer: c.Controller == "freezer", NoChild: c.NoChild,
+			CPU: c.Controller == "cpu" || c.Controller == ""})
 	}
 	srv := guest.NewServer(guest.Config{
 		Env:     spec.Env,

@@ -1,0 +1,121 @@
+package guest
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// cpuLimit reads the sandbox's CPU limit (its cgroup's CFS quota) so that
+// every exec's environment can say it: OMP_NUM_THREADS=ceil(quota) when
+// the quota allows fewer CPUs than the agent may run on. coreutils'
+// nproc, OpenMP runtimes and the BLAS libraries numpy and PyTorch load
+// size themselves from it; without it they count the affinity mask, the
+// host's CPUs, while LXCFS's /proc/cpuinfo and
+// /sys/devices/system/cpu/online say the quota's (docs/sandbox-view.md).
+// Read at each exec, so a resize shows at the next one; a template's or
+// an exec's own OMP_NUM_THREADS wins.
+type cpuLimit struct {
+	mu sync.Mutex
+	// v1: cpu.cfs_quota_us and cpu.cfs_period_us of the sandbox's cgroup;
+	// v2: its cpu.max, period -1.
+	quota, period int
+	cpus          int // CPUs the agent may run on
+}
+
+// openCPULimit opens the quota files of the cgroup dir marked CPU, or
+// returns nil where there is none.
+func openCPULimit(dirs []CgroupDir) *cpuLimit {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil
+	}
+	for _, d := range dirs {
+		if !d.CPU {
+			continue
+		}
+		dir := d.FD
+		if d.HomeFD > 0 {
+			dir = d.HomeFD
+		}
+		open := func(name string) int {
+			fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return -1
+			}
+			return fd
+		}
+		l := &cpuLimit{quota: -1, period: -1, cpus: set.Count()}
+		if d.V2 {
+			// The agent's and the workload's cgroups are leaves below
+			// the sandbox's, which holds the limit.
+			l.quota = open("../cpu.max")
+		} else {
+			l.quota, l.period = open("cpu.cfs_quota_us"), open("cpu.cfs_period_us")
+			if l.period < 0 && l.quota >= 0 {
+				unix.Close(l.quota)
+				l.quota = -1
+			}
+		}
+		if l.quota < 0 {
+			return nil
+		}
+		return l
+	}
+	return nil
+}
+
+// env is "OMP_NUM_THREADS=n", or "" when the quota allows every CPU (or
+// cannot be read).
+func (l *cpuLimit) env() string {
+	if l == nil {
+		return ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var buf [64]byte
+	read := func(fd int) []byte {
+		n, err := unix.Pread(fd, buf[:], 0)
+		if err != nil || n <= 0 {
+			return nil
+		}
+		return bytes.TrimSpace(buf[:n])
+	}
+	var quota, period int64
+	var err error
+	if l.period < 0 { // v2: "max 100000" or "50000 100000"
+		q, p, ok := bytes.Cut(read(l.quota), []byte(" "))
+		if !ok || string(q) == "max" {
+			return ""
+		}
+		if quota, err = strconv.ParseInt(string(q), 10, 64); err != nil {
+			return ""
+		}
+		if period, err = strconv.ParseInt(string(p), 10, 64); err != nil {
+			return ""
+		}
+	} else {
+		if quota, err = strconv.ParseInt(string(read(l.quota)), 10, 64); err != nil {
+			return ""
+		}
+		if period, err = strconv.ParseInt(string(read(l.period)), 10, 64); err != nil {
+			return ""
+		}
+	}
+	n := ceilCPUs(quota, period)
+	if n <= 0 || n >= l.cpus {
+		return ""
+	}
+	return "OMP_NUM_THREADS=" + strconv.Itoa(n)
+}
+
+// ceilCPUs is the CPU count a CFS quota gives, rounded up as LXCFS does;
+// 0 for no quota.
+func ceilCPUs(quota, period int64) int {
+	if quota <= 0 || period <= 0 {
+		return 0
+	}
+	return int((quota + period - 1) / period)
+}
