@@ -64,6 +64,9 @@ type Driver struct {
 	log   *slog.Logger
 	cg    cgroups.Manager
 	guest string
+	// guestExe is the guest binary, open: every init is executed from it
+	// (proto.BootExeFD).
+	guestExe *os.File
 
 	// seccompFilter is the guest's filter, assembled once (a boot would
 	// spend ~0.6 ms of CPU on it).
@@ -109,7 +112,11 @@ func New(o driver.Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container driver: cgroups: %w", err)
 	}
-	d := &Driver{opts: o, log: o.Logger, cg: mgr, guest: o.GuestBinary}
+	exe, err := os.Open(o.GuestBinary)
+	if err != nil {
+		return nil, errdefs.Precondition("guest agent binary %q: %v", o.GuestBinary, err)
+	}
+	d := &Driver{opts: o, log: o.Logger, cg: mgr, guest: o.GuestBinary, guestExe: exe}
 	d.initPrefix = "init-" + randomSuffix() + "-"
 	d.stage = filepath.Join(o.RunRoot, "stage")
 	if o.RunRoot == "" {

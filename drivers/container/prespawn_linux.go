@@ -274,7 +274,8 @@ func (d *Driver) startInitIn(ids *idrange.Range, owns bool) (_ *initProc, err er
 		}
 	}()
 
-	cmd := exec.Command(d.guest, "init")
+	// Executed from the open binary, not its path (proto.BootExeFD).
+	cmd := exec.Command("/proc/self/fd/"+strconv.Itoa(proto.BootExeFD), "init")
 	cmd.Args[0] = "agentbox-guest" // not the host path
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", proto.BootStageEnv + "=" + d.stage}
 	if d.opts.LxcfsDir != "" {
@@ -282,7 +283,7 @@ func (d *Driver) startInitIn(ids *idrange.Range, owns bool) (_ *initProc, err er
 	}
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.ExtraFiles = []*os.File{theirs} // fd 3: proto.BootChannelFD
+	cmd.ExtraFiles = []*os.File{theirs, d.guestExe} // fd 3: proto.BootChannelFD, fd 4: proto.BootExeFD
 	base, count := uid, d.opts.UIDCount
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid: true,

@@ -29,6 +29,9 @@ import (
 // it (the thread whose capability sets /proc/PID/status shows); it
 // unlocks it.
 func Run() error {
+	// Executed from this descriptor (proto.BootExeFD), which it needs no
+	// more: the executable holds its own reference.
+	unix.Close(proto.BootExeFD)
 	// Everything before Receive is the same for every sandbox, so the
 	// daemon may start this process before it has a sandbox for it (a
 	// pre-spawned init) and it waits there, its /proc, /dev and /sys

@@ -25,6 +25,17 @@ const (
 	BootChannelFD = 3
 	BootFiles     = 2
 	BootReady     = byte('R')
+	// BootExeFD is the guest binary, opened by the daemon: the init is
+	// executed as /proc/self/fd/BootExeFD, not by its host path, and
+	// closes it first thing. A path resolved in the init's new mount
+	// namespace would make its executable a file of that namespace's
+	// copy of the host's mount table, and a process's executable pins
+	// its mount: the copy, detached at the pivot but held whole (its
+	// mounts are locked to each other), would live as long as the
+	// sandbox: about 3 MiB of kernel memory per sandbox with 4,000 live,
+	// growing with the host's mount table (docs/PERFORMANCE.md, "Cost
+	// curves").
+	BootExeFD = 4
 )
 
 // The environment of `agentbox-guest init` (container tier), set by the
