@@ -331,51 +331,11 @@ func (x *xconn) do(ctx context.Context, a *api.DesktopAction) error {
 		x.moveTo(*a.X, *a.Y)
 	}
 	switch a.Type {
+	case api.ActionClick, api.ActionMouseDown, api.ActionMouseUp, api.ActionDrag, api.ActionScroll:
+		x.buttons(a)
+		return x.settleButtons(ctx)
 	case api.ActionMove:
 		x.moveTo(*a.X, *a.Y)
-	case api.ActionClick:
-		b, _ := buttonNumber(a.Button)
-		n := 1
-		if a.Double {
-			n = 2
-		}
-		for range n {
-			x.fake(evButtonPress, b, 0, 0)
-			x.fake(evButtonRelease, b, 0, 0)
-		}
-	case api.ActionMouseDown:
-		b, _ := buttonNumber(a.Button)
-		x.fake(evButtonPress, b, 0, 0)
-	case api.ActionMouseUp:
-		b, _ := buttonNumber(a.Button)
-		x.fake(evButtonRelease, b, 0, 0)
-	case api.ActionDrag:
-		b, _ := buttonNumber(a.Button)
-		p0 := a.Path[0]
-		x.moveTo(p0.X, p0.Y)
-		x.fake(evButtonPress, b, 0, 0)
-		prev := p0
-		for _, p := range a.Path[1:] {
-			// A midpoint too: some widgets start a drag only after a
-			// motion of a few pixels that is not the final one.
-			x.moveTo((prev.X+p.X)/2, (prev.Y+p.Y)/2)
-			x.moveTo(p.X, p.Y)
-			prev = p
-		}
-		x.fake(evButtonRelease, b, 0, 0)
-	case api.ActionScroll:
-		scroll := func(n int, neg, pos byte) {
-			b := pos
-			if n < 0 {
-				b, n = neg, -n
-			}
-			for range n {
-				x.fake(evButtonPress, b, 0, 0)
-				x.fake(evButtonRelease, b, 0, 0)
-			}
-		}
-		scroll(a.DY, 4, 5)
-		scroll(a.DX, 6, 7)
 	case api.ActionType:
 		syms := make([]uint32, 0, len(a.Text))
 		for _, r := range a.Text {
@@ -402,6 +362,115 @@ func (x *xconn) do(ctx context.Context, a *api.DesktopAction) error {
 		}
 	}
 	return nil
+}
+
+// buttons sends a click, mouse_down, mouse_up, drag or scroll.
+func (x *xconn) buttons(a *api.DesktopAction) {
+	switch a.Type {
+	case api.ActionClick:
+		b, _ := buttonNumber(a.Button)
+		n := 1
+		if a.Double {
+			n = 2
+		}
+		for range n {
+			x.fake(evButtonPress, b, 0, 0)
+			x.fake(evButtonRelease, b, 0, 0)
+		}
+	case api.ActionMouseDown:
+		b, _ := buttonNumber(a.Button)
+		x.fake(evButtonPress, b, 0, 0)
+		x.held |= buttonMask(b)
+	case api.ActionMouseUp:
+		b, _ := buttonNumber(a.Button)
+		x.fake(evButtonRelease, b, 0, 0)
+		x.held &^= buttonMask(b)
+	case api.ActionDrag:
+		b, _ := buttonNumber(a.Button)
+		p0 := a.Path[0]
+		x.moveTo(p0.X, p0.Y)
+		x.fake(evButtonPress, b, 0, 0)
+		prev := p0
+		for _, p := range a.Path[1:] {
+			// A midpoint too: some widgets start a drag only after a
+			// motion of a few pixels that is not the final one.
+			x.moveTo((prev.X+p.X)/2, (prev.Y+p.Y)/2)
+			x.moveTo(p.X, p.Y)
+			prev = p
+		}
+		x.fake(evButtonRelease, b, 0, 0)
+		x.held &^= buttonMask(b)
+	case api.ActionScroll:
+		scroll := func(n int, neg, pos byte) {
+			b := pos
+			if n < 0 {
+				b, n = neg, -n
+			}
+			for range n {
+				x.fake(evButtonPress, b, 0, 0)
+				x.fake(evButtonRelease, b, 0, 0)
+			}
+		}
+		scroll(a.DY, 4, 5)
+		scroll(a.DX, 6, 7)
+	}
+}
+
+// allButtons are the core state bits of buttons 1 to 5; buttons 6 and up
+// have none.
+const allButtons = xproto.KeyButMaskButton1 | xproto.KeyButMaskButton2 | xproto.KeyButMaskButton3 | xproto.KeyButMaskButton4 | xproto.KeyButMaskButton5
+
+func buttonMask(b byte) uint16 {
+	if b < 1 || b > 5 {
+		return 0
+	}
+	return uint16(xproto.KeyButMaskButton1) << (b - 1)
+}
+
+// buttonSettleLimit bounds settleButtons' wait for another client to
+// let the pointer go: a window manager answers in milliseconds, a person
+// holding a button down in the live view may not.
+const buttonSettleLimit = 30 * time.Second
+
+// settleButtons waits until the server has processed every button event
+// sent: until the buttons it reports held are the ones the agent holds.
+//
+// A round trip is not enough. A window manager that focuses a window on
+// click (openbox does, for buttons 1 to 3) holds a synchronous passive
+// grab on its clients' windows: a press activates the grab and freezes
+// the pointer, the server queues the pointer events after it, and the
+// press reaches the application only when the window manager replays it
+// (AllowEvents ReplayPointer), however long that takes under load. The
+// keyboard is not frozen: keys sent meanwhile reach the application
+// before the click, and Chromium drops them (the input is not focused
+// yet). The server updates the pointer's button state only as it
+// processes each event, so once it shows the click's release the press
+// and release have been delivered, and every later key is delivered
+// after them.
+func (x *xconn) settleButtons(ctx context.Context) error {
+	deadline := time.Now().Add(buttonSettleLimit)
+	wait := 200 * time.Microsecond
+	for {
+		rep, err := xproto.QueryPointer(x.c, x.root).Reply()
+		if err != nil {
+			return fmt.Errorf("QueryPointer: %w", err)
+		}
+		held := rep.Mask & allButtons
+		if held == x.held {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errdefs.Unavailable("the pointer's buttons are %#x after %v, want %#x: another client holds a button or freezes the pointer with a grab", held>>8, buttonSettleLimit, x.held>>8)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		wait = min(2*wait, 10*time.Millisecond)
+	}
 }
 
 // cursor asks the server where the pointer is (a round trip: every

@@ -44,6 +44,8 @@ type xconn struct {
 	// inMu serializes input (a batch runs alone) and guards keys.
 	inMu sync.Mutex
 	keys *keymap
+	// held: the core state bits of the buttons mouse_down left down.
+	held uint16
 
 	atomMu sync.Mutex
 	atoms  map[string]xproto.Atom
