@@ -21,10 +21,21 @@ const (
 	evMotion        = 6
 )
 
-// remapSettle is how long a client takes to notice a changed keyboard
-// mapping (MappingNotify, then it fetches the map again) before a key of
-// the new mapping can be sent. xdotool waits about as long.
-const remapSettle = 25 * time.Millisecond
+// recycleSettle is how long a spare keycode rests after its last key
+// before it is bound to another keysym.
+//
+// A key needs no wait after a binding to a keycode that had none: the
+// server sends each client the MappingNotify before any key sent after
+// the change, and a client that fetches the map when it handles the
+// notify, or later, gets a map that holds every binding its keys need
+// (the bindings only add keysyms). Rebinding a keycode whose key was
+// sent before is the case that order does not cover: a client that
+// fetches the map only after the rebinding reads the new keysym for the
+// old key, and nothing a client does is visible to the agent when it
+// has translated a key. The rest is a guess at that, the one timing
+// guess left in typing; only a text with more distinct characters off
+// the map than there are spare keycodes (18 in Xvfb's map) reaches it.
+const recycleSettle = 25 * time.Millisecond
 
 // keymap is the server's keyboard mapping as the agent knows it, and the
 // spare keycodes it binds to characters the mapping lacks.
@@ -34,9 +45,12 @@ type keymap struct {
 	// sym: keysym -> where it is (the lowest keycode; level 0 before 1).
 	sym map[uint32]keyPos
 	// spare keycodes (no keysym at all), what the agent bound on each
-	// (0: nothing), and the slot the next binding takes.
+	// (0: nothing) and when it last sent its key, and the slot the next
+	// binding takes.
 	spare []xproto.Keycode
+	slot  map[xproto.Keycode]int // spare keycode -> its index
 	bound []uint32
+	used  []time.Time
 	next  int
 	shift xproto.Keycode
 }
@@ -99,23 +113,31 @@ func (x *xconn) loadKeymap() (*keymap, error) {
 			k.spare = append(k.spare, xproto.Keycode(c))
 		}
 	}
+	k.slot = make(map[xproto.Keycode]int, len(k.spare))
+	for i, c := range k.spare {
+		k.slot[c] = i
+	}
 	return k, nil
 }
 
-// bindSpare binds keysyms (none of them on the map) to spare keycodes in
-// turn, a new binding replacing the oldest, then waits for clients to see
-// the new mapping. Bindings stay: typing the same characters again costs
-// nothing.
+// bindSpare binds keysyms (none of them on the map, at most one per
+// spare keycode) to spare keycodes in turn, a new binding replacing the
+// oldest. Bindings stay: typing the same characters again costs nothing.
+// The keys may follow at once (see recycleSettle).
 func (x *xconn) bindSpare(syms []uint32) error {
 	k := x.keys
 	if k.bound == nil {
 		k.bound = make([]uint32, len(k.spare))
+		k.used = make([]time.Time, len(k.spare))
 	}
 	for _, s := range syms {
 		i := k.next % len(k.spare)
 		k.next++
 		if old := k.bound[i]; old != 0 {
 			delete(k.sym, old)
+			if d := time.Until(k.used[i].Add(recycleSettle)); d > 0 {
+				time.Sleep(d)
+			}
 		}
 		k.bound[i] = s
 		code := k.spare[i]
@@ -125,8 +147,15 @@ func (x *xconn) bindSpare(syms []uint32) error {
 			return fmt.Errorf("binding keysym %#x to keycode %d: %w", s, code, err)
 		}
 	}
-	time.Sleep(remapSettle)
 	return nil
+}
+
+// sent notes that the key at code was just sent, for bindSpare.
+func (x *xconn) sent(code xproto.Keycode) {
+	k := x.keys
+	if i, ok := k.slot[code]; ok && k.used != nil {
+		k.used[i] = time.Now()
+	}
 }
 
 // ensureSyms binds the keysyms that are not on the map (as many as there
@@ -177,6 +206,7 @@ func (x *xconn) typeSyms(syms []uint32) error {
 		}
 		x.key(p.code, true)
 		x.key(p.code, false)
+		x.sent(p.code)
 		if p.shift && x.keys.shift != 0 {
 			x.key(x.keys.shift, false)
 		}
@@ -206,6 +236,7 @@ func (x *xconn) chord(syms []uint32) error {
 	}
 	for _, c := range codes {
 		x.key(c, true)
+		x.sent(c)
 	}
 	for i := len(codes) - 1; i >= 0; i-- {
 		x.key(codes[i], false)
