@@ -41,7 +41,8 @@ type xconn struct {
 	shmBuf []byte // nil without MIT-SHM
 	enc    encoder
 
-	// inMu serializes input (a batch runs alone) and guards keys.
+	// inMu serializes input (a batch runs alone) and guards keys and
+	// held.
 	inMu sync.Mutex
 	keys *keymap
 	// held: the core state bits of the buttons mouse_down left down.
