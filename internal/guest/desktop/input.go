@@ -21,10 +21,21 @@ const (
 	evMotion        = 6
 )
 
-// remapSettle is how long a client takes to notice a changed keyboard
-// mapping (MappingNotify, then it fetches the map again) before a key of
-// the new mapping can be sent. xdotool waits about as long.
-const remapSettle = 25 * time.Millisecond
+// recycleSettle is how long a spare keycode rests after its last key
+// before it is bound to another keysym.
+//
+// A key needs no wait after a binding to a keycode that had none: the
+// server sends each client the MappingNotify before any key sent after
+// the change, and a client that fetches the map when it handles the
+// notify, or later, gets a map that holds every binding its keys need
+// (the bindings only add keysyms). Rebinding a keycode whose key was
+// sent before is the case that order does not cover: a client that
+// fetches the map only after the rebinding reads the new keysym for the
+// old key, and nothing a client does is visible to the agent when it
+// has translated a key. The rest is a guess at that, the one timing
+// guess left in typing; only a text with more distinct characters off
+// the map than there are spare keycodes (18 in Xvfb's map) reaches it.
+const recycleSettle = 25 * time.Millisecond
 
 // keymap is the server's keyboard mapping as the agent knows it, and the
 // spare keycodes it binds to characters the mapping lacks.
@@ -34,9 +45,12 @@ type keymap struct {
 	// sym: keysym -> where it is (the lowest keycode; level 0 before 1).
 	sym map[uint32]keyPos
 	// spare keycodes (no keysym at all), what the agent bound on each
-	// (0: nothing), and the slot the next binding takes.
+	// (0: nothing) and when it last sent its key, and the slot the next
+	// binding takes.
 	spare []xproto.Keycode
+	slot  map[xproto.Keycode]int // spare keycode -> its index
 	bound []uint32
+	used  []time.Time
 	next  int
 	shift xproto.Keycode
 }
@@ -99,23 +113,31 @@ func (x *xconn) loadKeymap() (*keymap, error) {
 			k.spare = append(k.spare, xproto.Keycode(c))
 		}
 	}
+	k.slot = make(map[xproto.Keycode]int, len(k.spare))
+	for i, c := range k.spare {
+		k.slot[c] = i
+	}
 	return k, nil
 }
 
-// bindSpare binds keysyms (none of them on the map) to spare keycodes in
-// turn, a new binding replacing the oldest, then waits for clients to see
-// the new mapping. Bindings stay: typing the same characters again costs
-// nothing.
+// bindSpare binds keysyms (none of them on the map, at most one per
+// spare keycode) to spare keycodes in turn, a new binding replacing the
+// oldest. Bindings stay: typing the same characters again costs nothing.
+// The keys may follow at once (see recycleSettle).
 func (x *xconn) bindSpare(syms []uint32) error {
 	k := x.keys
 	if k.bound == nil {
 		k.bound = make([]uint32, len(k.spare))
+		k.used = make([]time.Time, len(k.spare))
 	}
 	for _, s := range syms {
 		i := k.next % len(k.spare)
 		k.next++
 		if old := k.bound[i]; old != 0 {
 			delete(k.sym, old)
+			if d := time.Until(k.used[i].Add(recycleSettle)); d > 0 {
+				time.Sleep(d)
+			}
 		}
 		k.bound[i] = s
 		code := k.spare[i]
@@ -125,8 +147,15 @@ func (x *xconn) bindSpare(syms []uint32) error {
 			return fmt.Errorf("binding keysym %#x to keycode %d: %w", s, code, err)
 		}
 	}
-	time.Sleep(remapSettle)
 	return nil
+}
+
+// sent notes that the key at code was just sent, for bindSpare.
+func (x *xconn) sent(code xproto.Keycode) {
+	k := x.keys
+	if i, ok := k.slot[code]; ok && k.used != nil {
+		k.used[i] = time.Now()
+	}
 }
 
 // ensureSyms binds the keysyms that are not on the map (as many as there
@@ -177,6 +206,7 @@ func (x *xconn) typeSyms(syms []uint32) error {
 		}
 		x.key(p.code, true)
 		x.key(p.code, false)
+		x.sent(p.code)
 		if p.shift && x.keys.shift != 0 {
 			x.key(x.keys.shift, false)
 		}
@@ -206,6 +236,7 @@ func (x *xconn) chord(syms []uint32) error {
 	}
 	for _, c := range codes {
 		x.key(c, true)
+		x.sent(c)
 	}
 	for i := len(codes) - 1; i >= 0; i-- {
 		x.key(codes[i], false)
@@ -331,51 +362,11 @@ func (x *xconn) do(ctx context.Context, a *api.DesktopAction) error {
 		x.moveTo(*a.X, *a.Y)
 	}
 	switch a.Type {
+	case api.ActionClick, api.ActionMouseDown, api.ActionMouseUp, api.ActionDrag, api.ActionScroll:
+		x.buttons(a)
+		return x.settleButtons(ctx)
 	case api.ActionMove:
 		x.moveTo(*a.X, *a.Y)
-	case api.ActionClick:
-		b, _ := buttonNumber(a.Button)
-		n := 1
-		if a.Double {
-			n = 2
-		}
-		for range n {
-			x.fake(evButtonPress, b, 0, 0)
-			x.fake(evButtonRelease, b, 0, 0)
-		}
-	case api.ActionMouseDown:
-		b, _ := buttonNumber(a.Button)
-		x.fake(evButtonPress, b, 0, 0)
-	case api.ActionMouseUp:
-		b, _ := buttonNumber(a.Button)
-		x.fake(evButtonRelease, b, 0, 0)
-	case api.ActionDrag:
-		b, _ := buttonNumber(a.Button)
-		p0 := a.Path[0]
-		x.moveTo(p0.X, p0.Y)
-		x.fake(evButtonPress, b, 0, 0)
-		prev := p0
-		for _, p := range a.Path[1:] {
-			// A midpoint too: some widgets start a drag only after a
-			// motion of a few pixels that is not the final one.
-			x.moveTo((prev.X+p.X)/2, (prev.Y+p.Y)/2)
-			x.moveTo(p.X, p.Y)
-			prev = p
-		}
-		x.fake(evButtonRelease, b, 0, 0)
-	case api.ActionScroll:
-		scroll := func(n int, neg, pos byte) {
-			b := pos
-			if n < 0 {
-				b, n = neg, -n
-			}
-			for range n {
-				x.fake(evButtonPress, b, 0, 0)
-				x.fake(evButtonRelease, b, 0, 0)
-			}
-		}
-		scroll(a.DY, 4, 5)
-		scroll(a.DX, 6, 7)
 	case api.ActionType:
 		syms := make([]uint32, 0, len(a.Text))
 		for _, r := range a.Text {
@@ -402,6 +393,115 @@ func (x *xconn) do(ctx context.Context, a *api.DesktopAction) error {
 		}
 	}
 	return nil
+}
+
+// buttons sends a click, mouse_down, mouse_up, drag or scroll.
+func (x *xconn) buttons(a *api.DesktopAction) {
+	switch a.Type {
+	case api.ActionClick:
+		b, _ := buttonNumber(a.Button)
+		n := 1
+		if a.Double {
+			n = 2
+		}
+		for range n {
+			x.fake(evButtonPress, b, 0, 0)
+			x.fake(evButtonRelease, b, 0, 0)
+		}
+	case api.ActionMouseDown:
+		b, _ := buttonNumber(a.Button)
+		x.fake(evButtonPress, b, 0, 0)
+		x.held |= buttonMask(b)
+	case api.ActionMouseUp:
+		b, _ := buttonNumber(a.Button)
+		x.fake(evButtonRelease, b, 0, 0)
+		x.held &^= buttonMask(b)
+	case api.ActionDrag:
+		b, _ := buttonNumber(a.Button)
+		p0 := a.Path[0]
+		x.moveTo(p0.X, p0.Y)
+		x.fake(evButtonPress, b, 0, 0)
+		prev := p0
+		for _, p := range a.Path[1:] {
+			// A midpoint too: some widgets start a drag only after a
+			// motion of a few pixels that is not the final one.
+			x.moveTo((prev.X+p.X)/2, (prev.Y+p.Y)/2)
+			x.moveTo(p.X, p.Y)
+			prev = p
+		}
+		x.fake(evButtonRelease, b, 0, 0)
+		x.held &^= buttonMask(b)
+	case api.ActionScroll:
+		scroll := func(n int, neg, pos byte) {
+			b := pos
+			if n < 0 {
+				b, n = neg, -n
+			}
+			for range n {
+				x.fake(evButtonPress, b, 0, 0)
+				x.fake(evButtonRelease, b, 0, 0)
+			}
+		}
+		scroll(a.DY, 4, 5)
+		scroll(a.DX, 6, 7)
+	}
+}
+
+// allButtons are the core state bits of buttons 1 to 5; buttons 6 and up
+// have none.
+const allButtons = xproto.KeyButMaskButton1 | xproto.KeyButMaskButton2 | xproto.KeyButMaskButton3 | xproto.KeyButMaskButton4 | xproto.KeyButMaskButton5
+
+func buttonMask(b byte) uint16 {
+	if b < 1 || b > 5 {
+		return 0
+	}
+	return uint16(xproto.KeyButMaskButton1) << (b - 1)
+}
+
+// buttonSettleLimit bounds settleButtons' wait for another client to
+// let the pointer go: a window manager answers in milliseconds, a person
+// holding a button down in the live view may not.
+const buttonSettleLimit = 30 * time.Second
+
+// settleButtons waits until the server has processed every button event
+// sent: until the buttons it reports held are the ones the agent holds.
+//
+// A round trip is not enough. A window manager that focuses a window on
+// click (openbox does, for buttons 1 to 3) holds a synchronous passive
+// grab on its clients' windows: a press activates the grab and freezes
+// the pointer, the server queues the pointer events after it, and the
+// press reaches the application only when the window manager replays it
+// (AllowEvents ReplayPointer), however long that takes under load. The
+// keyboard is not frozen: keys sent meanwhile reach the application
+// before the click, and Chromium drops them (the input is not focused
+// yet). The server updates the pointer's button state only as it
+// processes each event, so once it shows the click's release the press
+// and release have been delivered, and every later key is delivered
+// after them.
+func (x *xconn) settleButtons(ctx context.Context) error {
+	deadline := time.Now().Add(buttonSettleLimit)
+	wait := 200 * time.Microsecond
+	for {
+		rep, err := xproto.QueryPointer(x.c, x.root).Reply()
+		if err != nil {
+			return fmt.Errorf("QueryPointer: %w", err)
+		}
+		held := rep.Mask & allButtons
+		if held == x.held {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errdefs.Unavailable("the pointer's buttons are %#x after %v, want %#x: another client holds a button or freezes the pointer with a grab", held>>8, buttonSettleLimit, x.held>>8)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		wait = min(2*wait, 10*time.Millisecond)
+	}
 }
 
 // cursor asks the server where the pointer is (a round trip: every

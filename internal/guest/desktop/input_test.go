@@ -2,6 +2,7 @@ package desktop
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"syscall"
 	"testing"
@@ -309,5 +310,73 @@ func TestActionValidation(t *testing.T) {
 		if err == nil {
 			t.Errorf("%+v: no error", a)
 		}
+	}
+}
+
+// TestClickThenTypeAfterAGrab types right after a click on a window whose
+// clicks another client takes first, as openbox does to focus on click: a
+// synchronous passive grab freezes the pointer at the press until that
+// client replays it, here 300 ms later. The keys must reach the window
+// after the click, not while the click waits.
+func TestClickThenTypeAfterAGrab(t *testing.T) {
+	m := startDesktop(t, 800, 600)
+	tw := openTestWindow(t, m, "probe", 100, 100, 400, 300)
+
+	m.mu.Lock()
+	cookie := m.cookie
+	m.mu.Unlock()
+	wm, err := dialX(m.opt.Display, cookie)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wm.close)
+	err = xproto.GrabButtonChecked(wm.c, false, tw.win, xproto.EventMaskButtonPress, xproto.GrabModeSync, xproto.GrabModeAsync,
+		xproto.WindowNone, xproto.CursorNone, 1, xproto.ModMaskAny).Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed := make(chan time.Duration, 1)
+	go func() {
+		for {
+			ev, err := wm.c.WaitForEvent()
+			if ev == nil && err == nil {
+				return
+			}
+			if p, ok := ev.(xproto.ButtonPressEvent); ok {
+				t0 := time.Now()
+				time.Sleep(300 * time.Millisecond)
+				xproto.AllowEvents(wm.c, xproto.AllowReplayPointer, p.Time)
+				xproto.GetInputFocus(wm.c).Reply()
+				replayed <- time.Since(t0)
+			}
+		}
+	}()
+
+	cx, cy := 300, 250
+	act(t, m, api.DesktopAction{Type: api.ActionClick, X: &cx, Y: &cy}, api.DesktopAction{Type: api.ActionType, Text: "ok"})
+	select {
+	case <-replayed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the grabbing client saw no press")
+	}
+	var got []string
+	for len(got) < 4 {
+		switch e := tw.next(t, "button or key event", func(e xgb.Event) bool {
+			switch e.(type) {
+			case xproto.ButtonPressEvent, xproto.ButtonReleaseEvent, xproto.KeyPressEvent:
+				return true
+			}
+			return false
+		}).(type) {
+		case xproto.ButtonPressEvent:
+			got = append(got, "press")
+		case xproto.ButtonReleaseEvent:
+			got = append(got, "release")
+		case xproto.KeyPressEvent:
+			got = append(got, fmt.Sprintf("key %c", tw.keysymOf(t, e.Detail, e.State)))
+		}
+	}
+	if want := []string{"press", "release", "key o", "key k"}; !slices.Equal(got, want) {
+		t.Errorf("the window got %q, want %q", got, want)
 	}
 }

@@ -41,9 +41,12 @@ type xconn struct {
 	shmBuf []byte // nil without MIT-SHM
 	enc    encoder
 
-	// inMu serializes input (a batch runs alone) and guards keys.
+	// inMu serializes input (a batch runs alone) and guards keys and
+	// held.
 	inMu sync.Mutex
 	keys *keymap
+	// held: the core state bits of the buttons mouse_down left down.
+	held uint16
 
 	atomMu sync.Mutex
 	atoms  map[string]xproto.Atom
