@@ -175,7 +175,8 @@ func (d *Driver) Checkpoint(ctx context.Context, h *driver.Handle, dir string, o
 // the VM, then says hello to the restored agent. Its old host's session
 // ended with the old QEMU (virtio-serial tells the guest the port has no
 // host now), so it waits for a hello as after a daemon restart; a hello
-// that reached its old session first goes unacked and is said again.
+// that reached its old session first goes unacked and is said again, and
+// an ack of such a hello is not taken for a later one's (dialSession).
 func (d *Driver) connectRestored(ctx context.Context, v *vm, hello *proto.VMHello) error {
 	if err := runIncoming(ctx, v.qmp, v.exited); err != nil {
 		return fmt.Errorf("loading the saved VM: %w", err)

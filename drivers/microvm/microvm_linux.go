@@ -29,7 +29,9 @@ package microvm
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -608,37 +610,60 @@ func (d *Driver) Close() error {
 }
 
 // dialSession connects to a VM's agent socket, says hello and waits for
-// the agent's ack (proto.VMAck) until ctx is done or, when ackWait is set,
-// that long; a guest that has not acked by then gets a new connection,
-// with twice the wait (up to 8 s), until ctx is done. That is the race the
-// ack closes (proto.VMHello): an agent that closes its old session's port
-// after the new host's hello arrived drops the hello with it.
+// the agent's ack of that hello (proto.VMAckFor its nonce) until ctx is
+// done or, when ackWait is set, that long; a guest that has not acked by
+// then, or whose end closed, gets a new connection and a new hello, with
+// twice the wait (up to 8 s), until ctx is done. That is the race the ack
+// closes (proto.VMHello): an agent that reads the new host's hello as its
+// old session's data drops it. Each connection's hello has its own nonce,
+// so an ack of an older hello (one the agent answered after this side
+// gave up on it, and which reached this connection) is skipped with
+// whatever else came first, and never taken for this one's.
 func dialSession(ctx context.Context, sock string, hello *proto.VMHello, ackWait time.Duration) (*yamux.Session, error) {
-	line, err := json.Marshal(hello)
-	if err != nil {
-		return nil, err
-	}
 	for {
-		c, err := helloConn(ctx, sock, line, ackWait)
+		hello.Nonce = newNonce()
+		if hello.Time != 0 {
+			hello.Time = time.Now().UnixNano() // the clock of this try
+		}
+		line, err := json.Marshal(hello)
+		if err != nil {
+			return nil, err
+		}
+		c, err := helloConn(ctx, sock, line, proto.VMAckFor(hello.Nonce), ackWait)
 		if err == nil {
 			return startClient(c)
 		}
 		if !errors.Is(err, errNoAck) || ctx.Err() != nil {
 			return nil, err
 		}
-		ackWait = min(2*ackWait, 8*time.Second)
+		if ackWait > 0 {
+			ackWait = min(2*ackWait, 8*time.Second)
+		}
 	}
 }
 
+// errNoAck: the connection gave no ack of its hello in time, or ended
+// before it (QEMU closes the socket's connection when the guest's end
+// resets); the hello is said again on a new one.
 var errNoAck = errors.New("the guest agent did not ack the hello")
 
-func helloConn(ctx context.Context, sock string, line []byte, ackWait time.Duration) (net.Conn, error) {
+// newNonce is a hello's nonce: 16 random hex digits.
+func newNonce() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read does not fail
+	return hex.EncodeToString(b)
+}
+
+// helloConn connects to sock, writes the hello line and reads up to ack.
+func helloConn(ctx context.Context, sock string, line []byte, ack string, ackWait time.Duration) (net.Conn, error) {
 	var dl net.Dialer
 	c, err := dl.DialContext(ctx, "unix", sock)
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
-	if _, err := c.Write(append(line, '\n')); err != nil {
+	msg := make([]byte, 0, len(proto.VMHelloPrefix)+len(line)+1)
+	msg = append(append(append(msg, proto.VMHelloPrefix...), line...), '\n')
+	if _, err := c.Write(msg); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -650,15 +675,25 @@ func helloConn(ctx context.Context, sock string, line []byte, ackWait time.Durat
 	defer stop()
 	c.SetReadDeadline(deadline)
 	// Byte by byte up to the ack, so that nothing after it is taken from
-	// the multiplexer; what comes before it is an old session's.
+	// the multiplexer; what comes before it is an old session's, or the
+	// agent's answer to an older hello.
 	var got []byte
 	b := make([]byte, 1)
-	for !bytes.HasSuffix(got, []byte(proto.VMAck)) {
+	for !bytes.HasSuffix(got, []byte(ack)) {
 		if _, err := c.Read(b); err != nil {
 			c.Close()
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("guest agent did not answer: %w", ctx.Err())
+			}
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				if ctx.Err() != nil {
+				return nil, errNoAck
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+				// Not fatal: a new connection after a pause.
+				select {
+				case <-ctx.Done():
 					return nil, fmt.Errorf("guest agent did not answer: %w", ctx.Err())
+				case <-time.After(20 * time.Millisecond):
 				}
 				return nil, errNoAck
 			}

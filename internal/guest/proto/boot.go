@@ -130,19 +130,34 @@ type BootCgroup struct {
 // the initramfs's /init with the argument VMMode. The agent's channel is
 // the virtio-serial port named VMPort, a single byte stream on which the
 // host opens one stream per connection with a multiplexer (yamux). Each
-// time the host connects to the port (at create, and again after a daemon
-// restart) it first writes one line, a VMHello as JSON; the agent answers
-// VMAck, and then the host starts the multiplexer's client and the agent
-// the server. The ack closes a race of a quick reconnect: an agent that
-// has not yet seen the old host go may read the new hello as the old
-// session's data; its session then fails, it waits for a hello again,
-// and the host, which got no ack, connects once more. The old session
-// may also have written a last frame that the new host reads first, so
-// the host skips whatever comes before the ack.
+// time the host connects to the port (at create, again after a daemon
+// restart, after a restore) it first writes one line, VMHelloPrefix and
+// a VMHello as JSON; the agent answers VMAckFor(hello.Nonce), and then
+// the host starts the multiplexer's client and the agent the server.
+//
+// The port outlives the host's connections, so the stream can hold
+// another connection's bytes on either side, and the handshake is made
+// to be right whatever comes first:
+//
+//   - An agent that has not yet seen the old host go (a quick reconnect;
+//     a VM restored from a saved state, whose old session runs on until
+//     virtio-serial tells it its host is gone) may read the new hello as
+//     the old session's data; its session then fails and it waits for a
+//     hello again. Leftovers of that hello or of the old session's frames
+//     may come before the next hello, on its line even: the agent skips
+//     them and takes a hello wherever VMHelloPrefix starts one.
+//   - The host, which got no ack, connects once more with a new nonce;
+//     an agent slow to answer may by then have acked the older hello, and
+//     a guest's write made while no host is connected waits and reaches
+//     the next connection. So each ack names its hello, and the host
+//     skips whatever comes before the ack for its own: an old session's
+//     last frames, and acks of hellos that it gave up on (the session
+//     such an ack starts reads the newer hello as frames and fails, so
+//     the newer hello goes unacked and is said again).
 const (
-	VMAck  = "\nagentbox-vm-ack\n"
-	VMMode = "vm"
-	VMPort = "agent"
+	VMHelloPrefix = "agentbox-vm-hello "
+	VMMode        = "vm"
+	VMPort        = "agent"
 	// VMLowersArg is the kernel argument giving the number of read-only
 	// layer disks (serial "agentbox-l<i>", topmost first); the writable
 	// disk's serial is VMUpperSerial. 0 (a trial boot) serves from the
@@ -150,6 +165,9 @@ const (
 	VMLowersArg   = "agentbox.lowers"
 	VMUpperSerial = "agentbox-rw"
 )
+
+// VMAckFor is the agent's answer to the hello with this nonce.
+func VMAckFor(nonce string) string { return "\nagentbox-vm-ack " + nonce + "\n" }
 
 // VMHello is the line that starts each host connection to a microvm
 // sandbox's agent: the first one carries the sandbox (its boot spec and
@@ -159,8 +177,11 @@ const (
 // sandbox's hostname, env, pids limit and network, which the agent
 // takes.
 type VMHello struct {
-	Boot *BootSpec `json:"boot,omitempty"`
-	Pids int64     `json:"pids,omitempty"`
+	// Nonce names this hello (a fresh random one for each connection
+	// the host makes); the agent's ack repeats it.
+	Nonce string    `json:"nonce"`
+	Boot  *BootSpec `json:"boot,omitempty"`
+	Pids  int64     `json:"pids,omitempty"`
 	// Net configures the VM's one network interface (a sandbox with
 	// egress); nil: loopback only.
 	Net *VMNet `json:"net,omitempty"`

@@ -217,17 +217,18 @@ type keepOpen struct{ *os.File }
 func (keepOpen) Close() error { return nil }
 
 // accept waits on the port for a host to connect and say hello, and acks
-// it (proto.VMAck). While no host is connected the port reads EOF at
-// once, so it retries with a short sleep. A line that is not a hello (a
-// former session's bytes) is skipped: the host, which got no ack, says
-// hello again.
-func accept(port *os.File, log *slog.Logger) (proto.VMHello, error) {
+// it (proto.VMAckFor its nonce). While no host is connected the port
+// reads EOF at once, so it retries with a short sleep. Bytes that are not
+// a hello (a former session's, or what is left of a hello that a failed
+// session read) are skipped, also before a hello on its line: the host,
+// when it got no ack, says hello again.
+func accept(port io.ReadWriter, log *slog.Logger) (proto.VMHello, error) {
 	for delay := time.Millisecond; ; delay = min(delay*2, 20*time.Millisecond) {
-		var hello proto.VMHello
 		line, err := readLine(port, 1<<20)
 		if err == nil {
-			if err = json.Unmarshal(line, &hello); err == nil {
-				if _, err = port.WriteString(proto.VMAck); err == nil {
+			hello, err := parseHello(line)
+			if err == nil {
+				if _, err = io.WriteString(port, proto.VMAckFor(hello.Nonce)); err == nil {
 					log.Info("host connected")
 					return hello, nil
 				}
@@ -236,9 +237,26 @@ func accept(port *os.File, log *slog.Logger) (proto.VMHello, error) {
 			continue
 		}
 		if !errors.Is(err, io.EOF) {
-			return hello, fmt.Errorf("reading the agent's port: %w", err)
+			return proto.VMHello{}, fmt.Errorf("reading the agent's port: %w", err)
 		}
 		time.Sleep(delay)
+	}
+}
+
+// parseHello finds the hello in line: the first proto.VMHelloPrefix that
+// the rest of the line follows as a VMHello.
+func parseHello(line []byte) (proto.VMHello, error) {
+	err := errors.New("no hello on the line")
+	for rest := line; ; {
+		i := bytes.Index(rest, []byte(proto.VMHelloPrefix))
+		if i < 0 {
+			return proto.VMHello{}, err
+		}
+		rest = rest[i+len(proto.VMHelloPrefix):]
+		var hello proto.VMHello
+		if err = json.Unmarshal(rest, &hello); err == nil {
+			return hello, nil
+		}
 	}
 }
 
