@@ -186,23 +186,7 @@ func (d *Driver) connectRestored(ctx context.Context, v *vm, hello *proto.VMHell
 	// a short first wait for the ack (doubled on each try) makes that
 	// cost a tenth of a second, not a second.
 	hello.Time = time.Now().UnixNano()
-	sess, err := dialSession(ctx, v.sock, hello, 100*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- ready(ctx, sess) }()
-	select {
-	case err = <-errc:
-	case <-v.exited:
-		err = errors.New("qemu exited after the restore")
-	}
-	if err != nil {
-		sess.Close()
-		return err
-	}
-	d.keep(v.sock, sess)
-	return nil
+	return d.open(ctx, v, hello, 100*time.Millisecond, "after the restore")
 }
 
 // cloneFile copies src to a new file dst: a reflink clone where the file

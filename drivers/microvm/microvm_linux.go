@@ -565,7 +565,15 @@ var sessions sync.Map // string -> *yamux.Session
 // agent answers a ping.
 func (d *Driver) connect(ctx context.Context, v *vm, hello *proto.VMHello) error {
 	// The first hello waits as long as the boot may take.
-	sess, err := dialSession(ctx, v.sock, hello, 0)
+	return d.open(ctx, v, hello, 0, "during boot")
+}
+
+// open dials v's agent with hello (dialSession; firstWait is its first
+// wait for the ack, 0 for as long as ctx allows), waits until the agent
+// answers a ping or QEMU exits (when: said in the error), and keeps the
+// session.
+func (d *Driver) open(ctx context.Context, v *vm, hello *proto.VMHello, firstWait time.Duration, when string) error {
+	sess, err := dialSession(ctx, v.sock, hello, firstWait)
 	if err != nil {
 		return err
 	}
@@ -574,7 +582,7 @@ func (d *Driver) connect(ctx context.Context, v *vm, hello *proto.VMHello) error
 	select {
 	case err = <-errc:
 	case <-v.exited:
-		err = errors.New("qemu exited during boot")
+		err = errors.New("qemu exited " + when)
 	}
 	if err != nil {
 		sess.Close()
