@@ -244,14 +244,17 @@ func (d *Driver) controllers() []string {
 // workload, delegated to the sandbox's root, host uid uid. On error
 // nothing is left.
 func (d *Driver) makeCgroups(name string, agent, workload cgroups.Resources, uid int) (cg, home, work cgroups.Cgroup, err error) {
-	if cg, err = d.cg.Create(name, agent); err != nil {
+	made, err := d.cg.Create(name, agent)
+	if err != nil {
 		return nil, nil, nil, err
 	}
+	// made, not cg: an error return sets cg to nil before this runs.
 	defer func() {
 		if err != nil {
-			_ = cg.Destroy()
+			_ = made.Destroy()
 		}
 	}()
+	cg = made
 	v1 := d.cg.Version() == 1
 	home = cg
 	if !v1 {
