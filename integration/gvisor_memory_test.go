@@ -195,29 +195,7 @@ func TestGvisorForkWithMemory(t *testing.T) {
 	if len(kids) != 3 {
 		t.Fatalf("%d children", len(kids))
 	}
-	hosts := map[string]bool{}
-	for i, k := range kids {
-		if k.Parent != parent || k.Isolation != "gvisor" {
-			t.Errorf("child %s: parent %q isolation %q", k.ID, k.Parent, k.Isolation)
-		}
-		if v, _ := askMem(t, k.ID, "get"); v != v0 {
-			t.Errorf("child %s answers %q, the parent's value is %q", k.ID, v, v0)
-		}
-		if v, _ := askMem(t, k.ID, fmt.Sprintf("set child-%d", i)); v != fmt.Sprintf("child-%d", i) {
-			t.Errorf("child %s: set answered %q", k.ID, v)
-		}
-		mustSh(t, k.ID, fmt.Sprintf("echo child-%d > /root/who", i))
-		hosts[mustSh(t, k.ID, "hostname")] = true
-	}
-	for i, k := range kids {
-		want := fmt.Sprintf("child-%d", i)
-		if v, _ := askMem(t, k.ID, "get"); v != want {
-			t.Errorf("child %s answers %q, want its own %q", k.ID, v, want)
-		}
-		if out := mustSh(t, k.ID, "cat /root/who"); out != want {
-			t.Errorf("child %s's file: %q", k.ID, out)
-		}
-	}
+	hosts := forkedApart(t, parent, "gvisor", v0, kids)
 	for i := range kids {
 		waitPreview(t, &kids[i], 8002, "/who", fmt.Sprintf("child-%d", i))
 	}
@@ -369,4 +347,36 @@ func postureOf(t *testing.T, id, when string) {
 			}
 		}
 	}
+}
+
+// forkedApart checks the children of a fork with memory of parent (whose
+// memory server, askMem, held v0): each is of the tier, answers v0, then
+// takes a value and a file of its own that no sibling sees. It returns
+// the children's hostnames.
+func forkedApart(t *testing.T, parent, tier, v0 string, kids []api.Sandbox) map[string]bool {
+	t.Helper()
+	hosts := map[string]bool{}
+	for i, k := range kids {
+		if k.Parent != parent || k.Isolation != tier {
+			t.Errorf("child %s: parent %q isolation %q", k.ID, k.Parent, k.Isolation)
+		}
+		if v, _ := askMem(t, k.ID, "get"); v != v0 {
+			t.Errorf("child %s answers %q, the parent's value is %q", k.ID, v, v0)
+		}
+		if v, _ := askMem(t, k.ID, fmt.Sprintf("set child-%d", i)); v != fmt.Sprintf("child-%d", i) {
+			t.Errorf("child %s: set answered %q", k.ID, v)
+		}
+		mustSh(t, k.ID, fmt.Sprintf("echo child-%d > /root/who", i))
+		hosts[mustSh(t, k.ID, "hostname")] = true
+	}
+	for i, k := range kids {
+		want := fmt.Sprintf("child-%d", i)
+		if v, _ := askMem(t, k.ID, "get"); v != want {
+			t.Errorf("child %s answers %q, want its own %q", k.ID, v, want)
+		}
+		if out := mustSh(t, k.ID, "cat /root/who"); out != want {
+			t.Errorf("child %s's file: %q", k.ID, out)
+		}
+	}
+	return hosts
 }

@@ -11,7 +11,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -226,29 +225,7 @@ func TestMicrovmForkWithMemory(t *testing.T) {
 	if len(kids) != count {
 		t.Fatalf("%d children", len(kids))
 	}
-	hosts := map[string]bool{}
-	for i, k := range kids {
-		if k.Parent != parent || k.Isolation != "microvm" {
-			t.Errorf("child %s: parent %q isolation %q", k.ID, k.Parent, k.Isolation)
-		}
-		if v, _ := askMem(t, k.ID, "get"); v != v0 {
-			t.Errorf("child %s answers %q, the parent's value is %q", k.ID, v, v0)
-		}
-		if v, _ := askMem(t, k.ID, fmt.Sprintf("set child-%d", i)); v != fmt.Sprintf("child-%d", i) {
-			t.Errorf("child %s: set answered %q", k.ID, v)
-		}
-		mustSh(t, k.ID, fmt.Sprintf("echo child-%d > /root/who", i))
-		hosts[mustSh(t, k.ID, "hostname")] = true
-	}
-	for i, k := range kids {
-		want := fmt.Sprintf("child-%d", i)
-		if v, _ := askMem(t, k.ID, "get"); v != want {
-			t.Errorf("child %s answers %q, want its own %q", k.ID, v, want)
-		}
-		if out := mustSh(t, k.ID, "cat /root/who"); out != want {
-			t.Errorf("child %s's file: %q", k.ID, out)
-		}
-	}
+	hosts := forkedApart(t, parent, "microvm", v0, kids)
 	if len(hosts) != count || hosts[mustSh(t, parent, "hostname")] {
 		t.Errorf("children's hostnames %v: want %d of their own", hosts, count)
 	}
