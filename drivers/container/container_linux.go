@@ -60,10 +60,9 @@ var (
 
 // Driver is the container tier.
 type Driver struct {
-	opts  driver.Options
-	log   *slog.Logger
-	cg    cgroups.Manager
-	guest string
+	opts driver.Options
+	log  *slog.Logger
+	cg   cgroups.Manager
 	// guestExe is the guest binary, open: every init is executed from it
 	// (proto.BootExeFD).
 	guestExe *os.File
@@ -116,7 +115,7 @@ func New(o driver.Options) (*Driver, error) {
 	if err != nil {
 		return nil, errdefs.Precondition("guest agent binary %q: %v", o.GuestBinary, err)
 	}
-	d := &Driver{opts: o, log: o.Logger, cg: mgr, guest: o.GuestBinary, guestExe: exe}
+	d := &Driver{opts: o, log: o.Logger, cg: mgr, guestExe: exe}
 	d.initPrefix = "init-" + randomSuffix() + "-"
 	d.stage = filepath.Join(o.RunRoot, "stage")
 	if o.RunRoot == "" {
