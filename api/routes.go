@@ -95,6 +95,8 @@ var Routes = []Route{
 	{"POST", "/v1/templates/import"},
 	{"DELETE", "/v1/templates/{name}"},
 	{"POST", "/v1/templates/build"},
+	{"POST", "/v1/templates/{name}/push"},
+	{"POST", "/v1/templates/pull"},
 
 	// Keys, tenants, audit log, posture check (api/security.go; admin only).
 	{"POST", "/v1/keys"},
@@ -164,6 +166,8 @@ var RequestBodies = map[string]any{
 	"POST /v1/templates":                                    (*ImportTemplateRequest)(nil),
 	"POST /v1/templates/import":                             RawBody("an image archive (storage's image import)"),
 	"POST /v1/templates/build":                              RawBody("a build spec and its context (FuzzParseBuildSpec)"),
+	"POST /v1/templates/{name}/push":                        (*PushRequest)(nil),
+	"POST /v1/templates/pull":                               (*PullRequest)(nil),
 	"POST /v1/keys":                                         (*CreateKeyRequest)(nil),
 	"POST /v1/tenants":                                      (*CreateTenantRequest)(nil),
 	"PATCH /v1/tenants/{name}":                              (*UpdateTenantRequest)(nil),

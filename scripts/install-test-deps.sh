@@ -12,9 +12,13 @@
 # test itself, never the host's display. Debian's chromium, which the
 # desktop's live-view test (integration/liveview_test.go: noVNC in a real
 # browser) and the web console's test (integration/console_test.go) drive
-# headless through chromedp.
+# headless through chromedp. Debian's docker-registry (the CNCF
+# distribution server 2.8.2), a real OCI registry that the registry tests
+# (integration/registry_test.go) start on 127.0.0.1 with a config and a
+# storage dir of their own; the package's own service (it listens on :5000)
+# is stopped and disabled, for systemd and sysvinit alike, every run.
 set -euo pipefail
-PKGS=(prometheus xvfb openbox x11vnc x11-utils chromium)
+PKGS=(prometheus xvfb openbox x11vnc x11-utils chromium docker-registry)
 # Node.js and npm may come from elsewhere than Debian: only missing
 # commands are installed.
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
@@ -30,5 +34,17 @@ if ((${#missing[@]})); then
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 	if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
 		systemctl disable --now prometheus >/dev/null 2>&1 || true
+	fi
+fi
+# The package enables its service at install (a symlink even where systemd
+# is not running); the tests start their own registry on a free port.
+if [[ -e /lib/systemd/system/docker-registry.service || -e /etc/init.d/docker-registry ]]; then
+	if command -v systemctl >/dev/null 2>&1; then
+		systemctl stop docker-registry.service >/dev/null 2>&1 || true
+		systemctl disable docker-registry.service >/dev/null 2>&1 || true
+	fi
+	if [[ -x /etc/init.d/docker-registry ]]; then
+		/etc/init.d/docker-registry stop >/dev/null 2>&1 || true
+		update-rc.d docker-registry disable >/dev/null 2>&1 || true
 	fi
 fi

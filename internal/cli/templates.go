@@ -19,7 +19,8 @@ func newTemplateCommand(g *globals) *cobra.Command {
 		Short: "List, import, inspect and remove templates",
 	}
 	c.AddCommand(newTemplateLsCommand(g), newTemplateImportCommand(g),
-		newTemplateInspectCommand(g), newTemplateRmCommand(g), newTemplateBuildCommand(g))
+		newTemplateInspectCommand(g), newTemplateRmCommand(g), newTemplateBuildCommand(g),
+		newTemplatePushCommand(g), newTemplatePullCommand(g)) // registry.go
 	return c
 }
 

@@ -111,6 +111,9 @@ type Config struct {
 	E2B E2B `toml:"e2b"`
 	// Tracing ([tracing], tracing.go) is OpenTelemetry traces over OTLP.
 	Tracing Tracing `toml:"tracing"`
+	// Registry ([registry], registry.go) is how templates and snapshots
+	// reach OCI registries.
+	Registry Registry `toml:"registry"`
 }
 
 // Sandbox is a set of per-sandbox settings, used both for the defaults and

@@ -124,6 +124,7 @@ func (c Config) Validate() error {
 	c.validateMetrics(&v)
 	c.validateE2B(&v)
 	c.validateTracing(&v)
+	c.validateRegistry(&v)
 	return v.err()
 }
 

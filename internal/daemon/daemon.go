@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/internal/metrics"
 	"github.com/agentbox/agentbox/internal/network"
 	"github.com/agentbox/agentbox/internal/posture"
+	"github.com/agentbox/agentbox/internal/registry"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/server"
 	"github.com/agentbox/agentbox/internal/storage"
@@ -186,7 +187,8 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Posture: posture.Options{CgroupParent: cfg.CgroupParent, UIDBase: cfg.UIDBase, UIDCount: cfg.UIDCount,
 			HostPaths: []string{cfg.DataDir, cfg.RunDir}},
 		Info:  daemonInfo(cfg, unavailable),
-		Usage: obs.usage, Events: hub, E2BTemplateAliases: cfg.E2B.TemplateAliases})
+		Usage: obs.usage, Events: hub, E2BTemplateAliases: cfg.E2B.TemplateAliases,
+		Registry: registry.New(cfg.Registry)})
 	defer api.Close() // hosted MCP servers (docs/mcp.md)
 	srv := &http.Server{
 		Handler:           obs.metrics.Wrap(api), // request ids, log lines, GET /metrics

@@ -28,6 +28,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/registry"
 	"github.com/agentbox/agentbox/internal/templates"
 	"github.com/agentbox/agentbox/internal/tenancy"
 	"github.com/agentbox/agentbox/internal/version"
@@ -57,6 +58,9 @@ type Options struct {
 	// E2BTemplateAliases maps E2B templateIDs to templates (e2b.go);
 	// nil: e2b.DefaultTemplateAliases.
 	E2BTemplateAliases map[string]string
+	// Registry pushes and pulls templates and snapshots (templates.go,
+	// state.go); nil: those routes answer unavailable.
+	Registry *registry.Client
 }
 
 // Server serves the API.
@@ -107,6 +111,7 @@ func New(o Options) *Server {
 	s.info = o.Info
 	if o.Pool != nil {
 		s.tpl = templates.New(o.Pool, o.Store, o.Service, o.Logger)
+		s.tpl.SetRegistry(o.Registry)
 	}
 	s.e2b = e2b.New(e2b.Options{Logger: o.Logger, TemplateAliases: o.E2BTemplateAliases})
 	s.console = console.Handler()

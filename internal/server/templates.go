@@ -63,11 +63,46 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// pushTemplate is POST /v1/templates/{name}/push {"ref": REF}: the
+// newest version of a template the caller sees, pushed to a registry as
+// an OCI image; answers the ref and manifest digest.
+func (s *Server) pushTemplate(w http.ResponseWriter, r *http.Request) {
+	var req api.PushRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	out, err := s.tpl.Push(r.Context(), r.PathValue("name"), req.Ref)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// pullTemplate is POST /v1/templates/pull {"ref": REF, "name": N}: an
+// OCI image from a registry as a new template version, as an upload.
+func (s *Server) pullTemplate(w http.ResponseWriter, r *http.Request) {
+	var req api.PullRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	t, err := s.tpl.Pull(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, t)
+}
+
 // templateHandlers are the routes this file serves (registered by routes,
 // server.go, from api.Routes).
 func (s *Server) templateHandlers() map[string]http.HandlerFunc {
 	return map[string]http.HandlerFunc{
-		"POST /v1/templates/import":   s.uploadTemplate,
-		"DELETE /v1/templates/{name}": s.deleteTemplate,
+		"POST /v1/templates/import":      s.uploadTemplate,
+		"DELETE /v1/templates/{name}":    s.deleteTemplate,
+		"POST /v1/templates/{name}/push": s.pushTemplate,
+		"POST /v1/templates/pull":        s.pullTemplate,
 	}
 }

@@ -64,21 +64,28 @@ func (p *Pool) importImage(ctx context.Context, req api.ImportTemplateRequest, s
 	if err != nil {
 		return nil, err
 	}
+	return p.importOpened(ctx, req, img, req.Image, "image "+shown, "", start)
+}
+
+// importOpened imports img (opened from what, as errors name it) as a
+// new version of req.Name; source prefixes the template's source, and
+// digest is the manifest digest it was pulled as ("" for a file).
+func (p *Pool) importOpened(ctx context.Context, req api.ImportTemplateRequest, img v1.Image, what, source, digest string, start time.Time) (*Template, error) {
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		return nil, errdefs.Invalid("image %s: reading its config: %v", req.Image, err)
+		return nil, errdefs.Invalid("image %s: reading its config: %v", what, err)
 	}
 	if err := checkPlatform(cfg.OS, cfg.Architecture); err != nil {
-		return nil, fmt.Errorf("image %s: %w", req.Image, err)
+		return nil, fmt.Errorf("image %s: %w", what, err)
 	}
 	layers, err := img.Layers()
 	if err != nil {
-		return nil, errdefs.Invalid("image %s: listing its layers: %v", req.Image, err)
+		return nil, errdefs.Invalid("image %s: listing its layers: %v", what, err)
 	}
 	if len(layers) != len(cfg.RootFS.DiffIDs) {
-		return nil, errdefs.Invalid("image %s: the manifest has %d layers but the config names %d", req.Image, len(layers), len(cfg.RootFS.DiffIDs))
+		return nil, errdefs.Invalid("image %s: the manifest has %d layers but the config names %d", what, len(layers), len(cfg.RootFS.DiffIDs))
 	}
-	digest, _ := img.ConfigName()
+	configDigest, _ := img.ConfigName()
 
 	if req.MemoryMB < 0 {
 		return nil, errdefs.Invalid("memory_mb must be positive (or 0 for the daemon's default), got %d", req.MemoryMB)
@@ -86,7 +93,10 @@ func (p *Pool) importImage(ctx context.Context, req api.ImportTemplateRequest, s
 	if err := checkUserLimits(req.UserLimits); err != nil {
 		return nil, err
 	}
-	t := &Template{Source: "image " + shown + "@" + digest.String(), MemoryMB: req.MemoryMB, UserLimits: req.UserLimits}
+	t := &Template{Source: source + "@" + configDigest.String(), Digest: digest, MemoryMB: req.MemoryMB, UserLimits: req.UserLimits}
+	if err := applyTemplateLabel(cfg, t); err != nil {
+		return nil, fmt.Errorf("image %s: %w", what, err)
+	}
 	t.Env = map[string]string{}
 	for _, kv := range cfg.Config.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
@@ -131,7 +141,7 @@ func (p *Pool) importImage(ctx context.Context, req api.ImportTemplateRequest, s
 		}
 		defer a.Close()
 		for i, l := range layers {
-			what := fmt.Sprintf("image %s: layer %d of %d", req.Image, i+1, len(layers))
+			what := fmt.Sprintf("image %s: layer %d of %d", what, i+1, len(layers))
 			if d, err := l.Digest(); err == nil {
 				what += " (" + d.String() + ")"
 			}
@@ -145,7 +155,7 @@ func (p *Pool) importImage(ctx context.Context, req api.ImportTemplateRequest, s
 	if err != nil {
 		return nil, err
 	}
-	p.log.Info("imported image", "template", t.Name, "version", t.Version, "image", req.Image,
+	p.log.Info("imported image", "template", t.Name, "version", t.Version, "image", what,
 		"layers", len(layers), "size_bytes", t.SizeBytes, "skipped_special_files", skipped, "took", time.Since(start).Round(time.Millisecond))
 	return t, nil
 }

@@ -27,6 +27,12 @@ type Template struct {
 	Source    string    `json:"source,omitempty"`
 	SizeBytes int64     `json:"size_bytes"`
 	CreatedAt time.Time `json:"created_at"`
+	// Digest is the manifest digest of the image this version was pulled
+	// as from a registry ("" otherwise); Pushed (not in template.json,
+	// read from <version>.pushed.json beside it) the refs it was pushed
+	// to. Either names its files on another node (snapshot_oci_linux.go).
+	Digest string      `json:"digest,omitempty"`
+	Pushed []PushedRef `json:"-"`
 	// UIDBase is the host uid that uid 0 of the rootfs is stored as.
 	UIDBase int `json:"uid_base"`
 	// Tenant owns the template: only it and the admin see and use it.
@@ -41,6 +47,13 @@ type Template struct {
 	UserLimits *api.UserLimits `json:"user_limits,omitempty"`
 	// BuildInfo: set on templates made by a build spec (build_linux.go).
 	BuildInfo
+}
+
+// PushedRef is a registry ref a template version was pushed to, and the
+// manifest digest it was pushed as.
+type PushedRef struct {
+	Ref    string `json:"ref"`
+	Digest string `json:"digest"`
 }
 
 // API returns what the HTTP API shows of t.

@@ -282,6 +282,7 @@ func (p *Pool) RemoveTemplate(ctx context.Context, name, version string) error {
 		_ = qgroupDestroy(p.root, subID) // see RemoveLayer
 		p.removeFloor(subID)
 	}
+	_ = os.Remove(p.pushedFile(name, version))
 	return nil
 }
 
@@ -320,6 +321,7 @@ func (p *Pool) load(name, version string) (*Template, error) {
 	}
 	t.Name, t.Version = name, version
 	t.Rootfs = filepath.Join(dir, "rootfs")
+	t.Pushed = readPushed(p.pushedFile(name, version))
 	if err := p.resolveLowers(&t, 0); err != nil {
 		return nil, err
 	}

@@ -61,6 +61,11 @@ type layerApplier struct {
 	// directory times to set once the layer's children are written.
 	made     map[string]bool
 	dirTimes []dirTime
+	// overlay: the layer is an overlay upper directory in overlay's own
+	// format (a snapshot's, layertar_linux.go), not an OCI layer: ".wh."
+	// names are plain names, a 0/0 character device is a whiteout and
+	// is made as one, and user.overlay.opaque is kept.
+	overlay bool
 }
 
 type dirTime struct {
@@ -162,11 +167,16 @@ func (a *layerApplier) entry(tr *tar.Reader, hdr *tar.Header) error {
 		// The root itself: keep ours, owned by the sandbox's root.
 		return nil
 	}
-	if strings.HasPrefix(base, whiteoutPrefix) {
+	if strings.HasPrefix(base, whiteoutPrefix) && !a.overlay {
 		return a.whiteout(name, base)
 	}
 	switch hdr.Typeflag {
-	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+	case tar.TypeChar:
+		if !a.overlay || hdr.Devmajor != 0 || hdr.Devminor != 0 {
+			a.skipped++ // the guest provides /dev
+			return nil
+		}
+	case tar.TypeBlock, tar.TypeFifo:
 		a.skipped++ // the guest provides /dev
 		return nil
 	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink:
@@ -215,8 +225,18 @@ func (a *layerApplier) entry(tr *tar.Reader, hdr *tar.Header) error {
 		if err := unix.Fchmodat(pfd, base, mode, 0); err != nil {
 			return fmt.Errorf("chmod: %w", err)
 		}
+		if err := a.setXattrsAt(pfd, base, hdr); err != nil {
+			return err
+		}
 		a.dirTimes = append(a.dirTimes, dirTime{name: name, ts: ts})
 		return nil
+	case tar.TypeChar: // an overlay whiteout (checked above)
+		if err := unix.Mknodat(pfd, base, unix.S_IFCHR|(mode&0o777), 0); err != nil {
+			return fmt.Errorf("mknod whiteout: %w", err)
+		}
+		if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
 	case tar.TypeReg:
 		return a.regular(tr, hdr, pfd, base, uid, gid, mode, ts)
 	case tar.TypeSymlink:
@@ -288,6 +308,9 @@ func (a *layerApplier) regular(tr *tar.Reader, hdr *tar.Header, pfd int, base st
 	}
 	if err := unix.Fchmod(fd, mode); err != nil {
 		return fmt.Errorf("chmod: %w", err)
+	}
+	if err := a.setXattrs(fd, hdr); err != nil {
+		return err
 	}
 	if err := unix.UtimesNanoAt(pfd, base, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("utimes: %w", err)
@@ -396,4 +419,54 @@ func readDirNames(fd int) ([]string, error) {
 	f := os.NewFile(uintptr(dup), ".")
 	defer f.Close()
 	return f.Readdirnames(-1)
+}
+
+// keepXattr reports whether the xattr name from a layer is applied: user.*
+// ones, but not overlay's (user.overlay.*), which would change how the
+// layers stack, except user.overlay.opaque in an overlay-format layer.
+func (a *layerApplier) keepXattr(name string) bool {
+	if !strings.HasPrefix(name, "user.") || len(name) > 255 {
+		return false
+	}
+	if strings.HasPrefix(name, "user.overlay.") {
+		return a.overlay && name == overlayOpaque
+	}
+	return true
+}
+
+// setXattrs applies hdr's kept extended attributes (PAX SCHILY.xattr.*)
+// to the open file fd.
+func (a *layerApplier) setXattrs(fd int, hdr *tar.Header) error {
+	for k, v := range hdr.PAXRecords {
+		name, ok := strings.CutPrefix(k, xattrPAX)
+		if !ok || !a.keepXattr(name) {
+			continue
+		}
+		if err := unix.Fsetxattr(fd, name, []byte(v), 0); err != nil {
+			if errors.Is(err, unix.ENOTSUP) {
+				continue
+			}
+			return fmt.Errorf("setting xattr %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// setXattrsAt is setXattrs for directory base in pfd.
+func (a *layerApplier) setXattrsAt(pfd int, base string, hdr *tar.Header) error {
+	any := false
+	for k := range hdr.PAXRecords {
+		if name, ok := strings.CutPrefix(k, xattrPAX); ok && a.keepXattr(name) {
+			any = true
+		}
+	}
+	if !any {
+		return nil
+	}
+	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening directory for its xattrs: %w", err)
+	}
+	defer unix.Close(fd)
+	return a.setXattrs(fd, hdr)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/build/builder"
+	"github.com/agentbox/agentbox/internal/registry"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
@@ -34,6 +35,7 @@ type Service struct {
 	st    *store.Store
 	boxes *sandbox.Service // build sandboxes, warm pools, build layer GC
 	log   *slog.Logger
+	reg   *registry.Client // pushes and pulls (registry.go); nil: refused
 
 	// turns holds a *sync.Mutex per tenant: a tenant's uploads and
 	// builds run one at a time, so each sees what the one before it took

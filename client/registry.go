@@ -1,0 +1,33 @@
+package client
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// PushTemplate pushes the newest version of template name to ref
+// (HOST[:PORT]/REPO[:TAG]) as an OCI image and returns the manifest
+// digest. See docs/cluster.md.
+func (c *Client) PushTemplate(ctx context.Context, name, ref string) (*api.PushResponse, error) {
+	if name == "" {
+		return nil, errdefs.Invalid("a template name is required")
+	}
+	var out api.PushResponse
+	if err := c.doJSON(ctx, "POST", "/v1/templates/"+url.PathEscape(name)+"/push", nil, api.PushRequest{Ref: ref}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PullTemplate pulls the OCI image at ref as a new version of template
+// name ("": the repository's last component).
+func (c *Client) PullTemplate(ctx context.Context, ref, name string) (*api.Template, error) {
+	var t api.Template
+	if err := c.doJSON(ctx, "POST", "/v1/templates/pull", nil, api.PullRequest{Ref: ref, Name: name}, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
