@@ -99,6 +99,9 @@ func run(m *testing.M) int {
 	cfg.StorageSizeGB = 16
 	cfg.ReapInterval = 200 * time.Millisecond
 	cfg.DefaultTemplate = "busybox"
+	// The registry tests' docker-registry listens on a free loopback port
+	// (registry_test.go): plain HTTP to any port of 127.0.0.1.
+	cfg.Registry.Insecure = []string{"127.0.0.1"}
 	cfg.Defaults.TTL = 10 * time.Minute
 	env.cfg = cfg
 
