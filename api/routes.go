@@ -38,6 +38,8 @@ var Routes = []Route{
 	{"GET", "/v1/snapshots"},
 	{"GET", "/v1/snapshots/{ref}"},
 	{"DELETE", "/v1/snapshots/{ref}"},
+	{"POST", "/v1/snapshots/{ref}/push"},
+	{"POST", "/v1/snapshots/pull"},
 
 	// Forwarded to the guest (see guest.go), under SandboxPrefix.
 	{"POST", SandboxPrefix + "/exec"},
@@ -168,6 +170,8 @@ var RequestBodies = map[string]any{
 	"POST /v1/templates/build":                              RawBody("a build spec and its context (FuzzParseBuildSpec)"),
 	"POST /v1/templates/{name}/push":                        (*PushRequest)(nil),
 	"POST /v1/templates/pull":                               (*PullRequest)(nil),
+	"POST /v1/snapshots/{ref}/push":                         (*PushRequest)(nil),
+	"POST /v1/snapshots/pull":                               (*PullRequest)(nil),
 	"POST /v1/keys":                                         (*CreateKeyRequest)(nil),
 	"POST /v1/tenants":                                      (*CreateTenantRequest)(nil),
 	"PATCH /v1/tenants/{name}":                              (*UpdateTenantRequest)(nil),

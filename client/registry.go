@@ -31,3 +31,27 @@ func (c *Client) PullTemplate(ctx context.Context, ref, name string) (*api.Templ
 	}
 	return &t, nil
 }
+
+// PushSnapshot pushes snapshot ref's (id or name) files to dest
+// (HOST[:PORT]/REPO[:TAG]) as an OCI artifact and returns its digest.
+func (c *Client) PushSnapshot(ctx context.Context, ref, dest string) (*api.PushResponse, error) {
+	if ref == "" {
+		return nil, errdefs.Invalid("a snapshot id or name is required")
+	}
+	var out api.PushResponse
+	if err := c.doJSON(ctx, "POST", "/v1/snapshots/"+url.PathEscape(ref)+"/push", nil, api.PushRequest{Ref: dest}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PullSnapshot pulls a pushed snapshot from ref into a new snapshot on
+// the daemon, named name ("" for none); create sandboxes from it with
+// CreateSandbox's Snapshot.
+func (c *Client) PullSnapshot(ctx context.Context, ref, name string) (*api.Snapshot, error) {
+	var out api.Snapshot
+	if err := c.doJSON(ctx, "POST", "/v1/snapshots/pull", nil, api.PullRequest{Ref: ref, Name: name}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

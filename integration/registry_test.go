@@ -165,3 +165,102 @@ func TestRegistryTemplate(t *testing.T) {
 		t.Errorf("a missing tag: %v", err)
 	}
 }
+
+// TestRegistrySnapshot moves a snapshot through a real registry: a
+// busybox sandbox writes a file, deletes one of the template's, makes a
+// directory and replaces one with an opaque new one; its snapshot is
+// pushed, deleted here, pulled back (with the CLI), and a sandbox made
+// from the pulled snapshot sees every change, whiteouts included. A
+// chain (a snapshot of a sandbox made from that one) travels too. Then
+// 100 MB written: push and pull timed.
+func TestRegistrySnapshot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	reg := startRegistry(t)
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "busybox"})
+	mustSh(t, id, `echo written > /root/new.txt && rm /bin/cat && mkdir -p /srv/dir/sub && echo deep > /srv/dir/sub/f &&
+rm -rf /etc && mkdir /etc && echo only > /etc/only && ln /root/new.txt /root/hard && ln -s /root/new.txt /root/sym`)
+	snap, err := env.client.CreateSnapshot(ctx, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := reg + "/agentbox/snapshots/s1:1"
+	pushed, err := env.client.PushSnapshot(ctx, snap.ID, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = env.client.DestroySandbox(ctx, id)
+	if err := env.client.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	name := "pulled-" + randHex(3)
+	stdout, stderr, code := cli(t, "", "snapshot", "pull", reg+"/agentbox/snapshots/s1@"+pushed.Digest, "--name", name)
+	if code != 0 {
+		t.Fatalf("agentbox snapshot pull: %d %s %s", code, stdout, stderr)
+	}
+	t.Cleanup(func() { _ = env.client.DeleteSnapshot(context.Background(), name) })
+	const check = `cat /root/new.txt; test -e /bin/cat && echo cat-still-there; cat /srv/dir/sub/f; ls /etc; busybox stat -c %h /root/hard; readlink /root/sym; busybox ls /bin | busybox grep -c .`
+	child := newSandbox(t, api.CreateSandboxRequest{Snapshot: name})
+	got := mustSh(t, child, check)
+	want := "written\ndeep\nonly\n2\n/root/new.txt"
+	if !strings.HasPrefix(got, want+"\n") {
+		t.Errorf("sandbox from the pulled snapshot:\n%s\nwant first\n%s", got, want)
+	}
+
+	// A chain: the child writes more, its snapshot stacks on the pulled one.
+	mustSh(t, child, `echo second > /root/second && rm /root/new.txt`)
+	snap2, err := env.client.CreateSnapshot(ctx, child, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.PushSnapshot(ctx, snap2.ID, reg+"/agentbox/snapshots/s2:1"); err != nil {
+		t.Fatal(err)
+	}
+	pulled2, err := env.client.PullSnapshot(ctx, reg+"/agentbox/snapshots/s2:1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.client.DeleteSnapshot(context.Background(), pulled2.ID) })
+	c2 := newSandbox(t, api.CreateSandboxRequest{Snapshot: pulled2.ID})
+	if got := mustSh(t, c2, `cat /root/second; test -e /root/new.txt && echo new-still-there; cat /root/hard /etc/only`); got != "second\nwritten\nonly" {
+		t.Errorf("sandbox from the pulled chain: %q", got)
+	}
+
+	// Refused: an image pulled as a snapshot.
+	tplRef := reg + "/agentbox/templates/bb:1"
+	if _, err := env.client.PushTemplate(ctx, "busybox", tplRef); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.PullSnapshot(ctx, tplRef, ""); err == nil || !strings.Contains(err.Error(), "not an agentbox snapshot") {
+		t.Errorf("an image pulled as a snapshot: %v", err)
+	}
+
+	// 100 MB written: push and pull timed.
+	big := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", DiskMB: 512})
+	mustSh(t, big, `head -c 104857600 /dev/urandom > /f`)
+	bs, err := env.client.CreateSnapshot(ctx, big, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := env.client.PushSnapshot(ctx, bs.ID, reg+"/agentbox/snapshots/big:1"); err != nil {
+		t.Fatal(err)
+	}
+	pushTook := time.Since(start)
+	start = time.Now()
+	pb, err := env.client.PullSnapshot(ctx, reg+"/agentbox/snapshots/big:1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pullTook := time.Since(start)
+	t.Cleanup(func() { _ = env.client.DeleteSnapshot(context.Background(), pb.ID) })
+	start = time.Now()
+	bc := newSandbox(t, api.CreateSandboxRequest{Snapshot: pb.ID, DiskMB: 512})
+	createTook := time.Since(start)
+	if got := mustSh(t, bc, `busybox stat -c %s /f`); got != "104857600" {
+		t.Errorf("pulled 100 MB file: %q", got)
+	}
+	t.Logf("snapshot of 100 MB written: push %s, pull %s, create from it %s", pushTook.Round(time.Millisecond), pullTook.Round(time.Millisecond), createTook.Round(time.Millisecond))
+	_ = env.client.DestroySandbox(ctx, big)
+	_ = env.client.DeleteSnapshot(ctx, bs.ID)
+}

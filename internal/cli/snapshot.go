@@ -47,7 +47,8 @@ func newSnapshotCommand(g *globals) *cobra.Command {
 	}
 	c.Flags().StringVar(&name, "name", "", "name the snapshot (unique among yours)")
 	c.Flags().BoolVar(&memory, "memory", false, "capture processes and memory too (gvisor tier): a sandbox created from it goes on running them")
-	c.AddCommand(newSnapshotLsCommand(g), newSnapshotInspectCommand(g), newSnapshotRmCommand(g))
+	c.AddCommand(newSnapshotLsCommand(g), newSnapshotInspectCommand(g), newSnapshotRmCommand(g),
+		newSnapshotPushCommand(g), newSnapshotPullCommand(g)) // registry.go
 	return c
 }
 

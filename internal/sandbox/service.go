@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/network"
+	"github.com/agentbox/agentbox/internal/registry"
 	"github.com/agentbox/agentbox/internal/storage"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenancy"
@@ -51,6 +52,7 @@ type Service struct {
 	drivers map[string]driver.Driver
 	log     *slog.Logger
 	net     *network.Manager
+	reg     *registry.Client // snapshot pushes and pulls (snapshotoci.go)
 
 	stop chan struct{}
 	wg   sync.WaitGroup

@@ -113,6 +113,9 @@ func New(o Options) *Server {
 		s.tpl = templates.New(o.Pool, o.Store, o.Service, o.Logger)
 		s.tpl.SetRegistry(o.Registry)
 	}
+	if o.Service != nil && o.Registry != nil {
+		o.Service.SetRegistry(o.Registry)
+	}
 	s.e2b = e2b.New(e2b.Options{Logger: o.Logger, TemplateAliases: o.E2BTemplateAliases})
 	s.console = console.Handler()
 	s.routes()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -138,5 +139,45 @@ func (s *Server) stateHandlers() map[string]http.HandlerFunc {
 		"GET /v1/snapshots":                 s.listSnapshots,
 		"GET /v1/snapshots/{ref}":           s.getSnapshot,
 		"DELETE /v1/snapshots/{ref}":        s.deleteSnapshot,
+		"POST /v1/snapshots/{ref}/push":     s.pushSnapshot,
+		"POST /v1/snapshots/pull":           s.pullSnapshot,
 	}
+}
+
+// pushSnapshot is POST /v1/snapshots/{ref}/push {"ref": REF}: a
+// snapshot's files as an OCI artifact in a registry (snapshotoci.go in
+// internal/sandbox).
+func (s *Server) pushSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req api.PushRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	out, err := s.svc.PushSnapshot(r.Context(), scope(r), r.PathValue("ref"), req.Ref)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// pullSnapshot is POST /v1/snapshots/pull {"ref": REF, "name": N}: a
+// pushed snapshot as a new snapshot of the caller's, its template found
+// here or pulled from the ref the snapshot names.
+func (s *Server) pullSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req api.PullRequest
+	if err := s.decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	pullTemplate := func(ctx context.Context, ref, name string) error {
+		_, err := s.tpl.Pull(ctx, api.PullRequest{Ref: ref, Name: name})
+		return err
+	}
+	snap, err := s.svc.PullSnapshot(r.Context(), principal(r.Context()).Tenant, req, pullTemplate)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, snap)
 }

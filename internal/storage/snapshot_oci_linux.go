@@ -1,0 +1,184 @@
+package storage
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/errdefs"
+)
+
+// Snapshots as OCI artifacts: a config of SnapshotConfigType (the
+// sandbox service's metadata: the template name and digest, isolation,
+// env, ...) and one layer per overlay upper directory of the snapshot's
+// own (its upper, and those of the snapshots it stacks on), bottom
+// first, each a zstd tar in overlay's own format (layertar_linux.go):
+// whiteouts stay 0/0 character devices and opaque directories keep
+// user.overlay.opaque, since both ends are agentbox.
+const (
+	SnapshotConfigType types.MediaType = "application/vnd.agentbox.snapshot.config.v1+json"
+	SnapshotLayerType  types.MediaType = "application/vnd.agentbox.snapshot.upper.v1.tar+zstd"
+)
+
+// SnapshotImage packs the overlay upper directories dirs (bottom first)
+// as a snapshot artifact with config; the packed layers are files under
+// tmpDir, which the caller removes once the artifact is pushed.
+func (p *Pool) SnapshotImage(ctx context.Context, dirs []string, config []byte, tmpDir string) (v1.Image, []v1.Hash, error) {
+	var layers []*fileLayer
+	var diffIDs []v1.Hash
+	for _, d := range dirs {
+		l, err := p.packLayer(ctx, d, tmpDir, tarOverlay, compressZstd, SnapshotLayerType)
+		if err != nil {
+			return nil, nil, err
+		}
+		layers = append(layers, l)
+		diffIDs = append(diffIDs, l.diffID)
+	}
+	img, err := newOCIImage(config, SnapshotConfigType, layers, nil)
+	return img, diffIDs, err
+}
+
+// SnapshotLayerDirs are the directories of snapshot snapID that hold n
+// layers, top first: upper, then lower.1 (just under upper) ... lower.N-1.
+func (p *Pool) SnapshotLayerDirs(snapID string, n int) []string {
+	out := []string{p.SnapshotUpper(snapID)}
+	for i := 1; i < n; i++ {
+		out = append(out, filepath.Join(p.snapshotDir(snapID), "lower."+strconv.Itoa(i)))
+	}
+	return out
+}
+
+// ImportSnapshot makes the read-only snapshot snapID from the layers of a
+// pulled snapshot artifact (bottom first), each checked against its diff
+// id (sha256 of the tar) and applied by a layerApplier in overlay mode,
+// with every safety and limit of an image import (and the quota the
+// context carries). It returns the bytes written. Nothing is left if it
+// fails.
+func (p *Pool) ImportSnapshot(ctx context.Context, snapID string, layers []v1.Layer, diffIDs []v1.Hash) (int64, error) {
+	if err := validLayerID(snapID); err != nil {
+		return 0, err
+	}
+	if len(layers) == 0 || len(layers) != len(diffIDs) {
+		return 0, errdefs.Invalid("the snapshot artifact has %d layers and %d diff ids", len(layers), len(diffIDs))
+	}
+	if err := os.MkdirAll(p.snapshotsDir(), 0o711); err != nil {
+		return 0, err
+	}
+	staging := filepath.Join(p.snapshotsDir(), stagingPrefix+randHex())
+	if err := subvolCreate(staging); err != nil {
+		return 0, fmt.Errorf("making snapshot %s: %w", snapID, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = subvolDestroy(staging)
+		}
+	}()
+	if err := os.Chmod(staging, 0o711); err != nil {
+		return 0, err
+	}
+	dirs := p.SnapshotLayerDirs(snapID, len(layers)) // top first
+	var a *layerApplier
+	var total int64
+	for i, l := range layers {
+		dir := filepath.Join(staging, filepath.Base(dirs[len(dirs)-1-i]))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return 0, err
+		}
+		if err := os.Chown(dir, p.uidBase, p.uidBase); err != nil {
+			return 0, err
+		}
+		na, err := newLayerApplier(ctx, dir, p.uidBase, p.uidCount)
+		if err != nil {
+			return 0, err
+		}
+		na.overlay = true
+		if a != nil { // one budget for every layer
+			na.size, na.entries = a.size, a.entries
+		}
+		a = na
+		what := fmt.Sprintf("snapshot layer %d of %d", i+1, len(layers))
+		if d, err := l.Digest(); err == nil {
+			what += " (" + d.String() + ")"
+		}
+		err = applyOverlayLayer(a, l, diffIDs[i], what)
+		a.Close()
+		if err != nil {
+			return 0, err
+		}
+		total = a.size
+	}
+	if fd, err := openDir(staging); err == nil {
+		_ = unix.Syncfs(fd)
+		unix.Close(fd)
+	}
+	if err := subvolSetReadOnly(staging, true); err != nil {
+		return 0, fmt.Errorf("making snapshot %s: %w", snapID, err)
+	}
+	if err := os.Rename(staging, p.snapshotDir(snapID)); err != nil {
+		if errors.Is(err, os.ErrExist) || errors.Is(err, unix.ENOTEMPTY) {
+			return 0, errdefs.New(errdefs.ErrAlreadyExists, "snapshot %s already exists on disk", snapID)
+		}
+		return 0, fmt.Errorf("making snapshot %s: %w", snapID, err)
+	}
+	ok = true
+	return total, nil
+}
+
+// applyOverlayLayer applies one snapshot layer (zstd, or gzip) and checks
+// its tar against diffID.
+func applyOverlayLayer(a *layerApplier, l v1.Layer, diffID v1.Hash, what string) error {
+	mt, err := l.MediaType()
+	if err != nil {
+		return errdefs.Invalid("%s: %v", what, err)
+	}
+	comp := compressZstd
+	switch mt {
+	case SnapshotLayerType:
+	case "application/vnd.agentbox.snapshot.upper.v1.tar+gzip":
+		comp = compressGzip
+	default:
+		return errdefs.Invalid("%s has media type %s, not %s: not an agentbox snapshot", what, mt, SnapshotLayerType)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return errdefs.Unavailable("%s: fetching it: %v", what, err)
+	}
+	defer rc.Close()
+	zr, err := decompress(rc, comp)
+	if err != nil {
+		return errdefs.Invalid("%s: %v", what, err)
+	}
+	defer zr.Close()
+	h := sha256.New()
+	r := io.TeeReader(zr, h)
+	if err := a.apply(r, what); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return errdefs.Invalid("%s: reading it: %v (the blob is corrupt or truncated)", what, err)
+	}
+	if diffID.Algorithm != "sha256" || hex.EncodeToString(h.Sum(nil)) != diffID.Hex {
+		return errdefs.Invalid("%s: its content does not match diff id %s from the snapshot config (the blob is corrupt)", what, diffID)
+	}
+	return nil
+}
+
+// Rewrap returns img (made by SnapshotImage) with config as its config.
+func Rewrap(img v1.Image, config []byte) (v1.Image, error) {
+	oi, ok := img.(*ociImage)
+	if !ok {
+		return nil, fmt.Errorf("not an image this pool packed")
+	}
+	return newOCIImage(config, oi.configType, oi.layers, nil)
+}
