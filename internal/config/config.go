@@ -161,6 +161,7 @@ func Default() Config {
 		LxcfsDir:           "/var/lib/lxcfs",
 		Metrics:            Metrics{UsageInterval: 5 * time.Second},
 		Tracing:            Tracing{SampleRatio: 1},
+		Registry:           Registry{Insecure: []string{}, TenantRegistries: []string{}},
 		E2B:                E2B{TemplateAliases: map[string]string{"code-interpreter-v1": "python"}},
 
 		Defaults: Sandbox{

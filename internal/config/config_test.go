@@ -85,8 +85,12 @@ func TestEveryKeyDocumented(t *testing.T) {
 	for i := 0; i < tt.NumField(); i++ {
 		keys = append(keys, tt.Field(i).Tag.Get("toml"))
 	}
+	rt := reflect.TypeOf(Registry{})
+	for i := 0; i < rt.NumField(); i++ {
+		keys = append(keys, rt.Field(i).Tag.Get("toml"))
+	}
 	for _, k := range keys {
-		if k == "defaults" || k == "limits" || k == "network" || k == "security" || k == "metrics" || k == "e2b" || k == "tracing" {
+		if k == "defaults" || k == "limits" || k == "network" || k == "security" || k == "metrics" || k == "e2b" || k == "tracing" || k == "registry" {
 			k = "[" + k + "]"
 		} else if !strings.Contains(string(example), "\n"+k+" = ") {
 			t.Errorf("key %q missing from docs/agentbox.example.toml", k)
