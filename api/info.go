@@ -22,6 +22,13 @@ type Info struct {
 	Socket  string `json:"socket,omitempty"`
 	Listen  string `json:"listen,omitempty"`
 	Log     string `json:"log,omitempty"`
+	// Role is "gateway" for a fleet gateway (docs/cluster.md), absent
+	// for a node; NodeID is a node's node_id.
+	Role   string `json:"role,omitempty"`
+	NodeID string `json:"node_id,omitempty"`
+	// Nodes, on a gateway, sums up its membership (GET /v1/fleet/nodes
+	// has the table).
+	Nodes *FleetSummary `json:"nodes,omitempty"`
 }
 
 // Tier is one isolation tier in Info.

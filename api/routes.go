@@ -118,6 +118,11 @@ var Routes = []Route{
 
 	// Single-use tickets for browser WebSockets (api/ticket.go).
 	{"POST", "/v1/tickets"},
+
+	// Fleets (api/fleet.go, docs/cluster.md): a node's status for the
+	// gateway, the gateway's membership table.
+	{"GET", "/v1/node"},
+	{"GET", "/v1/fleet/nodes"},
 }
 
 // RawBody says what a route takes for a body when that is not one JSON

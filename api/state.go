@@ -11,7 +11,10 @@ const (
 // Snapshot is an immutable capture of a sandbox's files, usable to create
 // sandboxes exactly as a template is.
 type Snapshot struct {
-	ID              string    `json:"id"`
+	ID string `json:"id"`
+	// Node is the node_id of the daemon that holds the snapshot, the
+	// first three characters of its id ("" without node_id).
+	Node            string    `json:"node,omitempty"`
 	Name            string    `json:"name,omitempty"`
 	SandboxID       string    `json:"sandbox_id"` // the source sandbox
 	Template        string    `json:"template"`

@@ -154,7 +154,11 @@ type Resources struct {
 
 // Sandbox is what the API shows of a sandbox.
 type Sandbox struct {
-	ID              string            `json:"id"`
+	ID string `json:"id"`
+	// Node is the node_id of the daemon that runs the sandbox, the first
+	// three characters of its id ("" on a daemon without node_id;
+	// docs/cluster.md).
+	Node            string            `json:"node,omitempty"`
 	State           string            `json:"state"`
 	Template        string            `json:"template"`
 	TemplateVersion string            `json:"template_version"`
@@ -245,6 +249,9 @@ type Template struct {
 	// each of Layers (GET /v1/templates/{name} only).
 	Versions  []string        `json:"versions,omitempty"`
 	LayerInfo []TemplateLayer `json:"layer_info,omitempty"`
+	// Nodes, in a fleet gateway's answer, are the nodes that hold the
+	// template (docs/cluster.md); a node's own answer leaves it out.
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // ImportTemplateRequest is the body of POST /v1/templates (admin only): the

@@ -20,4 +20,10 @@ var (
 	ErrUnauthenticated    = errdefs.ErrUnauthenticated    // 401 unauthenticated
 	ErrDeadlineExceeded   = errdefs.ErrDeadlineExceeded   // 504 deadline_exceeded
 	ErrInternal           = errdefs.ErrInternal           // 500 internal
+	ErrUnimplemented      = errdefs.ErrUnimplemented      // 501 unimplemented (a gateway, docs/cluster.md)
 )
+
+// ErrNodeUnavailable is the 503 node_unavailable of a gateway whose node
+// holding the sandbox does not answer (docs/cluster.md). It is also an
+// ErrUnavailable: errors.Is(err, ErrUnavailable) holds for it.
+var ErrNodeUnavailable = errdefs.ErrNodeUnavailable

@@ -23,6 +23,7 @@ func TestErrorClassesMatchCodes(t *testing.T) {
 		{errdefs.CodeUnauthenticated, ErrUnauthenticated},
 		{errdefs.CodeDeadlineExceeded, ErrDeadlineExceeded},
 		{errdefs.CodeInternal, ErrInternal},
+		{errdefs.CodeUnimplemented, ErrUnimplemented},
 	}
 	for _, tt := range classes {
 		t.Run(tt.code, func(t *testing.T) {
@@ -33,5 +34,17 @@ func TestErrorClassesMatchCodes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// node_unavailable is its own class and an unavailable one.
+func TestNodeUnavailableIsUnavailable(t *testing.T) {
+	err := errdefs.FromCode(errdefs.CodeNodeUnavailable, "node n2a does not answer")
+	if !errors.Is(err, ErrNodeUnavailable) || !errors.Is(err, ErrUnavailable) {
+		t.Errorf("node_unavailable error %v: Is(ErrNodeUnavailable) %v, Is(ErrUnavailable) %v",
+			err, errors.Is(err, ErrNodeUnavailable), errors.Is(err, ErrUnavailable))
+	}
+	if code, status := errdefs.Code(err); code != errdefs.CodeNodeUnavailable || status != 503 {
+		t.Errorf("Code = %s %d, want node_unavailable 503", code, status)
 	}
 }

@@ -22,6 +22,13 @@ var (
 	ErrUnauthenticated    = errors.New("unauthenticated")
 	ErrDeadlineExceeded   = errors.New("deadline exceeded")
 	ErrInternal           = errors.New("internal")
+	// ErrUnimplemented: the server knows the route but does not serve it
+	// (a gateway, for the routes it does not serve yet).
+	ErrUnimplemented = errors.New("unimplemented")
+	// ErrNodeUnavailable is ErrUnavailable where the reason is that the
+	// fleet node holding the resource does not answer (a gateway's
+	// answer): errors.Is(err, ErrUnavailable) holds for it too.
+	ErrNodeUnavailable = fmt.Errorf("node unavailable: %w", ErrUnavailable)
 )
 
 // Stable codes, as they appear in API error bodies.
@@ -36,6 +43,8 @@ const (
 	CodeUnauthenticated    = "unauthenticated"
 	CodeDeadlineExceeded   = "deadline_exceeded"
 	CodeInternal           = "internal"
+	CodeUnimplemented      = "unimplemented"
+	CodeNodeUnavailable    = "node_unavailable"
 )
 
 var classes = []struct {
@@ -43,6 +52,9 @@ var classes = []struct {
 	code   string
 	status int
 }{
+	// Sub-classes come before the class they wrap: Code answers the
+	// first match.
+	{ErrNodeUnavailable, CodeNodeUnavailable, http.StatusServiceUnavailable},
 	{ErrNotFound, CodeNotFound, http.StatusNotFound},
 	{ErrAlreadyExists, CodeAlreadyExists, http.StatusConflict},
 	{ErrInvalidArgument, CodeInvalidArgument, http.StatusBadRequest},
@@ -53,6 +65,7 @@ var classes = []struct {
 	{ErrUnauthenticated, CodeUnauthenticated, http.StatusUnauthorized},
 	{ErrDeadlineExceeded, CodeDeadlineExceeded, http.StatusGatewayTimeout},
 	{ErrInternal, CodeInternal, http.StatusInternalServerError},
+	{ErrUnimplemented, CodeUnimplemented, http.StatusNotImplemented},
 }
 
 // Code returns the stable code and HTTP status for err; unknown errors are

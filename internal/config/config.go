@@ -18,6 +18,15 @@ const DefaultPath = "/etc/agentbox/config.toml"
 // Config is the daemon's configuration. Field comments give the TOML key
 // and the default.
 type Config struct {
+	// Role (role) is what `agentbox serve` runs as: "node", the daemon
+	// with sandboxes, or "gateway", a fleet gateway in front of nodes
+	// (fleet.go, docs/cluster.md). Default "node".
+	Role string `toml:"role"`
+	// NodeID (node_id), on a node in a fleet: 3 characters of a-z and
+	// 2-7, unique in the fleet, that start every sandbox and snapshot id
+	// the node hands out, so that a gateway routes by id alone. Default
+	// "" (12-character ids, no fleet).
+	NodeID string `toml:"node_id"`
 	// DataDir (data_dir) holds state.db, admin.key, templates and the
 	// storage pool. Default /var/lib/agentbox.
 	DataDir string `toml:"data_dir"`
@@ -114,6 +123,8 @@ type Config struct {
 	// Registry ([registry], registry.go) is how templates and snapshots
 	// reach OCI registries.
 	Registry Registry `toml:"registry"`
+	// Fleet ([fleet], fleet.go) joins nodes behind a gateway.
+	Fleet Fleet `toml:"fleet"`
 }
 
 // Sandbox is a set of per-sandbox settings, used both for the defaults and
@@ -137,6 +148,8 @@ type Sandbox struct {
 // Default returns the embedded defaults; they pass Validate.
 func Default() Config {
 	return Config{
+		Role:             RoleNode,
+		Fleet:            Fleet{PollInterval: time.Second, Candidates: 3},
 		DataDir:          "/var/lib/agentbox",
 		RunDir:           "/run/agentbox",
 		Socket:           "/run/agentbox/agentbox.sock",

@@ -91,6 +91,7 @@ var durationKeys = [][]string{
 	{"reap_interval"},
 	{"defaults", "ttl"},
 	{"limits", "ttl"},
+	{"fleet", "poll_interval"},
 }
 
 // fmtDuration prints a duration the way users write it ("10m", not

@@ -125,6 +125,7 @@ func (c Config) Validate() error {
 	c.validateE2B(&v)
 	c.validateTracing(&v)
 	c.validateRegistry(&v)
+	c.validateFleet(&v)
 	return v.err()
 }
 

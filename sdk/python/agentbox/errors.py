@@ -136,6 +136,7 @@ _BY_CODE: Dict[str, Type[AgentboxError]] = {
     "already_exists": ConflictError,
     "resource_exhausted": ResourceExhaustedError,
     "unavailable": UnavailableError,
+    "node_unavailable": UnavailableError,
     "internal": InternalError,
     "unimplemented": NotSupportedError,
 }

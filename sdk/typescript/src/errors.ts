@@ -20,6 +20,7 @@ export type ErrorCode =
   | "already_exists"
   | "resource_exhausted"
   | "unavailable"
+  | "node_unavailable"
   | "internal"
   | "unimplemented"
   | (string & {});
@@ -96,6 +97,7 @@ const byCode: Record<string, typeof AgentboxError> = {
   already_exists: ConflictError,
   resource_exhausted: ResourceExhaustedError,
   unavailable: UnavailableError,
+  node_unavailable: UnavailableError,
   internal: InternalError,
   unimplemented: NotSupportedError,
 };
