@@ -267,8 +267,8 @@ func TestNetworkLimits(t *testing.T) {
 		if got, _ := network.Shaping(id); len(got) != 0 {
 			t.Errorf("shaping after --bandwidth -1: %v, want none", got)
 		}
-		if _, err := netlink.LinkByName(network.IfbPrefix + id); err == nil {
-			t.Errorf("ifb device %s%s is left after --bandwidth -1", network.IfbPrefix, id)
+		if _, err := netlink.LinkByName(network.IfbName(id)); err == nil {
+			t.Errorf("ifb device %s is left after --bandwidth -1", network.IfbName(id))
 		}
 		sb, err := env.client.GetSandbox(ctx, id)
 		if err != nil || sb.Network.MaxConnections != 16 || sb.Network.BandwidthMbit != -1 || sb.Network.Egress != api.EgressInternet {
@@ -323,7 +323,7 @@ func TestNetworkLimits(t *testing.T) {
 		if err := env.client.DestroySandbox(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{network.VethPrefix + id, network.IfbPrefix + id} {
+		for _, name := range []string{network.HostVeth(id), network.IfbName(id)} {
 			if _, err := netlink.LinkByName(name); err == nil {
 				t.Errorf("%s is left after destroy (with its qdiscs)", name)
 			}

@@ -175,7 +175,10 @@ func applyShaping(id, alias string, l Limits) error {
 	return nil
 }
 
-func ifbName(id string) string { return IfbPrefix + id }
+func ifbName(id string) string { return IfbPrefix + LinkID(id) }
+
+// IfbName is the name of sandbox id's upload shaper device.
+func IfbName(id string) string { return ifbName(id) }
 
 // delIfb removes sandbox id's ifb device, if any.
 func delIfb(id string) error {
@@ -257,6 +260,7 @@ func (m *Manager) CleanupLimits(keep map[string]bool) []string {
 		return nil
 	}
 	var removed []string
+	keep = linkIDs(keep)
 	for _, l := range links {
 		a := l.Attrs()
 		if a.Alias != m.name || l.Type() != "ifb" || !strings.HasPrefix(a.Name, IfbPrefix) || keep[a.Name[len(IfbPrefix):]] {

@@ -13,14 +13,41 @@ import (
 )
 
 // VethPrefix starts the host-side name of every sandbox veth: "abx" and
-// the 12-character sandbox id fill IFNAMSIZ exactly.
+// the last 12 characters of the sandbox id (LinkID) fill IFNAMSIZ
+// exactly.
 const VethPrefix = "abx"
+
+// LinkID is the part of sandbox id that names its interfaces: its last 12
+// characters. An id of a daemon with node_id is 15 characters (the node's
+// 3, then 12 random: api.NodeOfID), one interface name holds only 15, and
+// every id on one daemon has the same node_id, so the random 12 are as
+// unique there as the whole id.
+func LinkID(id string) string {
+	if len(id) > linkIDLen {
+		return id[len(id)-linkIDLen:]
+	}
+	return id
+}
+
+const linkIDLen = 12 // api.IDRandLen; 15 (IFNAMSIZ-1) less the prefixes
+
+// linkIDs is the LinkID of every id ids holds true, for the leftover
+// sweeps.
+func linkIDs(ids map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(ids))
+	for id, ok := range ids {
+		if ok {
+			out[LinkID(id)] = true
+		}
+	}
+	return out
+}
 
 // guestIf is the sandbox side's name inside its namespace.
 const guestIf = "eth0"
 
 // HostVeth is the host-side interface name of sandbox id's veth.
-func HostVeth(id string) string { return VethPrefix + id }
+func HostVeth(id string) string { return VethPrefix + LinkID(id) }
 
 // addLink creates the veth pair of sandbox id with its peer in the network
 // namespace of pid, addresses both ends from sub, brings them up and sets

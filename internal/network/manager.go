@@ -106,12 +106,16 @@ func (m *Manager) Start(known map[string]Known) error {
 	if err != nil {
 		return fmt.Errorf("listing links: %w", err)
 	}
+	knownLinks := map[string]bool{}
+	for id := range known {
+		knownLinks[LinkID(id)] = true
+	}
 	for _, l := range links {
 		a := l.Attrs()
 		if a.Alias != m.name || l.Type() != "veth" || len(a.Name) <= len(VethPrefix) {
 			continue
 		}
-		if _, ok := known[a.Name[len(VethPrefix):]]; ok {
+		if knownLinks[a.Name[len(VethPrefix):]] {
 			continue
 		}
 		if err := netlink.LinkDel(l); err != nil {

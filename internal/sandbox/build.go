@@ -67,7 +67,7 @@ func (s *Service) NewBuildBox(ctx context.Context, lowers []string, env map[stri
 		res.Pids = def.Pids
 	}
 	rec := &store.SandboxRecord{
-		ID:        newID(),
+		ID:        s.newID(),
 		State:     api.StateCreating,
 		Isolation: BuildIsolation,
 		Resources: res,

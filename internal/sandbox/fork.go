@@ -83,7 +83,7 @@ func (s *Service) fork(ctx context.Context, scope tenancy.Scope, id string, coun
 		spec.Template = ""
 		spec.Snapshot = snap.ID
 		r := &store.SandboxRecord{
-			ID:              newID(),
+			ID:              s.newID(),
 			Tenant:          parent.Tenant,
 			State:           api.StateCreating,
 			Template:        snap.Template,

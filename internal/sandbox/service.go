@@ -140,16 +140,29 @@ func (s *Service) runDir(id string) string {
 	return filepath.Join(s.cfg.RunDir, "sandboxes", id)
 }
 
-// newID returns a sandbox id: 12 lowercase letters and digits (60 bits),
-// usable as a hostname, a cgroup name and a DNS label.
-func newID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	for i := range b {
-		b[i] = alphabet[b[i]&31]
+// newID returns a sandbox or snapshot id: the daemon's node_id (none, or
+// 3 characters; docs/cluster.md), then 12 random characters of
+// api.IDAlphabet (60 bits): usable as a hostname, a cgroup name and a DNS
+// label. Names with a length limit derived from an id use its last 12
+// characters (network.HostVeth).
+func (s *Service) newID() string {
+	node := ""
+	if s.cfg != nil {
+		node = s.cfg.NodeID
 	}
-	return string(b[:])
+	return newID(node)
+}
+
+// newID returns node followed by api.IDRandLen random characters.
+func newID(node string) string {
+	b := make([]byte, len(node)+api.IDRandLen)
+	copy(b, node)
+	r := b[len(node):]
+	_, _ = rand.Read(r)
+	for i := range r {
+		r[i] = api.IDAlphabet[r[i]&31]
+	}
+	return string(b)
 }
 
 // Create makes a sandbox for tenant and returns once it can run a command.
@@ -228,7 +241,7 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	}
 	now := time.Now().UTC()
 	rec := &store.SandboxRecord{
-		ID:              newID(),
+		ID:              s.newID(),
 		Tenant:          tenant,
 		State:           api.StateCreating,
 		Template:        tpl.Name,
@@ -770,8 +783,10 @@ func (s *Service) LiveCount() int {
 }
 
 func toAPI(r *store.SandboxRecord) *api.Sandbox {
+	node, _ := api.NodeOfID(r.ID) // the id carries its node (docs/cluster.md)
 	sb := &api.Sandbox{
 		ID:              r.ID,
+		Node:            node,
 		State:           r.State,
 		Template:        r.Template,
 		TemplateVersion: r.TemplateVersion,

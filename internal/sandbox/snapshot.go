@@ -30,8 +30,10 @@ const maxLowers = 40
 var snapNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 func snapshotAPI(r *store.SnapshotRecord) api.Snapshot {
+	node, _ := api.NodeOfID(r.ID) // the id carries its node (docs/cluster.md)
 	return api.Snapshot{
 		ID:              r.ID,
+		Node:            node,
 		Name:            r.Name,
 		SandboxID:       r.SandboxID,
 		Template:        r.Template,
@@ -126,7 +128,7 @@ func (s *Service) captureLocked(ctx context.Context, e *entry, p driver.Pauser, 
 	if len(src.Lowers)+1 > maxLowers {
 		return nil, errdefs.Precondition("sandbox %s already stacks on %d layers (forks of forks); the most is %d: snapshot a sandbox nearer its template", e.id, len(src.Lowers), maxLowers)
 	}
-	snapID := newID()
+	snapID := s.newID()
 	rec := &store.SnapshotRecord{
 		ID:              snapID,
 		Name:            name,

@@ -459,7 +459,7 @@ func (s *Service) bootMember(c config.WarmPool) (*member, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rec := &store.SandboxRecord{
-		ID:              newID(),
+		ID:              s.newID(),
 		State:           api.StateCreating,
 		Template:        tpl.Name,
 		TemplateVersion: tpl.Version,

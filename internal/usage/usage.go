@@ -149,7 +149,7 @@ func (s *Sampler) sample(sb sandbox.LiveSandbox, now time.Time) {
 		smp.DiskBytes, _ = s.o.Disk.LayerUsage(sb.ID)
 	}
 	// The host end of the veth: what it receives the sandbox sent.
-	dev := filepath.Join(s.o.SysClassNet, network.VethPrefix+sb.ID, "statistics")
+	dev := filepath.Join(s.o.SysClassNet, network.HostVeth(sb.ID), "statistics")
 	smp.TxBytes = readCounter(filepath.Join(dev, "rx_bytes"))
 	smp.RxBytes = readCounter(filepath.Join(dev, "tx_bytes"))
 
