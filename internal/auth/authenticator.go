@@ -45,6 +45,10 @@ type Authenticator struct {
 	// KeysVersion validAt; entries of any other version are never used.
 	valid   map[string]Principal
 	validAt uint64
+
+	// gatewayHash is the hash of the fleet gateway's secret (gateway.go);
+	// nil: no gateway.
+	gatewayHash []byte
 }
 
 // New returns an Authenticator. adminKeyPath is named in the error a
@@ -72,6 +76,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (Prin
 			`unsupported Authorization header: send "Authorization: Bearer <key>"`)
 	}
 	secret = strings.TrimSpace(secret)
+	if p, ok, err := a.gatewayPrincipal(r, secret); ok { // gateway.go
+		return p, err
+	}
 	if !wellFormed(secret) {
 		return Principal{}, errdefs.New(errdefs.ErrUnauthenticated, "invalid API key")
 	}

@@ -173,6 +173,13 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	authn := auth.New(st, cfg.AdminKeyPath(), log)
+	if f := cfg.Fleet.GatewayKeyFile; f != "" { // a fleet's node (docs/cluster.md)
+		key, err := config.ReadFleetKey("fleet.gateway_key_file", f)
+		if err != nil {
+			return err
+		}
+		authn.SetGatewayKey(key)
+	}
 	var ranges metrics.UIDRanges
 	if ids != nil {
 		ranges = ids // not a nil *idrange.Pool in the interface

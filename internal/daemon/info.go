@@ -23,6 +23,7 @@ func daemonInfo(cfg *config.Config, unavailable map[string]error) api.Info {
 		Socket:           cfg.Socket,
 		Listen:           cfg.Listen,
 		Log:              describeStderr(),
+		NodeID:           cfg.NodeID,
 	}
 	for _, name := range driver.Names() {
 		t := api.Tier{Name: name, Available: unavailable[name] == nil, Default: name == cfg.DefaultIsolation}

@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"net/http"
-	"regexp"
 	"strings"
 
 	"github.com/agentbox/agentbox/api"
@@ -26,8 +25,6 @@ func requireAdmin(w http.ResponseWriter, r *http.Request, what string) bool {
 	writeError(w, errdefs.New(errdefs.ErrPermissionDenied, "%s needs an admin key", what))
 	return false
 }
-
-var tenantNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 func keyAPI(k *store.KeyRecord) api.Key {
 	return api.Key{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Admin: k.Admin, CreatedAt: k.CreatedAt,
@@ -147,7 +144,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if !tenantNameRE.MatchString(req.Name) {
+	if !tenancy.ValidName(req.Name) {
 		writeError(w, errdefs.Invalid("tenant name must be 1-63 lowercase letters, digits, '-' or '_', starting with a letter or digit; got %q", req.Name))
 		return
 	}

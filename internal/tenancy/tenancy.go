@@ -10,6 +10,7 @@ package tenancy
 
 import (
 	"context"
+	"regexp"
 
 	"github.com/agentbox/agentbox/errdefs"
 )
@@ -97,3 +98,10 @@ func (s Scope) String() string {
 	}
 	return "tenant " + s.tenant
 }
+
+// nameRE is the form of a tenant's name.
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidName reports whether name is a valid tenant name: 1-63 lowercase
+// letters, digits, '-' or '_', starting with a letter or digit.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
