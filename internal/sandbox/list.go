@@ -2,10 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/base64"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
@@ -48,7 +44,7 @@ func (s *Service) ListPage(ctx context.Context, scope tenancy.Scope, f ListFilte
 	}
 	sf := store.Filter{Scope: scope, States: states, Metadata: f.Metadata}
 	if f.Cursor != "" {
-		pos, err := decodeCursor(f.Cursor)
+		pos, err := store.ParseCursor(f.Cursor)
 		if err != nil {
 			return nil, "", err
 		}
@@ -65,34 +61,11 @@ func (s *Service) ListPage(ctx context.Context, scope tenancy.Scope, f ListFilte
 	if f.Limit > 0 && len(recs) > f.Limit {
 		recs = recs[:f.Limit]
 		last := recs[len(recs)-1]
-		next = encodeCursor(store.Position{CreatedAt: last.CreatedAt, ID: last.ID})
+		next = store.Position{CreatedAt: last.CreatedAt, ID: last.ID}.Cursor()
 	}
 	out := make([]api.Sandbox, 0, len(recs))
 	for _, r := range recs {
 		out = append(out, *s.withDisk(toAPI(r)))
 	}
 	return out, next, nil
-}
-
-// A list cursor is the position of a page's last sandbox, opaque to
-// clients: base64url of "1:<created_at unix ms>:<id>".
-func encodeCursor(p store.Position) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("1:" + strconv.FormatInt(p.CreatedAt.UnixMilli(), 10) + ":" + p.ID))
-}
-
-func decodeCursor(c string) (store.Position, error) {
-	bad := errdefs.Invalid("cursor %q is not one this daemon gave: pass the next_cursor of the previous page unchanged, or no cursor for the first page", c)
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return store.Position{}, bad
-	}
-	parts := strings.SplitN(string(raw), ":", 3)
-	if len(parts) != 3 || parts[0] != "1" || parts[2] == "" {
-		return store.Position{}, bad
-	}
-	ms, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || ms < 0 {
-		return store.Position{}, bad
-	}
-	return store.Position{CreatedAt: time.UnixMilli(ms).UTC(), ID: parts[2]}, nil
 }
