@@ -154,3 +154,12 @@ func NewRateLimiter(rate float64, burst int) *RateLimiter {
 func (r *RateLimiter) Allow(key string) (bool, time.Duration) {
 	return r.l.allow(key, time.Now())
 }
+
+// PreviewTarget reports whether r is a preview request, in the host form
+// (<port>-<id>.<domain>) or the path form (/v1/sandboxes/<id>/ports/...),
+// and for which sandbox: what a fleet gateway routes by id without
+// authenticating (the node checks the preview's token or key).
+func PreviewTarget(r *http.Request, domain string) (id string, ok bool) {
+	t, ok := parsePreview(r, domain)
+	return t.id, ok
+}
