@@ -57,8 +57,12 @@ func newLogger(level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
-// Serve runs the daemon with cfg until ctx is done.
+// Serve runs the daemon with cfg until ctx is done: a node, or a fleet
+// gateway (gateway.go).
 func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	if cfg.IsGateway() {
+		return serveGateway(ctx, cfg, log)
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("agentbox serve must run as root: it creates namespaces, cgroups and mounts")
 	}
@@ -197,14 +201,24 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Usage: obs.usage, Events: hub, E2BTemplateAliases: cfg.E2B.TemplateAliases,
 		Registry: registry.New(cfg.Registry)})
 	defer api.Close() // hosted MCP servers (docs/mcp.md)
+	return listenAndServe(ctx, cfg, obs.metrics.Wrap(api), hub.Close, log, // request ids, log lines, GET /metrics
+		"agentbox serving", "drivers", svc.DriverNames())
+}
+
+// listenAndServe serves h on cfg's socket and TCP address until ctx is
+// done. onShutdown runs when the server shuts down; what and args are the
+// log line of a started server.
+func listenAndServe(ctx context.Context, cfg *config.Config, h http.Handler, onShutdown func(), log *slog.Logger, what string, args ...any) error {
 	srv := &http.Server{
-		Handler:           obs.metrics.Wrap(api), // request ids, log lines, GET /metrics
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	srv.RegisterOnShutdown(hub.Close) // event streams end (observe.go)
+	if onShutdown != nil {
+		srv.RegisterOnShutdown(onShutdown) // event streams end (observe.go)
+	}
 	var lns []net.Listener
 	_ = os.Remove(cfg.Socket)
 	oldMask := syscall.Umask(0o177)
@@ -241,8 +255,8 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		addrs = append(addrs, ln.Addr().String())
 		go func() { errc <- srv.Serve(ln) }()
 	}
-	log.Info("agentbox serving", "version", version.Version, "listen", strings.Join(addrs, ","),
-		"drivers", svc.DriverNames(), "data_dir", cfg.DataDir, "admin_key", cfg.AdminKeyPath())
+	log.Info(what, append([]any{"version", version.Version, "listen", strings.Join(addrs, ","),
+		"data_dir", cfg.DataDir, "admin_key", cfg.AdminKeyPath()}, args...)...)
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
@@ -250,7 +264,11 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	log.Info("shutting down; sandboxes keep running and are re-adopted at the next start")
+	if cfg.IsGateway() {
+		log.Info("shutting down")
+	} else {
+		log.Info("shutting down; sandboxes keep running and are re-adopted at the next start")
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
