@@ -18,9 +18,10 @@ import (
 // a unique prefix of its id, as docker does.
 const NameKey = "name"
 
-// fullID is the form of the ids the daemon hands out: a full id is used as
-// it is, without a lookup.
-var fullID = regexp.MustCompile(`^[a-z2-7]{12}$`)
+// fullID is the form of the ids the daemon hands out (12 characters, or
+// 15 on a node of a fleet: docs/cluster.md): a full id is used as it is,
+// without a lookup.
+var fullID = regexp.MustCompile(`^([a-z2-7]{3})?[a-z2-7]{12}$`)
 
 // sandboxArgs says, per command path, which positional arguments name a
 // sandbox: the first, or all.

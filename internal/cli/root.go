@@ -215,6 +215,8 @@ uses the local socket and the admin key by default.`,
 	root.AddCommand(newDesktopCommand(g))
 	// Usage and events (docs/observability.md).
 	root.AddCommand(newStatsCommand(g), newEventsCommand(g))
+	// Fleets (docs/cluster.md).
+	root.AddCommand(newFleetCommand(g))
 	// The benchmark (docs/PERFORMANCE.md).
 	switch {
 	case o.Bench != nil:

@@ -200,7 +200,7 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Info:  daemonInfo(cfg, unavailable),
 		Usage: obs.usage, Events: hub, E2BTemplateAliases: cfg.E2B.TemplateAliases,
 		Registry: registry.New(cfg.Registry)})
-	defer api.Close() // hosted MCP servers (docs/mcp.md)
+	defer api.Close()                                                      // hosted MCP servers (docs/mcp.md)
 	return listenAndServe(ctx, cfg, obs.metrics.Wrap(api), hub.Close, log, // request ids, log lines, GET /metrics
 		"agentbox serving", "drivers", svc.DriverNames())
 }

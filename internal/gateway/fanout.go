@@ -305,4 +305,3 @@ func (g *Gateway) snapshotByRef(w http.ResponseWriter, r *http.Request) {
 		g.forward(w, r2, n)
 	}
 }
-

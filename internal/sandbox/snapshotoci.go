@@ -248,7 +248,7 @@ func (s *Service) PullSnapshot(ctx context.Context, tenant string, req api.PullR
 	if len(layers)+len(tl) > maxLowers {
 		return nil, errdefs.Precondition("the snapshot stacks %d layers on its template's %d; the most is %d", len(layers), len(tl), maxLowers)
 	}
-	snapID := newID()
+	snapID := s.newID()
 	rec := &store.SnapshotRecord{
 		ID:              snapID,
 		Name:            req.Name,
