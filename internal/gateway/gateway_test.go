@@ -30,7 +30,7 @@ const fleetKey = "fleet-secret-for-tests-0123456789abcdef"
 // lists them with the node's cursor, and serves a streamed route, a
 // WebSocket-like upgrade and a preview host.
 type fakeNode struct {
-	t   *testing.T
+	t   testing.TB
 	id  string
 	srv *httptest.Server
 
@@ -49,7 +49,7 @@ type fakeNode struct {
 	release chan struct{}
 }
 
-func newFakeNode(t *testing.T, id string) *fakeNode {
+func newFakeNode(t testing.TB, id string) *fakeNode {
 	f := &fakeNode{t: t, id: id, memoryMB: 8000, release: make(chan struct{})}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
@@ -199,7 +199,7 @@ func (f *fakeNode) list(w http.ResponseWriter, r *http.Request) {
 // fleet is a gateway in front of fake nodes, with a tenant "acme" and its
 // key, and the admin key.
 type fleet struct {
-	t      *testing.T
+	t      testing.TB
 	g      *Gateway
 	srv    *httptest.Server
 	nodes  map[string]*fakeNode
@@ -208,7 +208,7 @@ type fleet struct {
 	client *http.Client
 }
 
-func newFleet(t *testing.T, ids ...string) *fleet {
+func newFleet(t testing.TB, ids ...string) *fleet {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
