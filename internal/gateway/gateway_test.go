@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -626,6 +627,19 @@ func TestNotServedListed(t *testing.T) {
 	for _, served := range []string{"POST /v1/sandboxes", "GET /v1/keys", "GET /v1/fleet/nodes"} {
 		if slices.Contains(ns, served) {
 			t.Errorf("NotServed() lists %s", served)
+		}
+	}
+}
+
+// docs/cluster.md names every route a gateway answers 501.
+func TestClusterDocListsNotServed(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/cluster.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range NotServed() {
+		if !strings.Contains(string(doc), "`"+p+"`") {
+			t.Errorf("docs/cluster.md does not name %s among the routes a gateway does not serve", p)
 		}
 	}
 }
