@@ -272,36 +272,53 @@ func (g *Gateway) snapshotByRef(w http.ResponseWriter, r *http.Request) {
 		g.forward(w, r, n)
 		return
 	}
+	snap, n, missing, err := g.findSnapshot(r, ref)
+	setPartial(w, missing)
+	switch {
+	case err != nil:
+		server.WriteError(w, err)
+	case r.Method == http.MethodGet:
+		server.WriteJSON(w, http.StatusOK, snap)
+	default:
+		r2 := r.Clone(r.Context())
+		r2.URL.Path, r2.URL.RawPath = "/v1/snapshots/"+snap.ID, ""
+		g.forward(w, r2, n)
+	}
+}
+
+// snapshotNode returns the node that holds snapshot ref (an id or a
+// name).
+func (g *Gateway) snapshotNode(r *http.Request, ref string) (*node, error) {
+	if _, ok := api.NodeOfID(ref); ok {
+		return g.nodeOf(ref, "snapshot")
+	}
+	_, n, _, err := g.findSnapshot(r, ref)
+	return n, err
+}
+
+// findSnapshot looks snapshot name ref up on every available node: it
+// must be on exactly one.
+func (g *Gateway) findSnapshot(r *http.Request, ref string) (*api.Snapshot, *node, []string, error) {
 	answers, missing := g.fanout(r.Context(), principal(r), "GET", "/v1/snapshots/"+url.PathEscape(ref), "")
 	var found []api.Snapshot
+	var at []*node
 	for _, a := range answers {
 		var s api.Snapshot
 		if a.status == http.StatusOK && json.Unmarshal(a.body, &s) == nil {
-			found = append(found, s)
+			found, at = append(found, s), append(at, a.n)
 		}
 	}
-	setPartial(w, missing)
 	switch {
 	case len(found) > 1:
 		var ids []string
 		for _, s := range found {
 			ids = append(ids, s.ID)
 		}
-		server.WriteError(w, errdefs.Precondition("snapshot name %q is on several nodes (%s): use its id", ref, strings.Join(ids, ", ")))
+		return nil, nil, missing, errdefs.Precondition("snapshot name %q is on several nodes (%s): use its id", ref, strings.Join(ids, ", "))
 	case len(found) == 0 && len(missing) > 0:
-		server.WriteError(w, errdefs.New(errdefs.ErrNodeUnavailable, "snapshot %q not found on the available nodes; nodes %s did not answer", ref, strings.Join(missing, ", ")))
+		return nil, nil, missing, errdefs.New(errdefs.ErrNodeUnavailable, "snapshot %q not found on the available nodes; nodes %s did not answer", ref, strings.Join(missing, ", "))
 	case len(found) == 0:
-		server.WriteError(w, errdefs.NotFound("snapshot %q not found", ref))
-	case r.Method == http.MethodGet:
-		server.WriteJSON(w, http.StatusOK, found[0])
-	default:
-		n, err := g.nodeOf(found[0].ID, "snapshot")
-		if err != nil {
-			server.WriteError(w, err)
-			return
-		}
-		r2 := r.Clone(r.Context())
-		r2.URL.Path, r2.URL.RawPath = "/v1/snapshots/"+found[0].ID, ""
-		g.forward(w, r2, n)
+		return nil, nil, missing, errdefs.NotFound("snapshot %q not found", ref)
 	}
+	return &found[0], at[0], missing, nil
 }

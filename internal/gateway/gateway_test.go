@@ -46,6 +46,7 @@ type fakeNode struct {
 	lastAuth   string
 	lastHost   string
 	lastReqID  string
+	snapshots  map[string]string // name -> id
 	// release ends the streamed route's answer.
 	release chan struct{}
 }
@@ -135,6 +136,18 @@ func (f *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(404)
 		fmt.Fprintf(w, `{"error":{"code":"not_found","message":"sandbox %s not found on %s"}}`, id, f.id)
+	case strings.HasPrefix(r.URL.Path, "/v1/snapshots/"):
+		ref := strings.TrimPrefix(r.URL.Path, "/v1/snapshots/")
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for name, id := range f.snapshots {
+			if ref == name || ref == id {
+				writeJSON(w, api.Snapshot{ID: id, Name: name, Node: f.id})
+				return
+			}
+		}
+		w.WriteHeader(404)
+		fmt.Fprintf(w, `{"error":{"code":"not_found","message":"snapshot %s not found"}}`, ref)
 	case r.URL.Path == "/v1/templates":
 		f.mu.Lock()
 		out := api.ListTemplatesResponse{Templates: []api.Template{}}
@@ -641,5 +654,23 @@ func TestClusterDocListsNotServed(t *testing.T) {
 		if !strings.Contains(string(doc), "`"+p+"`") {
 			t.Errorf("docs/cluster.md does not name %s among the routes a gateway does not serve", p)
 		}
+	}
+}
+
+// A create from a snapshot goes to the snapshot's node, by id or by name.
+func TestCreateFromSnapshotGoesToItsNode(t *testing.T) {
+	f := newFleet(t, "n2a", "n3b", "n4c")
+	f.nodes["n3b"].snapshots = map[string]string{"mysnap": "n3baaaaaaaaaaaa"}
+	for _, ref := range []string{"n3baaaaaaaaaaaa", "mysnap"} {
+		resp, body := f.do("POST", "/v1/sandboxes", f.key, `{"snapshot":"`+ref+`"}`)
+		if resp.StatusCode != 201 || !strings.Contains(body, `"id":"n3b`) {
+			t.Errorf("create from snapshot %s: %d %s, want it on n3b", ref, resp.StatusCode, body)
+		}
+	}
+	if resp, body := f.do("POST", "/v1/sandboxes", f.key, `{"snapshot":"nosuch"}`); resp.StatusCode != 404 {
+		t.Errorf("create from an unknown snapshot: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := f.do("GET", "/v1/snapshots/mysnap", f.key, ""); resp.StatusCode != 200 || !strings.Contains(body, `"node":"n3b"`) {
+		t.Errorf("GET /v1/snapshots/mysnap: %d %s", resp.StatusCode, body)
 	}
 }

@@ -34,7 +34,10 @@ import (
 //     answered, placed the creates it answered since that poll (which
 //     the next poll counts in sandboxes). Free memory per sandbox spreads
 //     creates over equal nodes and fills a bigger node more.
-//  4. A node that answers 503 or 429 (full, or its quota) or that cannot
+//  4. A create from a snapshot goes to the node that holds the snapshot
+//     (its id names it; a name is looked up on every node), with no
+//     retry: no other node has it yet.
+//  5. A node that answers 503 or 429 (full, or its quota) or that cannot
 //     be reached is skipped and the next best candidate tried, at most
 //     maxRetries times; the body is kept for that (MaxBodyBytes). The
 //     client gets the answer of the last node tried.
@@ -46,6 +49,7 @@ const maxRetries = 2
 type createFields struct {
 	Template  string `json:"template"`
 	Isolation string `json:"isolation"`
+	Snapshot  string `json:"snapshot"`
 }
 
 func (g *Gateway) create(w http.ResponseWriter, r *http.Request) {
@@ -66,6 +70,25 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &f) // a bad body is the node's to refuse
 	template, _, _ := strings.Cut(f.Template, "@")
 	p := principal(r)
+	if f.Snapshot != "" {
+		// A snapshot lives on one node (until phase 2 moves them): the
+		// create goes there, or nowhere.
+		n, err := g.snapshotNode(r, f.Snapshot)
+		if err != nil {
+			server.WriteError(w, err)
+			return
+		}
+		resp, err := g.send(r, n, p, body)
+		if err != nil {
+			if connectFailed(err) {
+				n.markDown(err)
+			}
+			server.WriteError(w, nodeUnavailable(n.id, err))
+			return
+		}
+		relay(w, resp)
+		return
+	}
 	tried := map[*node]bool{}
 	var lastErr error
 	for attempt := 0; attempt <= maxRetries; attempt++ {
