@@ -67,6 +67,14 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return errors.New("agentbox serve must run as root: it creates namespaces, cgroups and mounts")
 	}
 	closeInheritedOnExec() // fds_linux.go
+	var gatewayKey string
+	if f := cfg.Fleet.GatewayKeyFile; f != "" { // read first: a bad one stops the start early
+		k, err := config.ReadFleetKey("fleet.gateway_key_file", f)
+		if err != nil {
+			return err
+		}
+		gatewayKey = k
+	}
 	for _, d := range []string{cfg.DataDir, cfg.RunDir, filepath.Dir(cfg.Socket)} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return fmt.Errorf("creating %s: %w", d, err)
@@ -177,12 +185,8 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	authn := auth.New(st, cfg.AdminKeyPath(), log)
-	if f := cfg.Fleet.GatewayKeyFile; f != "" { // a fleet's node (docs/cluster.md)
-		key, err := config.ReadFleetKey("fleet.gateway_key_file", f)
-		if err != nil {
-			return err
-		}
-		authn.SetGatewayKey(key)
+	if gatewayKey != "" { // a fleet's node (docs/cluster.md)
+		authn.SetGatewayKey(gatewayKey)
 	}
 	var ranges metrics.UIDRanges
 	if ids != nil {
