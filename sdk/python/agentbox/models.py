@@ -101,6 +101,9 @@ class SandboxInfo:
     #: per-user kernel counts as applied (``inotify_instances``,
     #: ``inotify_watches``, ``msgqueue_bytes``, ``sigpending``).
     user_limits: Dict[str, int] = field(default_factory=dict)
+    #: the node_id of the fleet node that runs it (its id's first three
+    #: characters; "" on a daemon without node_id; docs/cluster.md).
+    node: str = ""
 
     @property
     def time_left(self) -> Optional[float]:
@@ -120,7 +123,7 @@ class SandboxInfo:
             expires_at=parse_time(d.get("expires_at")), error=d.get("error", ""),
             network=d.get("network") or {},
             oom_kills=d.get("oom_kills", 0), last_oom_at=parse_time(d.get("last_oom_at")),
-            user_limits=d.get("user_limits") or {},
+            user_limits=d.get("user_limits") or {}, node=d.get("node", ""),
         )
 
 

@@ -33,6 +33,8 @@ export interface SandboxInfo {
   lastOomAt?: Date;
   /** Per-user kernel counts as applied (keys as the API's). */
   userLimits: UserLimits;
+  /** The node_id of the fleet node that runs it ("" without one; docs/cluster.md). */
+  node: string;
 }
 
 /** Per-user kernel counts of a sandbox's processes (docs/SECURITY.md). */
@@ -187,6 +189,7 @@ export function sandboxInfo(d: Json): SandboxInfo {
     oomKills: d.oom_kills ?? 0,
     lastOomAt: time(d.last_oom_at),
     userLimits: d.user_limits ?? {},
+    node: d.node ?? "",
   };
 }
 
