@@ -36,9 +36,11 @@ func newInfoCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pools, err := cl.Pools(c.Context())
-			if err != nil {
-				return err
+			var pools []api.PoolStatus
+			if info.Role != "gateway" { // a gateway has no pool (docs/cluster.md)
+				if pools, err = cl.Pools(c.Context()); err != nil {
+					return err
+				}
 			}
 			out := infoOutput{Client: version.Version, Host: cl.Host(), Daemon: info, Pools: pools}
 			if out.Pools == nil {
@@ -59,6 +61,11 @@ func printInfo(w io.Writer, o infoOutput) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "Client:\t%s\n", o.Client)
 	fmt.Fprintf(tw, "Daemon:\t%s at %s\n", d.Version, o.Host)
+	if d.Role == "gateway" && d.Nodes != nil {
+		fmt.Fprintf(tw, "Role:\tfleet gateway, %d of %d nodes available (agentbox fleet nodes)\n", d.Nodes.Available, d.Nodes.Total)
+	} else if d.NodeID != "" {
+		fmt.Fprintf(tw, "Node:\t%s (docs/cluster.md)\n", d.NodeID)
+	}
 	fmt.Fprintf(tw, "Tiers:\t\n")
 	for _, t := range d.Tiers {
 		state := "available"
@@ -74,7 +81,9 @@ func printInfo(w io.Writer, o infoOutput) error {
 	fmt.Fprintf(tw, "Defaults:\t%s\n", formatLimits(d.Defaults))
 	fmt.Fprintf(tw, "Limits:\t%s\n", formatLimits(d.Limits))
 	fmt.Fprintf(tw, "Sandboxes:\t%d running\n", d.Sandboxes)
-	if len(o.Pools) == 0 {
+	if d.Role == "gateway" {
+		// A gateway has no pools; each node has its own.
+	} else if len(o.Pools) == 0 {
 		fmt.Fprintf(tw, "Pools:\tnone (add [[pool]] entries to the daemon's config)\n")
 	} else {
 		fmt.Fprintf(tw, "Pools:\t\n")
@@ -84,7 +93,9 @@ func printInfo(w io.Writer, o infoOutput) error {
 	}
 	if d.DataDir != "" {
 		fmt.Fprintf(tw, "Data:\t%s (state.db, admin.key, templates, storage)\n", d.DataDir)
-		fmt.Fprintf(tw, "Runtime:\t%s\n", d.RunDir)
+		if d.RunDir != "" {
+			fmt.Fprintf(tw, "Runtime:\t%s\n", d.RunDir)
+		}
 		listen := d.Socket
 		if d.Listen != "" {
 			listen += ", " + d.Listen
