@@ -259,8 +259,10 @@ func (g *Gateway) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	server.WriteJSON(w, http.StatusOK, api.ListSnapshotsResponse{Snapshots: out})
 }
 
-// snapshotByRef serves GET and DELETE /v1/snapshots/{ref}. An id names
-// its node; a name is looked up on every node, and must be found on one.
+// snapshotByRef serves GET and DELETE /v1/snapshots/{ref} and POST
+// /v1/snapshots/{ref}/push. An id names its node; a name is looked up on
+// every node, and must be found on one, to which the request goes with
+// the snapshot's id in place of the name.
 func (g *Gateway) snapshotByRef(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("ref")
 	if _, ok := api.NodeOfID(ref); ok {
@@ -281,7 +283,8 @@ func (g *Gateway) snapshotByRef(w http.ResponseWriter, r *http.Request) {
 		server.WriteJSON(w, http.StatusOK, snap)
 	default:
 		r2 := r.Clone(r.Context())
-		r2.URL.Path, r2.URL.RawPath = "/v1/snapshots/"+snap.ID, ""
+		rest := strings.TrimPrefix(r.URL.Path, "/v1/snapshots/"+ref) // "" or "/push"
+		r2.URL.Path, r2.URL.RawPath = "/v1/snapshots/"+snap.ID+rest, ""
 		g.forward(w, r2, n)
 	}
 }

@@ -221,6 +221,8 @@ func (g *Gateway) own() map[string]http.HandlerFunc {
 		"GET /v1/snapshots":          g.listSnapshots,
 		"GET /v1/snapshots/{ref}":    g.snapshotByRef,
 		"DELETE /v1/snapshots/{ref}": g.snapshotByRef,
+		// The snapshot's node pushes it (internal/registry).
+		"POST /v1/snapshots/{ref}/push": g.snapshotByRef,
 	}
 	// Keys and tenants: internal/server's own handlers, on this store.
 	for pattern, h := range server.AdminRoutes(server.Options{Store: g.o.Store, Logger: g.log, MaxBodyBytes: g.o.MaxBodyBytes}) {

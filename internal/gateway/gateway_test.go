@@ -46,6 +46,7 @@ type fakeNode struct {
 	lastAuth   string
 	lastHost   string
 	lastReqID  string
+	lastPath   string
 	snapshots  map[string]string // name -> id
 	// release ends the streamed route's answer.
 	release chan struct{}
@@ -62,6 +63,7 @@ func (f *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.lastHost = r.Host
 	f.lastReqID = r.Header.Get("X-Request-Id")
+	f.lastPath = r.URL.Path
 	f.mu.Unlock()
 	if strings.HasSuffix(strings.Split(r.Host, ":")[0], ".localhost") { // a preview host
 		f.mu.Lock()
@@ -136,6 +138,8 @@ func (f *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(404)
 		fmt.Fprintf(w, `{"error":{"code":"not_found","message":"sandbox %s not found on %s"}}`, id, f.id)
+	case strings.HasPrefix(r.URL.Path, "/v1/snapshots/") && strings.HasSuffix(r.URL.Path, "/push"):
+		w.WriteHeader(202)
 	case strings.HasPrefix(r.URL.Path, "/v1/snapshots/"):
 		ref := strings.TrimPrefix(r.URL.Path, "/v1/snapshots/")
 		f.mu.Lock()
@@ -672,5 +676,9 @@ func TestCreateFromSnapshotGoesToItsNode(t *testing.T) {
 	}
 	if resp, body := f.do("GET", "/v1/snapshots/mysnap", f.key, ""); resp.StatusCode != 200 || !strings.Contains(body, `"node":"n3b"`) {
 		t.Errorf("GET /v1/snapshots/mysnap: %d %s", resp.StatusCode, body)
+	}
+	// A push by name goes to the node, by the snapshot's id.
+	if resp, body := f.do("POST", "/v1/snapshots/mysnap/push", f.key, `{"ref":"r"}`); resp.StatusCode != 202 || f.nodes["n3b"].lastPath != "/v1/snapshots/n3baaaaaaaaaaaa/push" {
+		t.Errorf("push by name: %d %s, node saw %s", resp.StatusCode, body, f.nodes["n3b"].lastPath)
 	}
 }
