@@ -46,6 +46,19 @@ func normalizeFingerprint(fp string) (string, error) {
 	return s, nil
 }
 
+// TLSConfig returns the TLS client configuration the client uses for a
+// pinned certificate (fingerprint: its SHA-256 in hex, as `agentbox serve`
+// logs it) or a PEM file of certificate authorities (caFile), for a
+// program that reaches a daemon with a transport of its own (a fleet
+// gateway reaching its nodes). Both empty: nil, the system's roots.
+func TLSConfig(fingerprint, caFile string) (*tls.Config, error) {
+	t := &http.Transport{}
+	if err := (tlsOptions{fingerprint: fingerprint, caFile: caFile}).apply(t, true); err != nil {
+		return nil, err
+	}
+	return t.TLSClientConfig, nil
+}
+
 // apply sets t's TLS trust from the options, else the environment.
 func (o tlsOptions) apply(t *http.Transport, noEnv bool) error {
 	if !noEnv {

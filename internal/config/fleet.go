@@ -54,6 +54,13 @@ type FleetNode struct {
 	ID string `toml:"id"`
 	// URL (url) is the node's API, "http://192.0.2.11:7423" or https.
 	URL string `toml:"url"`
+	// Fingerprint (fingerprint), for an https url: trust exactly the
+	// node's certificate with this SHA-256 (hex, as the node's `agentbox
+	// serve` logs it; its self-signed one), whoever signed it.
+	Fingerprint string `toml:"fingerprint"`
+	// CAFile (ca_file), for an https url: a PEM file of the authorities
+	// that sign the node's certificate, instead of the system's.
+	CAFile string `toml:"ca_file"`
 }
 
 // IsGateway reports whether the daemon runs in the gateway role.
@@ -135,6 +142,11 @@ func (c Config) validateFleet(v *validator) {
 		u, err := url.Parse(n.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
 			v.addf("fleet.node[%d].url must be the node's API as http://HOST:PORT or https://HOST:PORT, got %q", i, n.URL)
+		} else if (n.Fingerprint != "" || n.CAFile != "") && u.Scheme != "https" {
+			v.addf("fleet.node[%d]: fingerprint and ca_file say whom to trust over TLS; the url %q is plain http: make it https://", i, n.URL)
+		}
+		if n.Fingerprint != "" && n.CAFile != "" {
+			v.addf("fleet.node[%d]: set fingerprint (trust the one certificate) or ca_file (trust what these authorities sign), not both", i)
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
@@ -96,7 +97,11 @@ func New(o Options) (*Gateway, error) {
 		limiter: server.NewRateLimiter(o.RateLimit, o.RateBurst)}
 	g.rt = o.Transport
 	if g.rt == nil {
-		g.rt = newTransport()
+		t, err := newTransport(o.Nodes)
+		if err != nil {
+			return nil, err
+		}
+		g.rt = t
 	}
 	g.client = &http.Client{Transport: g.rt}
 	for _, c := range o.Nodes {
@@ -119,22 +124,71 @@ func New(o Options) (*Gateway, error) {
 
 // newTransport is the transport to the nodes: many idle connections per
 // node (every tenant's requests share them), no compression (streams go
-// through as they come).
-func newTransport() *http.Transport {
+// through as they come), and over TLS each node's own trust (its pinned
+// certificate or its ca_file; else the system's roots), chosen by the
+// address dialled.
+func newTransport(nodes []config.FleetNode) (*http.Transport, error) {
+	trust := map[string]*tls.Config{}
+	for _, n := range nodes {
+		if n.Fingerprint == "" && n.CAFile == "" {
+			continue
+		}
+		u, err := url.Parse(n.URL)
+		if err != nil || u.Scheme != "https" {
+			return nil, errdefs.Invalid("fleet node %s: fingerprint and ca_file need an https url, got %q", n.ID, n.URL)
+		}
+		tc, err := client.TLSConfig(n.Fingerprint, n.CAFile)
+		if err != nil {
+			return nil, errdefs.Invalid("fleet node %s: %v", n.ID, err)
+		}
+		trust[hostPort(u)] = tc
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy: nil,
-		DialContext: (&net.Dialer{
-			Timeout:   5 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
+		Proxy:       nil,
+		DialContext: dialer.DialContext,
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := trust[addr]
+			if tc == nil {
+				tc = &tls.Config{MinVersion: tls.VersionTLS12}
+			}
+			tc = tc.Clone()
+			tc.ServerName = host
+			raw, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			conn := tls.Client(raw, tc)
+			if err := conn.HandshakeContext(hctx); err != nil {
+				raw.Close()
+				return nil, err
+			}
+			return conn, nil
+		},
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
-		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+	}, nil
+}
+
+// hostPort is u's host with its port, the scheme's default when u names
+// none: the address the transport dials.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
 	}
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
 }
 
 // Start polls every node once (so that the gateway places sandboxes from

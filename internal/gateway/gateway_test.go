@@ -3,12 +3,15 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -680,5 +683,45 @@ func TestCreateFromSnapshotGoesToItsNode(t *testing.T) {
 	// A push by name goes to the node, by the snapshot's id.
 	if resp, body := f.do("POST", "/v1/snapshots/mysnap/push", f.key, `{"ref":"r"}`); resp.StatusCode != 202 || f.nodes["n3b"].lastPath != "/v1/snapshots/n3baaaaaaaaaaaa/push" {
 		t.Errorf("push by name: %d %s, node saw %s", resp.StatusCode, body, f.nodes["n3b"].lastPath)
+	}
+}
+
+// TestPinnedNode: a node whose [[fleet.node]] pins its certificate is
+// reached over TLS when the certificate matches, and not when another
+// certificate answers.
+func TestPinnedNode(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("node"))
+	}))
+	defer srv.Close()
+	sum := sha256.Sum256(srv.Certificate().Raw)
+	u, _ := url.Parse(srv.URL)
+	for _, c := range []struct {
+		name, fp string
+		ok       bool
+	}{
+		{"its certificate", hex.EncodeToString(sum[:]), true},
+		{"another certificate", strings.Repeat("ab", 32), false},
+	} {
+		rt, err := newTransport([]config.FleetNode{{ID: "n2a", URL: srv.URL, Fingerprint: c.fp}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := (&http.Client{Transport: rt}).Get("https://" + u.Host + "/")
+		if c.ok != (err == nil) {
+			t.Fatalf("%s: err = %v", c.name, err)
+		}
+		if err == nil {
+			resp.Body.Close()
+		}
+		rt.CloseIdleConnections()
+	}
+	// Unpinned, the system's roots do not know httptest's certificate.
+	rt, _ := newTransport(nil)
+	if _, err := (&http.Client{Transport: rt}).Get(srv.URL); err == nil {
+		t.Fatal("an unpinned node with an unknown certificate was trusted")
+	}
+	if _, err := newTransport([]config.FleetNode{{ID: "n2a", URL: srv.URL, Fingerprint: "zz"}}); err == nil {
+		t.Fatal("a malformed fingerprint was taken")
 	}
 }
