@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,14 +21,15 @@ import (
 
 // A fleet is several agentbox node daemons on this host, each in a network
 // namespace of its own (reached from the host over a veth pair with
-// TEST-NET-1 addresses, 192.0.2.0/24, that exist only between the host
-// and namespaces this test made), each with its own data directory,
+// addresses of the benchmarking range, 198.19.N.0/24, that exist only
+// between the host and namespaces this test made), each with its own data directory,
 // cgroup parent, uid ranges and sandbox subnet, plus a gateway daemon in
 // the host's namespace in front of them: the shape of docs/cluster.md on
 // one machine.
 type fleet struct {
 	t      *testing.T
 	dir    string
+	subnet string // "198.19.N": the /24 its veths take /30s of
 	secret string // the gateway's key, which the nodes trust
 	nodes  []*fleetNode
 	gw     *fleetDaemon
@@ -64,7 +66,9 @@ const fleetSecretLen = 48
 // every node. Everything goes when the test ends.
 func newFleet(t *testing.T, n int) *fleet {
 	t.Helper()
-	f := &fleet{t: t, dir: filepath.Join(filepath.Dir(env.cfg.DataDir), "fleet-"+randHex(3))}
+	// 198.19.250-255: above the test web's 198.19.0-249 (egress_domain_test.go).
+	b, _ := strconv.ParseUint(randHex(1), 16, 8)
+	f := &fleet{t: t, dir: filepath.Join(filepath.Dir(env.cfg.DataDir), "fleet-"+randHex(3)), subnet: fmt.Sprintf("198.19.%d", 250+b%6)}
 	if err := os.MkdirAll(f.dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
@@ -117,9 +121,11 @@ func (f *fleet) startNode(i int, keyFile string) *fleetNode {
 		ns:     fleetNetnsPrefix + suffix,
 		hostIf: "abxf" + suffix,
 	}
-	// A /30 per node: the host's end .4i+1, the node's .4i+2.
-	hostAddr := fmt.Sprintf("192.0.2.%d", 4*i+1)
-	nodeAddr := fmt.Sprintf("192.0.2.%d", 4*i+2)
+	// A /30 per node: the host's end .4i+1, the node's .4i+2, in a /24 of
+	// the benchmarking range that is the fleet's own (TEST-NET-1 may be
+	// this host's real network: it was, on the CI machines).
+	hostAddr := fmt.Sprintf("%s.%d", f.subnet, 4*i+1)
+	nodeAddr := fmt.Sprintf("%s.%d", f.subnet, 4*i+2)
 	nd.addr = nodeAddr + ":7423"
 	for _, args := range [][]string{
 		{"netns", "add", nd.ns},
@@ -320,6 +326,15 @@ func (f *fleet) importBusybox(nd *fleetNode) {
 // stop ends the gateway and the nodes (their sandboxes first) and removes
 // what they kept on the host.
 func (f *fleet) stop() {
+	if f.t.Failed() { // what the daemons said, for the verdict
+		for _, d := range append([]*fleetDaemon{f.gw}, f.daemons()...) {
+			if d != nil {
+				if b, err := os.ReadFile(d.cfgPath + ".log"); err == nil {
+					f.t.Logf("%s:\n%s", d.cfgPath+".log", tail(string(b), 4000))
+				}
+			}
+		}
+	}
 	f.gw.kill(0)
 	for _, nd := range f.nodes {
 		if nd.client != nil {
@@ -351,3 +366,12 @@ func (f *fleet) nodeOf(id string) *fleetNode {
 	}
 	return nil
 }
+
+func (f *fleet) daemons() []*fleetDaemon {
+	var ds []*fleetDaemon
+	for _, nd := range f.nodes {
+		ds = append(ds, &nd.fleetDaemon)
+	}
+	return ds
+}
+
