@@ -243,6 +243,28 @@ func TestCluster(t *testing.T) {
 		if resp.StatusCode != http.StatusServiceUnavailable || eb.Error.Code != "node_unavailable" {
 			t.Fatalf("exec on a dead node's sandbox: %d %+v; want 503 node_unavailable", resp.StatusCode, eb)
 		}
+		// A list says which node it could not ask, and holds what the
+		// others run.
+		req, _ = http.NewRequest("GET", "http://"+f.gwAddr+"/v1/sandboxes", nil)
+		req.Header.Set("Authorization", "Bearer "+f.gw.key)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page api.ListSandboxesResponse
+		_ = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if got := resp.Header.Get("Agentbox-Partial"); got != dead.id {
+			t.Fatalf("a list with node %s down: Agentbox-Partial %q", dead.id, got)
+		}
+		for _, sb := range page.Sandboxes {
+			if f.nodeOf(sb.ID) == dead {
+				t.Fatalf("a list with node %s down holds its sandbox %s", dead.id, sb.ID)
+			}
+		}
+		if len(page.Sandboxes) == 0 {
+			t.Fatal("a list with one node down holds nothing of the node that lives")
+		}
 		// Creates go to the nodes that live.
 		for i := 0; i < 3; i++ {
 			sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
