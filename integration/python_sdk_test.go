@@ -12,7 +12,8 @@ import (
 )
 
 // TestPythonSDK runs the Python SDK's pytest suite (sdk/python/tests: unit
-// tests, every method sync and async, the shared behaviour suite) against
+// tests, every method sync and async, templates and snapshots through a
+// real registry (startRegistry), the shared behaviour suite) against
 // this package's daemon. tests/test_pending_*.py cover routes other issues
 // are landing and are not run here yet.
 func TestPythonSDK(t *testing.T) {
@@ -39,6 +40,8 @@ func TestPythonSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeSnapshotsSince(t, snapsBefore) })
+	// tests/test_registry.py pushes and pulls through a real registry.
+	reg := startRegistry(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, args...)
@@ -46,6 +49,7 @@ func TestPythonSDK(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		"AGENTBOX_HOST=unix://"+env.cfg.Socket,
 		"AGENTBOX_API_KEY="+env.key,
+		"AGENTBOX_TEST_REGISTRY="+reg,
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
 	start := time.Now()

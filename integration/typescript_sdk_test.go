@@ -14,8 +14,9 @@ import (
 // with its committed package-lock.json), builds the package (the ES module
 // and CommonJS builds with their types) and runs its Node test suite
 // against this package's daemon: unit tests, the type declarations
-// compiled, AbortSignal, the terminal, the Client and the shared behaviour
-// suite (sdk/testdata/behaviour).
+// compiled, AbortSignal, the terminal, the Client, templates and snapshots
+// pushed to and pulled from a real registry (startRegistry) and the shared
+// behaviour suite (sdk/testdata/behaviour).
 func TestTypeScriptSDK(t *testing.T) {
 	needBase(t)
 	dir := filepath.Join(env.repo, "sdk", "typescript")
@@ -29,6 +30,8 @@ func TestTypeScriptSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeSnapshotsSince(t, snapsBefore) })
+	// test/registry.test.mjs pushes and pulls through a real registry.
+	reg := startRegistry(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "--test-reporter=spec", "test/")
@@ -36,6 +39,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		"AGENTBOX_HOST=unix://"+env.cfg.Socket,
 		"AGENTBOX_API_KEY="+env.key,
+		"AGENTBOX_TEST_REGISTRY="+reg,
 	)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()

@@ -17,8 +17,8 @@ from ._pty import AsyncPty, Pty
 from .errors import (AgentboxError, ConflictError, InternalError, InvalidArgumentError, NotFoundError,
                      NotSupportedError, PermissionDeniedError, ResourceExhaustedError, TimeoutError,
                      UnauthorizedError, UnavailableError)
-from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, Resources, SandboxInfo,
-                     SandboxPage, Snapshot, Template)
+from .models import (ExecResult, FileInfo, FleetNode, Health, NodeStatus, PoolStatus, ProcessInfo, ProcessOutput, PushResult,
+                     Resources, SandboxInfo, SandboxPage, Snapshot, Template)
 from .sandbox import Client, Desktop, Files, Process, Sandbox
 from .code import CodeContext, Execution, ExecutionError, Logs, Result
 from .desktop import ActionsResult, DesktopInfo, PNGImage, Window
@@ -28,7 +28,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "AsyncSandbox", "Client", "AsyncClient", "Files", "AsyncFiles", "Process", "AsyncProcess",
     "Pty", "AsyncPty", "ExecResult", "FileInfo", "Health", "PoolStatus", "ProcessInfo", "ProcessOutput", "Resources",
-    "SandboxInfo", "SandboxPage", "Snapshot", "Template", "AgentboxError", "NotFoundError", "InvalidArgumentError",
+    "SandboxInfo", "SandboxPage", "Snapshot", "Template", "PushResult", "NodeStatus", "FleetNode",
+    "AgentboxError", "NotFoundError", "InvalidArgumentError",
     "UnauthorizedError", "PermissionDeniedError", "TimeoutError", "ConflictError", "ResourceExhaustedError",
     "UnavailableError", "InternalError", "NotSupportedError",
     "CodeContext", "Execution", "ExecutionError", "Logs", "Result",

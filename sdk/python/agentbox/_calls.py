@@ -8,11 +8,12 @@ their classes."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Union
+from urllib.parse import quote
 
 from ._common import Command, Data, exec_body, limits_body, list_params, sandbox_path, signal_name, to_bytes
 from .errors import InvalidArgumentError
-from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, SandboxPage, Snapshot,
-                     Template)
+from .models import (ExecResult, FileInfo, FleetNode, Health, NodeStatus, PoolStatus, ProcessInfo, ProcessOutput, PushResult,
+                     SandboxInfo, SandboxPage, Snapshot, Template)
 
 Decode = Callable[[Any], Any]
 
@@ -88,6 +89,55 @@ def template(name: str) -> Call:
     if not name:
         raise InvalidArgumentError("a template name is required")
     return Call("GET", "/v1/templates/" + name, decode=Template.from_dict)
+
+
+def remove_template(name: str) -> Call:
+    if not name:
+        raise InvalidArgumentError("a template name is required")
+    return Call("DELETE", "/v1/templates/" + quote(name, safe=""))
+
+
+def _registry_ref(ref: str, what: str) -> str:
+    if not ref:
+        raise InvalidArgumentError(f"a registry reference to {what} is required: HOST[:PORT]/REPO[:TAG], "
+                                   "the registry's host always written out")
+    return ref
+
+
+def push_template(name: str, ref: str) -> Call:
+    if not name:
+        raise InvalidArgumentError("a template name is required")
+    return Call("POST", "/v1/templates/" + quote(name, safe="") + "/push",
+                json_body={"ref": _registry_ref(ref, "push to")}, decode=PushResult.from_dict)
+
+
+def pull_template(ref: str, name: Optional[str]) -> Call:
+    body = {"ref": _registry_ref(ref, "pull")}
+    if name:
+        body["name"] = name
+    return Call("POST", "/v1/templates/pull", json_body=body, decode=Template.from_dict)
+
+
+def push_snapshot(snapshot: str, ref: str) -> Call:
+    if not snapshot:
+        raise InvalidArgumentError("a snapshot id or name is required")
+    return Call("POST", "/v1/snapshots/" + quote(snapshot, safe="") + "/push",
+                json_body={"ref": _registry_ref(ref, "push to")}, decode=PushResult.from_dict)
+
+
+def pull_snapshot(ref: str, name: Optional[str]) -> Call:
+    body = {"ref": _registry_ref(ref, "pull")}
+    if name:
+        body["name"] = name
+    return Call("POST", "/v1/snapshots/pull", json_body=body, decode=Snapshot.from_dict)
+
+
+def fleet_nodes() -> Call:
+    return Call("GET", "/v1/fleet/nodes", decode=_list_of("nodes", FleetNode.from_dict))
+
+
+def node_status() -> Call:
+    return Call("GET", "/v1/node", decode=NodeStatus.from_dict)
 
 
 # --- sandboxes ---------------------------------------------------------------

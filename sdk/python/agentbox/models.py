@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 
 __all__ = [
     "SandboxInfo", "Resources", "FileInfo", "ExecResult", "Template", "Health",
-    "ProcessInfo", "ProcessOutput", "Snapshot",
+    "ProcessInfo", "ProcessOutput", "Snapshot", "PushResult", "NodeStatus", "FleetNode",
 ]
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
@@ -330,3 +330,68 @@ class Snapshot:
         return cls(id=str(d.get("id") or d.get("name") or ""), name=d.get("name", ""),
                    sandbox_id=d.get("sandbox_id", ""), created_at=parse_time(d.get("created_at")),
                    size_bytes=int(d.get("size_bytes", 0)), raw=dict(d), memory=bool(d.get("memory", False)))
+
+
+@dataclass
+class PushResult:
+    """A template or snapshot pushed to an OCI registry: the ref pushed to
+    and the manifest digest, which names the same bytes at any registry
+    (``HOST/REPO@DIGEST``)."""
+
+    ref: str
+    digest: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "PushResult":
+        return cls(ref=d.get("ref", ""), digest=d.get("digest", ""))
+
+
+@dataclass
+class NodeStatus:
+    """A node's status as a fleet gateway polls it (``GET /v1/node``;
+    docs/cluster.md). ``tiers`` are dicts as ``GET /v1/info`` shows them
+    (``name``, ``available``, ``default``, ``error``)."""
+
+    node_id: str = ""
+    version: str = ""
+    tiers: List[Dict[str, Any]] = field(default_factory=list)
+    sandboxes: int = 0
+    cpus: int = 0
+    load1: float = 0.0
+    memory_total_mb: int = 0
+    memory_available_mb: int = 0
+    templates: List[str] = field(default_factory=list)
+    draining: bool = False
+
+    @classmethod
+    def from_dict(cls, d: Optional[Dict[str, Any]]) -> "NodeStatus":
+        d = d or {}
+        return cls(node_id=d.get("node_id", ""), version=d.get("version", ""),
+                   tiers=[dict(t) for t in d.get("tiers") or []], sandboxes=int(d.get("sandboxes", 0)),
+                   cpus=int(d.get("cpus", 0)), load1=float(d.get("load1", 0.0)),
+                   memory_total_mb=int(d.get("memory_total_mb", 0)),
+                   memory_available_mb=int(d.get("memory_available_mb", 0)),
+                   templates=list(d.get("templates") or []), draining=bool(d.get("draining", False)))
+
+
+@dataclass
+class FleetNode:
+    """One node of a fleet gateway's membership (``GET /v1/fleet/nodes``):
+    ``available`` when its last poll succeeded and no request has failed to
+    connect since; ``status`` is its last ``GET /v1/node`` answer (None
+    before the first success)."""
+
+    id: str
+    url: str = ""
+    available: bool = False
+    last_error: str = ""
+    last_poll: Optional[datetime] = None
+    in_flight: int = 0
+    status: Optional[NodeStatus] = None
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "FleetNode":
+        st = d.get("status")
+        return cls(id=d.get("id", ""), url=d.get("url", ""), available=bool(d.get("available", False)),
+                   last_error=d.get("last_error", ""), last_poll=parse_time(d.get("last_poll")),
+                   in_flight=int(d.get("in_flight", 0)), status=NodeStatus.from_dict(st) if st else None)

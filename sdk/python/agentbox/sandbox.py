@@ -22,8 +22,8 @@ from . import desktop
 from .code import CodeContext, ContextRef, Execution, Handler, _ctx_id, _Decoder, _run_body
 from .desktop import ActionsResult, DesktopInfo, Window
 from .errors import NotFoundError, TimeoutError
-from .models import (ExecResult, FileInfo, Health, PoolStatus, ProcessInfo, ProcessOutput, SandboxInfo, SandboxPage, Snapshot,
-                     Template)
+from .models import (ExecResult, FileInfo, FleetNode, Health, NodeStatus, PoolStatus, ProcessInfo, ProcessOutput, PushResult,
+                     SandboxInfo, SandboxPage, Snapshot, Template)
 
 # True in async_sandbox.py, False in sandbox.py: scripts/gen_sync.py keeps
 # the blocking branch of each ``if _ASYNC:``.
@@ -84,6 +84,53 @@ class Client:
     def template(self, name: str) -> Template:
         """The newest version of one template."""
         return self._http.call(calls.template(name))
+
+    def remove_template(self, name: str) -> None:
+        """Delete every version of a template: a tenant's own, or any with
+        an admin key (``DELETE /v1/templates/{name}``). ``ConflictError``
+        while a sandbox or snapshot uses it."""
+        self._http.call(calls.remove_template(name))
+
+    def push_template(self, name: str, ref: str) -> PushResult:
+        """Push the newest version of template ``name`` to an OCI registry
+        as an image any OCI tool reads (``POST /v1/templates/{name}/push``;
+        docs/cluster.md): ``ref`` is ``HOST[:PORT]/REPO[:TAG]``, the
+        registry's host always written out. Returns the ref and the
+        manifest's digest; pushing the same version again gives the same
+        digest. Registry credentials are the daemon's (docs/config.md)."""
+        return self._http.call(calls.push_template(name, ref))
+
+    def pull_template(self, ref: str, name: Optional[str] = None) -> Template:
+        """Pull the OCI image at ``ref`` (``HOST[:PORT]/REPO[:TAG|@DIGEST]``)
+        as a new version of template ``name`` (default: the repository's
+        last component) and return it (``POST /v1/templates/pull``)."""
+        return self._http.call(calls.pull_template(ref, name))
+
+    def push_snapshot(self, snapshot: str, ref: str) -> PushResult:
+        """Push a snapshot's files (``snapshot``: its id or name) to ``ref``
+        as an OCI artifact (``POST /v1/snapshots/{ref}/push``); another node
+        pulls it with ``pull_snapshot``. Returns the ref and the digest."""
+        return self._http.call(calls.push_snapshot(snapshot, ref))
+
+    def pull_snapshot(self, ref: str, name: Optional[str] = None) -> Snapshot:
+        """Pull a pushed snapshot from ``ref`` into a new snapshot here,
+        named ``name`` (None: no name), pulling its template too when it is
+        missing (``POST /v1/snapshots/pull``); start sandboxes from it with
+        ``Sandbox.create(snapshot=...)``."""
+        return self._http.call(calls.pull_snapshot(ref, name))
+
+    def fleet_nodes(self) -> List[FleetNode]:
+        """A fleet gateway's nodes (``GET /v1/fleet/nodes``, an admin key):
+        id, url, available, last_error, last_poll, in_flight and the node's
+        last ``NodeStatus``. A daemon that is not a gateway raises
+        ``NotSupportedError``."""
+        return self._http.call(calls.fleet_nodes())
+
+    def node_status(self) -> NodeStatus:
+        """This daemon's status as a fleet gateway polls it (``GET /v1/node``,
+        an admin key): node_id, tiers, sandboxes, CPUs, load, memory and
+        ready templates."""
+        return self._http.call(calls.node_status())
 
     def build_template(self, name: str, spec: Union[str, bytes], *, context_dir: Optional[str] = None,
                        on_event: Optional[Any] = None) -> Template:

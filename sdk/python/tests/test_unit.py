@@ -324,3 +324,41 @@ def test_one_pool_per_configuration():
 
     first, second = asyncio.run(pair()), asyncio.run(pair())
     assert first is not second  # each loop its own
+
+
+def test_registry_and_fleet_calls():
+    from agentbox import FleetNode, NodeStatus, PushResult, Snapshot, Template
+    from agentbox import _calls as calls
+    c = calls.push_template("my app", "127.0.0.1:5000/agentbox/app:1")
+    assert (c.method, c.path, c.json_body) == ("POST", "/v1/templates/my%20app/push", {"ref": "127.0.0.1:5000/agentbox/app:1"})
+    assert c.decode({"ref": "r", "digest": "sha256:ab"}) == PushResult(ref="r", digest="sha256:ab")
+    c = calls.pull_template("127.0.0.1:5000/agentbox/app:1", None)
+    assert (c.method, c.path, c.json_body) == ("POST", "/v1/templates/pull", {"ref": "127.0.0.1:5000/agentbox/app:1"})
+    assert calls.pull_template("h/r:1", "x").json_body == {"ref": "h/r:1", "name": "x"}
+    assert isinstance(c.decode({"name": "app", "version": "2"}), Template)
+    c = calls.push_snapshot("n2a/x", "h/s:1")
+    assert (c.path, c.json_body) == ("/v1/snapshots/n2a%2Fx/push", {"ref": "h/s:1"})
+    c = calls.pull_snapshot("h/s:1", "s1")
+    assert (c.path, c.json_body) == ("/v1/snapshots/pull", {"ref": "h/s:1", "name": "s1"})
+    assert isinstance(c.decode({"id": "n2aabc", "name": "s1"}), Snapshot)
+    for bad in (lambda: calls.push_template("", "h/r"), lambda: calls.push_template("t", ""),
+                lambda: calls.pull_template("", None), lambda: calls.push_snapshot("", "h/r"),
+                lambda: calls.pull_snapshot("", None)):
+        with pytest.raises(InvalidArgumentError):
+            bad()
+    assert (calls.fleet_nodes().path, calls.node_status().path) == ("/v1/fleet/nodes", "/v1/node")
+    nodes = calls.fleet_nodes().decode({"nodes": [
+        {"id": "n2a", "url": "http://192.0.2.11:7423", "available": True, "in_flight": 2,
+         "last_poll": "2026-01-02T03:04:05.123456789Z",
+         "status": {"node_id": "n2a", "version": "v1", "tiers": [{"name": "container", "available": True}],
+                    "sandboxes": 3, "cpus": 2, "load1": 0.5, "memory_total_mb": 24000,
+                    "memory_available_mb": 20000, "templates": ["base"]}},
+        {"id": "n3b", "url": "http://192.0.2.12:7423", "last_error": "connection refused"}]})
+    assert [type(n) for n in nodes] == [FleetNode, FleetNode]
+    a, b = nodes
+    assert a.available and a.in_flight == 2 and a.last_poll is not None and a.last_poll.year == 2026
+    assert isinstance(a.status, NodeStatus) and a.status.sandboxes == 3 and a.status.templates == ["base"]
+    assert a.status.tiers[0]["name"] == "container" and a.status.memory_available_mb == 20000
+    assert not b.available and b.status is None and b.last_error == "connection refused"
+    assert calls.fleet_nodes().decode({}) == []
+    assert NodeStatus.from_dict({}).node_id == ""

@@ -157,6 +157,52 @@ export interface Snapshot {
   raw: Record<string, any>;
 }
 
+/** A template or snapshot pushed to an OCI registry: the ref pushed to and
+ * the manifest digest, which names the same bytes at any registry. */
+export interface PushResult {
+  ref: string;
+  digest: string;
+}
+
+/** An isolation tier as GET /v1/info and GET /v1/node show it. */
+export interface TierInfo {
+  name: string;
+  available: boolean;
+  default: boolean;
+  /** Why an unavailable tier does not run here. */
+  error: string;
+}
+
+/** A node's status as a fleet gateway polls it (GET /v1/node; docs/cluster.md). */
+export interface NodeStatus {
+  nodeId: string;
+  version: string;
+  tiers: TierInfo[];
+  /** Sandboxes with a running init. */
+  sandboxes: number;
+  cpus: number;
+  load1: number;
+  memoryTotalMb: number;
+  memoryAvailableMb: number;
+  /** Names of the templates ready on the node. */
+  templates: string[];
+  draining: boolean;
+}
+
+/** One node of a fleet gateway's membership (GET /v1/fleet/nodes). */
+export interface FleetNode {
+  id: string;
+  url: string;
+  /** The last poll succeeded and no request has failed to connect since. */
+  available: boolean;
+  lastError: string;
+  lastPoll?: Date;
+  /** Creates sent to the node and not answered yet. */
+  inFlight: number;
+  /** The node's last GET /v1/node answer; undefined before the first. */
+  status?: NodeStatus;
+}
+
 type Json = Record<string, any>;
 
 export function time(v: unknown): Date | undefined {
@@ -309,5 +355,42 @@ export function snapshot(d: Json): Snapshot {
     sizeBytes: d.size_bytes ?? 0,
     memory: !!d.memory,
     raw: d,
+  };
+}
+
+export function pushResult(d: Json): PushResult {
+  return { ref: d?.ref ?? "", digest: d?.digest ?? "" };
+}
+
+export function nodeStatus(d: Json | undefined): NodeStatus {
+  d ??= {};
+  return {
+    nodeId: d.node_id ?? "",
+    version: d.version ?? "",
+    tiers: (d.tiers ?? []).map((t: Json) => ({
+      name: t.name ?? "",
+      available: !!t.available,
+      default: !!t.default,
+      error: t.error ?? "",
+    })),
+    sandboxes: d.sandboxes ?? 0,
+    cpus: d.cpus ?? 0,
+    load1: Number(d.load1 ?? 0),
+    memoryTotalMb: d.memory_total_mb ?? 0,
+    memoryAvailableMb: d.memory_available_mb ?? 0,
+    templates: d.templates ?? [],
+    draining: !!d.draining,
+  };
+}
+
+export function fleetNode(d: Json): FleetNode {
+  return {
+    id: d.id ?? "",
+    url: d.url ?? "",
+    available: !!d.available,
+    lastError: d.last_error ?? "",
+    lastPoll: time(d.last_poll),
+    inFlight: d.in_flight ?? 0,
+    status: d.status ? nodeStatus(d.status) : undefined,
   };
 }

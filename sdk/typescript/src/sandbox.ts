@@ -921,10 +921,23 @@ export class Sandbox {
   }
 }
 
+/** A registry reference, checked before anything is sent. */
+function registryRef(ref: string, what: string): string {
+  if (!ref) {
+    throw new InvalidArgumentError(
+      `a registry reference to ${what} is required: HOST[:PORT]/REPO[:TAG], the registry's host always written out`,
+    );
+  }
+  return ref;
+}
+
 /** A lifecycle event of GET /v1/events (docs/observability.md). */
 export type LifecycleEvent = Record<string, any> & { seq?: number; type?: string; time?: string };
 
-/** Daemon-wide calls: health, pools, templates, template builds, events. */
+/**
+ * Daemon-wide calls: health, pools, templates, template builds, registry
+ * push and pull, fleet status, events.
+ */
 export class Client {
   private readonly http: Http;
 
@@ -952,6 +965,82 @@ export class Client {
   async template(name: string, opts: CallOptions = {}): Promise<m.Template> {
     if (!name) throw new InvalidArgumentError("a template name is required");
     return m.template(await this.http.json("GET", "/v1/templates/" + encodeURIComponent(name), { signal: opts.signal }));
+  }
+
+  /**
+   * Delete every version of a template: a tenant's own, or any with an
+   * admin key (DELETE /v1/templates/{name}). ConflictError while a sandbox
+   * or snapshot uses it.
+   */
+  async removeTemplate(name: string, opts: CallOptions = {}): Promise<void> {
+    if (!name) throw new InvalidArgumentError("a template name is required");
+    await this.http.send("DELETE", "/v1/templates/" + encodeURIComponent(name), { signal: opts.signal });
+  }
+
+  /**
+   * Push the newest version of template name to an OCI registry as an
+   * image (POST /v1/templates/{name}/push; docs/cluster.md): ref is
+   * HOST[:PORT]/REPO[:TAG], the registry's host always written out.
+   * Resolves to the ref and the manifest's digest.
+   */
+  async pushTemplate(name: string, ref: string, opts: CallOptions = {}): Promise<m.PushResult> {
+    if (!name) throw new InvalidArgumentError("a template name is required");
+    const d = await this.http.json("POST", "/v1/templates/" + encodeURIComponent(name) + "/push", {
+      json: { ref: registryRef(ref, "push to") },
+      signal: opts.signal,
+    });
+    return m.pushResult(d);
+  }
+
+  /**
+   * Pull the OCI image at ref (HOST[:PORT]/REPO[:TAG|@DIGEST]) as a new
+   * version of template opts.name (default: the repository's last
+   * component) (POST /v1/templates/pull).
+   */
+  async pullTemplate(ref: string, opts: CallOptions & { name?: string } = {}): Promise<m.Template> {
+    const body: Record<string, string> = { ref: registryRef(ref, "pull") };
+    if (opts.name) body.name = opts.name;
+    return m.template(await this.http.json("POST", "/v1/templates/pull", { json: body, signal: opts.signal }));
+  }
+
+  /**
+   * Push a snapshot's files (its id or name) to ref as an OCI artifact
+   * (POST /v1/snapshots/{ref}/push); another node pulls it with
+   * pullSnapshot.
+   */
+  async pushSnapshot(snapshot: string, ref: string, opts: CallOptions = {}): Promise<m.PushResult> {
+    if (!snapshot) throw new InvalidArgumentError("a snapshot id or name is required");
+    const d = await this.http.json("POST", "/v1/snapshots/" + encodeURIComponent(snapshot) + "/push", {
+      json: { ref: registryRef(ref, "push to") },
+      signal: opts.signal,
+    });
+    return m.pushResult(d);
+  }
+
+  /**
+   * Pull a pushed snapshot from ref into a new snapshot here, named
+   * opts.name (none by default), its template pulled too when missing
+   * (POST /v1/snapshots/pull); create sandboxes from it with
+   * Sandbox.create({ snapshot }).
+   */
+  async pullSnapshot(ref: string, opts: CallOptions & { name?: string } = {}): Promise<m.Snapshot> {
+    const body: Record<string, string> = { ref: registryRef(ref, "pull") };
+    if (opts.name) body.name = opts.name;
+    return m.snapshot(await this.http.json("POST", "/v1/snapshots/pull", { json: body, signal: opts.signal }));
+  }
+
+  /**
+   * A fleet gateway's nodes (GET /v1/fleet/nodes, an admin key). A daemon
+   * that is not a gateway rejects with NotSupportedError.
+   */
+  async fleetNodes(opts: CallOptions = {}): Promise<m.FleetNode[]> {
+    const d = await this.http.json("GET", "/v1/fleet/nodes", { signal: opts.signal });
+    return (d?.nodes ?? []).map(m.fleetNode);
+  }
+
+  /** This daemon's status as a fleet gateway polls it (GET /v1/node, an admin key). */
+  async nodeStatus(opts: CallOptions = {}): Promise<m.NodeStatus> {
+    return m.nodeStatus(await this.http.json("GET", "/v1/node", { signal: opts.signal }));
   }
 
   /**

@@ -116,3 +116,73 @@ test("the CommonJS build exports what the ES module does", () => {
   assert.equal(typeof cjs.Sandbox.create, "function");
   assert.ok(new cjs.NotFoundError("x") instanceof cjs.AgentboxError);
 });
+
+test("registry and fleet calls: paths, bodies, answers", async () => {
+  const { createServer } = await import("node:http");
+  const seen = [];
+  const answers = {
+    "POST /v1/templates/my%20app/push": { ref: "h/r:1", digest: "sha256:ab" },
+    "POST /v1/templates/pull": { name: "x", version: "2" },
+    "POST /v1/snapshots/s%2F1/push": { ref: "h/s:1", digest: "sha256:cd" },
+    "POST /v1/snapshots/pull": { id: "n2aabcdefghijkl", name: "s1" },
+    "GET /v1/fleet/nodes": {
+      nodes: [
+        {
+          id: "n2a",
+          url: "http://192.0.2.11:7423",
+          available: true,
+          in_flight: 2,
+          last_poll: "2026-01-02T03:04:05.123456789Z",
+          status: { node_id: "n2a", tiers: [{ name: "container", available: true, default: true }], sandboxes: 3, cpus: 2, load1: 0.5, memory_available_mb: 20000, templates: ["base"] },
+        },
+        { id: "n3b", url: "http://192.0.2.12:7423", last_error: "connection refused" },
+      ],
+    },
+    "GET /v1/node": { node_id: "n2a", version: "v1", cpus: 2, memory_total_mb: 24000 },
+  };
+  const srv = createServer((req, res) => {
+    let body = "";
+    req.on("data", (c) => (body += c));
+    req.on("end", () => {
+      const key = `${req.method} ${req.url}`;
+      seen.push([key, body ? JSON.parse(body) : undefined]);
+      if (req.method === "DELETE") return res.writeHead(204).end();
+      res.writeHead(200, { "Content-Type": "application/json" }).end(JSON.stringify(answers[key] ?? {}));
+    });
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  try {
+    const c = new sdk.Client({ baseUrl: `http://127.0.0.1:${srv.address().port}`, apiKey: "k" });
+    assert.deepEqual(await c.pushTemplate("my app", "h/r:1"), { ref: "h/r:1", digest: "sha256:ab" });
+    assert.equal((await c.pullTemplate("h/r:1", { name: "x" })).version, "2");
+    await c.pullTemplate("h/r:1");
+    assert.equal((await c.pushSnapshot("s/1", "h/s:1")).digest, "sha256:cd");
+    const snap = await c.pullSnapshot("h/s:1", { name: "s1" });
+    assert.equal(snap.id, "n2aabcdefghijkl");
+    await c.removeTemplate("x");
+    const [a, b] = await c.fleetNodes();
+    assert.ok(a.available && a.inFlight === 2 && a.lastPoll?.getUTCFullYear() === 2026);
+    assert.deepEqual(a.status?.tiers, [{ name: "container", available: true, default: true, error: "" }]);
+    assert.equal(a.status?.memoryAvailableMb, 20000);
+    assert.ok(!b.available && b.status === undefined && b.lastError === "connection refused");
+    const st = await c.nodeStatus();
+    assert.deepEqual([st.nodeId, st.cpus, st.memoryTotalMb, st.templates], ["n2a", 2, 24000, []]);
+    assert.deepEqual(seen, [
+      ["POST /v1/templates/my%20app/push", { ref: "h/r:1" }],
+      ["POST /v1/templates/pull", { ref: "h/r:1", name: "x" }],
+      ["POST /v1/templates/pull", { ref: "h/r:1" }],
+      ["POST /v1/snapshots/s%2F1/push", { ref: "h/s:1" }],
+      ["POST /v1/snapshots/pull", { ref: "h/s:1", name: "s1" }],
+      ["DELETE /v1/templates/x", undefined],
+      ["GET /v1/fleet/nodes", undefined],
+      ["GET /v1/node", undefined],
+    ]);
+    for (const bad of [() => c.pushTemplate("", "h/r"), () => c.pushTemplate("t", ""), () => c.pullTemplate(""),
+      () => c.pushSnapshot("", "h/r"), () => c.pullSnapshot(""), () => c.removeTemplate("")]) {
+      await assert.rejects(bad(), sdk.InvalidArgumentError);
+    }
+    assert.equal(seen.length, 8, "nothing sent for refused arguments");
+  } finally {
+    srv.close();
+  }
+});
