@@ -40,6 +40,8 @@ targets="
 ./internal/storage FuzzApplyLayer 30x
 ./internal/storage FuzzApplyOverlayLayer 30x
 ./internal/e2b FuzzReadStreamRequest 10000x
+./internal/auth FuzzGatewayPrincipal 2000x
+./api FuzzNodeOfID 10000x
 "
 failed=0
 # inputs DIR: how many inputs a corpus holds (0 when it has no directory:
