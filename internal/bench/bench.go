@@ -62,6 +62,9 @@ type Options struct {
 	// E2B says where the e2b lines find their scripts and the daemon
 	// (e2b.go).
 	E2B E2BOptions
+	// Fleet says how the fleet lines reach the daemon as a fleet node
+	// (fleet.go).
+	Fleet FleetOptions
 	// Progress, when set, receives one line per finished measurement.
 	Progress io.Writer
 	// Log receives details of failures.
@@ -159,6 +162,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.pool(ctx)
 		r.state(ctx)
 		r.execs(ctx)
+		r.fleet(ctx)
 		r.mcpLines(ctx)
 		r.mcpHostedLines(ctx)
 		r.code(ctx)

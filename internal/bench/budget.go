@@ -107,6 +107,14 @@ func judge(r *Report) []Budget {
 	if jc := r.Find(lineCodeJC); jc != nil && jc.N > 0 {
 		lat(lineCodeCell, "code interpreter cell p50 within 2 ms of jupyter_client's", p50, jc.P50+2, "issue")
 	}
+	// Issue 21: a fleet gateway adds at most 1 ms to a create's p50 and
+	// 0.5 ms to an exec's, against the node directly in the same run.
+	if d := r.Find(lineFleetCreateDirect); d != nil && d.N > 0 {
+		lat(lineFleetCreateGW, fmt.Sprintf("create p50 through a fleet gateway within +%.1f ms of the node directly", fleetCreateBudgetMS), p50, d.P50+fleetCreateBudgetMS, "issue 21")
+	}
+	if d := r.Find(lineFleetExecDirect); d != nil && d.N > 0 {
+		lat(lineFleetExecGW, fmt.Sprintf("exec true p50 through a fleet gateway within +%.1f ms of the node directly", fleetExecBudgetMS), p50, d.P50+fleetExecBudgetMS, "issue 21")
+	}
 	if py := r.Find(lineE2BPython); py != nil && py.N > 0 {
 		lat(lineE2BJS, "e2b SDK create+run+kill p50 within 1.3x agentbox's Python SDK", p50, 1.3*py.P50, "issue")
 	}

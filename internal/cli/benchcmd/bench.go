@@ -27,6 +27,7 @@ func New(env cli.Env) *cobra.Command {
 		jsonPath string
 		strict   bool
 		e2bURL   string
+		fleetKey string
 	)
 	c := &cobra.Command{
 		Use:   "bench [--quick] [--n N] [--only REGEX] [--density N] [--scale N,N...] [--json FILE]",
@@ -55,6 +56,7 @@ It needs root on the daemon's host for the memory and baseline lines.`,
 				return err
 			}
 			opts.E2B = e2bBenchOptions(env.Host(), e2bURL)
+			opts.Fleet = bench.FleetOptions{URL: opts.E2B.URL, Key: opts.E2B.Key, KeyFile: fleetKey}
 			opts.Progress = c.ErrOrStderr()
 			opts.Log = slog.New(slog.NewTextHandler(c.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
 			rep, err := bench.Run(c.Context(), opts)
@@ -97,6 +99,7 @@ It needs root on the daemon's host for the memory and baseline lines.`,
 	f.StringVar(&jsonPath, "json", "", "also write the report as JSON to FILE")
 	f.BoolVar(&strict, "strict", false, "exit 1 when a budget line FAILs")
 	f.StringVar(&e2bURL, "e2b-url", "", "the daemon's HTTP address for the e2b lines, whose SDK speaks TCP only (default: --host when it is http(s)://, else http://127.0.0.1:7423)")
+	f.StringVar(&fleetKey, "fleet-key-file", "/etc/agentbox/fleet.key", "the daemon's fleet.gateway_key_file, for the fleet lines' in-process gateway (a daemon with node_id only; its TCP address is --e2b-url's)")
 	return c
 }
 
