@@ -207,6 +207,20 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("the SDK behaviour suite", func(t *testing.T) {
+		// base on one node, python on the other: the gateway places each
+		// create on a node that holds its template.
+		needBase(t)
+		if !env.hasPython {
+			t.Fatal("no python template in the build cache (scripts/build-template.sh python --no-import; make test builds it)")
+		}
+		start := time.Now()
+		f.importTemplate(f.nodes[0], "base")
+		f.importTemplate(f.nodes[1], "python")
+		t.Logf("imported base and python in %v", time.Since(start).Round(time.Millisecond))
+		runBehaviourSuite(t, c)
+	})
+
 	t.Run("gateway restart loses nothing", func(t *testing.T) {
 		f.gw.kill(syscall.SIGKILL)
 		f.startGateway("")

@@ -312,14 +312,18 @@ func (d *fleetDaemon) kill(sig syscall.Signal) {
 	}
 }
 
-func (f *fleet) importBusybox(nd *fleetNode) {
+func (f *fleet) importBusybox(nd *fleetNode) { f.importTemplate(nd, "busybox") }
+
+// importTemplate imports the built template name (scripts/build-template.sh's
+// cache, as main_test.go's importTemplates) into node nd.
+func (f *fleet) importTemplate(nd *fleetNode, name string) {
 	f.t.Helper()
-	dir := "/var/lib/agentbox/build/busybox"
+	dir := "/var/lib/agentbox/build/" + name
 	if _, err := os.Stat(filepath.Join(dir, "rootfs", "bin")); err == nil {
 		dir = filepath.Join(dir, "rootfs")
 	}
-	if _, err := nd.client.ImportTemplate(context.Background(), api.ImportTemplateRequest{Name: "busybox", Rootfs: dir, User: "root", Workdir: "/root", Env: builtinTemplateEnv()}); err != nil {
-		f.t.Fatalf("importing busybox into %s: %v", nd.id, err)
+	if _, err := nd.client.ImportTemplate(context.Background(), api.ImportTemplateRequest{Name: name, Rootfs: dir, User: "root", Workdir: "/root", Env: builtinTemplateEnv()}); err != nil {
+		f.t.Fatalf("importing %s into %s: %v", name, nd.id, err)
 	}
 }
 

@@ -7,12 +7,12 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
 )
 
 // runBehaviourCodeStep runs the code interpreter's steps of the shared
 // behaviour suite (sdk/testdata/behaviour/code.json) with the Go SDK.
-func runBehaviourCodeStep(ctx context.Context, id string, s behaviourStep) error {
-	c := env.client
+func runBehaviourCodeStep(ctx context.Context, c *client.Client, id string, s behaviourStep) error {
 	x := s.Expect
 	switch s.Op {
 	case "run_code":

@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
 )
 
 // The behaviour suite's terminal and snapshot ops (pty, snapshot,
 // from_snapshot), run by the Go SDK; see sdk/testdata/behaviour/README.md.
 
-func runBehaviourStateStep(ctx context.Context, t *testing.T, id string, s behaviourStep, snaps map[string]string) error {
-	c := env.client
+func runBehaviourStateStep(ctx context.Context, t *testing.T, c *client.Client, id string, s behaviourStep, snaps map[string]string) error {
 	x := s.Expect
 	switch s.Op {
 	case "pty":

@@ -120,25 +120,36 @@ func loadBehaviourCases(t *testing.T) []behaviourCase {
 
 func TestSDKBehaviourGo(t *testing.T) {
 	needBase(t)
+	runBehaviourSuite(t, env.client)
+}
+
+// runBehaviourSuite runs every behaviour case with the Go SDK client c (the
+// test daemon, or a fleet's gateway: cluster_test.go).
+func runBehaviourSuite(t *testing.T, c *client.Client) {
 	cases := loadBehaviourCases(t)
 	if len(cases) < 10 {
 		t.Fatalf("found only %d behaviour cases", len(cases))
 	}
-	for _, c := range cases {
-		t.Run(c.Name, func(t *testing.T) {
+	for _, bc := range cases {
+		t.Run(bc.Name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			id := ""
-			if !c.NoSandbox {
-				tmpl := c.Template
+			if !bc.NoSandbox {
+				tmpl := bc.Template
 				if tmpl == "" {
 					tmpl = "base"
 				}
-				id = newSandbox(t, api.CreateSandboxRequest{Template: tmpl, TTLSeconds: 300, Metadata: map[string]string{"suite": "behaviour-go"}})
+				sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: tmpl, TTLSeconds: 300, Metadata: map[string]string{"suite": "behaviour-go"}})
+				if err != nil {
+					t.Fatalf("create: %v", err)
+				}
+				t.Cleanup(func() { _ = c.DestroySandbox(context.Background(), sb.ID) })
+				id = sb.ID
 			}
 			snaps := map[string]string{} // snapshot step tag -> id
-			for i, s := range c.Steps {
-				err := runBehaviourStep(ctx, t, id, s, snaps)
+			for i, s := range bc.Steps {
+				err := runBehaviourStep(ctx, t, c, id, s, snaps)
 				want := s.Expect.Error
 				switch {
 				case want == "" && err != nil:
@@ -193,8 +204,7 @@ func blob(raw json.RawMessage) ([]byte, error) {
 	return base64.StdEncoding.DecodeString(b.B64)
 }
 
-func runBehaviourStep(ctx context.Context, t *testing.T, id string, s behaviourStep, snaps map[string]string) error {
-	c := env.client
+func runBehaviourStep(ctx context.Context, t *testing.T, c *client.Client, id string, s behaviourStep, snaps map[string]string) error {
 	x := s.Expect
 	switch s.Op {
 	case "exec":
@@ -513,9 +523,9 @@ func runBehaviourStep(ctx context.Context, t *testing.T, id string, s behaviourS
 		}
 		return nil
 	case "pty", "snapshot", "from_snapshot":
-		return runBehaviourStateStep(ctx, t, id, s, snaps)
+		return runBehaviourStateStep(ctx, t, c, id, s, snaps)
 	case "run_code", "create_code_context", "remove_code_context":
-		return runBehaviourCodeStep(ctx, id, s)
+		return runBehaviourCodeStep(ctx, c, id, s)
 	}
 	return fmt.Errorf("unknown op %q in the behaviour suite", s.Op)
 }

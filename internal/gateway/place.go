@@ -118,6 +118,17 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request) {
 		relay(w, resp)
 		return
 	}
+	if lastErr == nil && f.Isolation != "" {
+		// A tier no node knows is the request's error, as on one node.
+		tiers, _ := g.fleetTiers()
+		var names []string
+		for _, t := range tiers {
+			names = append(names, t.Name)
+		}
+		if len(names) > 0 && !slices.Contains(names, f.Isolation) {
+			lastErr = errdefs.Invalid("unknown isolation tier %q; the fleet's nodes know %s", f.Isolation, strings.Join(names, ", "))
+		}
+	}
 	if lastErr == nil {
 		tier := f.Isolation
 		if tier == "" {
