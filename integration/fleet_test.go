@@ -378,4 +378,3 @@ func (f *fleet) daemons() []*fleetDaemon {
 	}
 	return ds
 }
-
