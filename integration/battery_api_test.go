@@ -252,7 +252,9 @@ func itemAPIKeys(t *testing.T, b *battery) {
 				t.Errorf("%s %s with another tenant's key = %d %s, want 404", r.Method, path, code, resp)
 			}
 		default:
-			if code >= 500 {
+			// 501: a gateway's route asked of a node (GET
+			// /v1/fleet/nodes), which says so.
+			if code >= 500 && !(code == 501 && strings.Contains(resp, `"unimplemented"`)) {
 				t.Errorf("%s %s = %d %s", r.Method, path, code, resp)
 			}
 		}

@@ -118,11 +118,13 @@ func (s *Service) PushSnapshot(ctx context.Context, scope tenancy.Scope, ref, de
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.registryRef(ctx, dest)
+	// The snapshot first: another tenant's is not found, whatever ref
+	// the request names (the hostile battery's item 31).
+	rec, err := s.st.GetSnapshot(ctx, scope, ref)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.st.GetSnapshot(ctx, scope, ref)
+	r, err := s.registryRef(ctx, dest)
 	if err != nil {
 		return nil, err
 	}

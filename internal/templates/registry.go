@@ -44,11 +44,13 @@ func (s *Service) registryRef(ctx context.Context, ref string) (name.Reference, 
 // manifest digest. The push is recorded with the version, so that a
 // snapshot of it names where its template can be pulled from.
 func (s *Service) Push(ctx context.Context, tplName, ref string) (*api.PushResponse, error) {
-	r, err := s.registryRef(ctx, ref)
+	// The template first: another tenant's is not found, whatever ref
+	// the request names (the hostile battery's item 31).
+	t, err := s.pool.TemplateFor(ctx, tplName)
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.pool.TemplateFor(ctx, tplName)
+	r, err := s.registryRef(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
