@@ -248,7 +248,8 @@ func (g *Gateway) createFromSnapshot(w http.ResponseWriter, r *http.Request, p a
 		if err != nil {
 			lastErr = err
 			if errors.Is(err, errdefs.ErrNotFound) && srcErr != nil {
-				lastErr = errdefs.New(errdefs.ErrNodeUnavailable, "snapshot %s: its node %s is unavailable and the snapshot was never pushed to the fleet's registry (%s); it is out of reach until the node is back", id, src.id, g.snapshotRef(id, p.Tenant))
+				nid, _ := api.NodeOfID(id)
+				lastErr = errdefs.New(errdefs.ErrNodeUnavailable, "snapshot %s: its node %s is unavailable and the snapshot was never pushed to the fleet's registry (%s); it is out of reach until the node is back", id, nid, g.snapshotRef(id, p.Tenant))
 				break
 			}
 			g.log.Warn("pulling a snapshot failed; trying another node", "snapshot", id, "node", n.id, "err", err)
