@@ -66,6 +66,7 @@ func TestClusterFork(t *testing.T) {
 					if err == nil && res.Stdout != "yes\n" {
 						err = fmt.Errorf("the pulled template's env: %q", res.Stdout)
 					}
+					_ = c.DestroySandbox(ctx, sb.ID) // the fork below places on equal nodes
 				}
 				errs <- err
 			}()
@@ -102,17 +103,20 @@ func TestClusterFork(t *testing.T) {
 	sum := strings.TrimSpace(res.Stdout)
 
 	t.Run("spread fork", func(t *testing.T) {
-		var took []time.Duration
+		var took []time.Duration // the rounds with a child on the other node
 		onB := 0
-		for round := 0; round < 3; round++ {
+		for round := 0; round < 5; round++ {
 			start := time.Now()
 			var out api.ForkResponse
 			if err := f.gatewayJSON(ctx, "POST", "/v1/sandboxes/"+parent.ID+"/fork", api.ForkRequest{Count: 2, Spread: true}, &out); err != nil {
 				t.Fatalf("spread fork: %v", err)
 			}
-			took = append(took, time.Since(start))
+			d := time.Since(start)
 			if len(out.Sandboxes) != 2 {
 				t.Fatalf("spread fork gave %d children", len(out.Sandboxes))
+			}
+			if out.Sandboxes[0].Node == b.id || out.Sandboxes[1].Node == b.id {
+				took = append(took, d)
 			}
 			for _, ch := range out.Sandboxes {
 				if ch.Node == b.id {
@@ -131,10 +135,10 @@ func TestClusterFork(t *testing.T) {
 			}
 		}
 		if onB == 0 {
-			t.Fatalf("no child of 6 landed on node %s", b.id)
+			t.Fatalf("no child of 10 landed on node %s", b.id)
 		}
 		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-		t.Logf("cross-host fork of a sandbox that wrote 100 MB, 2 children (%d of 6 on the other node): p50 %v, all %v (PandaStack publishes 1.2-3.5 s)",
+		t.Logf("cross-host fork of a sandbox that wrote 100 MB, 2 children (%d of 10 on the other node), the rounds with a child there: p50 %v, all %v (PandaStack publishes 1.2-3.5 s)",
 			onB, took[len(took)/2].Round(time.Millisecond), took)
 	})
 
