@@ -33,11 +33,11 @@ type fleet struct {
 	// registry is the fleet's registry as the nodes reach it, HOST:PORT
 	// ("" without fleetOptions.registryPort).
 	registry string
-	secret string // the gateway's key, which the nodes trust
-	nodes  []*fleetNode
-	gw     *fleetDaemon
-	gwCfg  string
-	gwAddr string
+	secret   string // the gateway's key, which the nodes trust
+	nodes    []*fleetNode
+	gw       *fleetDaemon
+	gwCfg    string
+	gwAddr   string
 	// client is the gateway's admin client.
 	client *client.Client
 	opts   fleetOptions
