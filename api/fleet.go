@@ -82,6 +82,11 @@ type FleetNode struct {
 	// InFlight is the number of creates the gateway has sent the node
 	// that have not answered yet.
 	InFlight int `json:"in_flight"`
+	// LostSandboxes, on a node that is unavailable, is the number of
+	// sandboxes it ran at its last successful poll: out of reach until it
+	// is back (a node restarted recovers its running sandboxes); 0 on an
+	// available node.
+	LostSandboxes int `json:"lost_sandboxes,omitempty"`
 	// Status is the node's last GET /v1/node answer; nil before the
 	// first success.
 	Status *NodeStatus `json:"status,omitempty"`

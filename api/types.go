@@ -50,6 +50,10 @@ type CreateSandboxRequest struct {
 	// processes; a field left 0 takes the template's value, or the
 	// default (DefaultUserLimits).
 	UserLimits *UserLimits `json:"user_limits,omitempty"`
+	// Node, through a fleet gateway, places the sandbox on that node (its
+	// node_id) instead of the best of a few (docs/cluster.md); a node
+	// refuses a create naming another node.
+	Node string `json:"node,omitempty"`
 }
 
 // UserLimits are the counts the kernel keeps per user, bounded per

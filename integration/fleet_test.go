@@ -30,13 +30,27 @@ type fleet struct {
 	t      *testing.T
 	dir    string
 	subnet string // "198.19.N": the /24 its veths take /30s of
-	secret string // the gateway's key, which the nodes trust
-	nodes  []*fleetNode
-	gw     *fleetDaemon
-	gwCfg  string
-	gwAddr string
+	// registry is the fleet's registry as the nodes reach it, HOST:PORT
+	// ("" without fleetOptions.registryPort).
+	registry string
+	secret   string // the gateway's key, which the nodes trust
+	nodes    []*fleetNode
+	gw       *fleetDaemon
+	gwCfg    string
+	gwAddr   string
 	// client is the gateway's admin client.
 	client *client.Client
+	opts   fleetOptions
+}
+
+// fleetOptions change what newFleetWith starts.
+type fleetOptions struct {
+	// registryPort is the port of the fleet's OCI registry (plain HTTP)
+	// on the host, listening on all addresses (startRegistryAt 0.0.0.0):
+	// the nodes reach it at SUBNET.1 (the first node's veth, routed from
+	// every namespace), fleet.registry (fleet.registry + "/agentbox") and
+	// every node's [registry] insecure name it.
+	registryPort string
 }
 
 // fleetDaemon is one daemon process of a fleet.
@@ -66,9 +80,18 @@ const fleetSecretLen = 48
 // every node. Everything goes when the test ends.
 func newFleet(t *testing.T, n int) *fleet {
 	t.Helper()
+	return newFleetWith(t, n, fleetOptions{})
+}
+
+// newFleetWith is newFleet with opts.
+func newFleetWith(t *testing.T, n int, opts fleetOptions) *fleet {
+	t.Helper()
 	// 198.19.250-255: above the test web's 198.19.0-249 (egress_domain_test.go).
 	b, _ := strconv.ParseUint(randHex(1), 16, 8)
-	f := &fleet{t: t, dir: filepath.Join(filepath.Dir(env.cfg.DataDir), "fleet-"+randHex(3)), subnet: fmt.Sprintf("198.19.%d", 250+b%6)}
+	f := &fleet{t: t, dir: filepath.Join(filepath.Dir(env.cfg.DataDir), "fleet-"+randHex(3)), subnet: fmt.Sprintf("198.19.%d", 250+b%6), opts: opts}
+	if opts.registryPort != "" {
+		f.registry = f.subnet + ".1:" + opts.registryPort
+	}
 	if err := os.MkdirAll(f.dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +196,10 @@ preview_port = %s
 [fleet]
 gateway_key_file = %q
 `, nd.id, nd.dataDir, nd.runDir, filepath.Join(nd.runDir, "agentbox.sock"), nd.addr, env.cfg.GuestBinary, name, uidBase, i, gwPort, keyFile)
+	if f.registry != "" {
+		host, _, _ := net.SplitHostPort(f.registry)
+		conf += fmt.Sprintf("[registry]\ninsecure = [%q]\n", host)
+	}
 	if err := os.WriteFile(nd.cfgPath, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +235,7 @@ log_level = "warn"
 [fleet]
 key_file = %q
 poll_interval = "250ms"
-%s`, f.gw.dataDir, f.gw.runDir, filepath.Join(f.gw.runDir, "agentbox.sock"), f.gwAddr, keyFile, nodes.String())
+%s%s`, f.gw.dataDir, f.gw.runDir, filepath.Join(f.gw.runDir, "agentbox.sock"), f.gwAddr, keyFile, f.registryLine(), nodes.String())
 		if err := os.WriteFile(f.gw.cfgPath, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -217,6 +244,14 @@ poll_interval = "250ms"
 	f.client = f.gw.waitClient(t, "http://"+f.gwAddr)
 	// Every node answers the gateway's polls before the tests begin.
 	f.waitNodes(func(n api.FleetNode) bool { return n.Available })
+}
+
+// registryLine is the gateway's fleet.registry line ("" without one).
+func (f *fleet) registryLine() string {
+	if f.registry == "" {
+		return ""
+	}
+	return fmt.Sprintf("registry = %q\n", f.registry+"/agentbox")
 }
 
 // waitNodes waits until every node of the gateway's membership table

@@ -24,13 +24,20 @@ import (
 // to answer and stops it when the test ends. It returns HOST:PORT.
 func startRegistry(t testing.TB) string {
 	t.Helper()
+	return startRegistryAt(t, "127.0.0.1")
+}
+
+// startRegistryAt is startRegistry listening on a free port of host (an
+// address of this host's).
+func startRegistryAt(t testing.TB, host string) string {
+	t.Helper()
 	const bin = "/usr/bin/docker-registry"
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatal("docker-registry is not installed: run scripts/install-test-deps.sh (make test does)")
 	}
 	dir := t.TempDir()
 	for attempt := 0; attempt < 5; attempt++ {
-		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		ln, err := net.Listen("tcp4", net.JoinHostPort(host, "0"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +92,7 @@ http:
 			t.Fatalf("docker-registry did not answer in 30 s: %s", out.String())
 		}
 	}
-	t.Fatal("docker-registry could not start on a free loopback port in 5 tries")
+	t.Fatalf("docker-registry could not start on a free port of %s in 5 tries", host)
 	return ""
 }
 

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -43,6 +44,15 @@ type Fleet struct {
 	// Candidates (candidates), on a gateway: how many available nodes a
 	// create samples and scores (best of K). Default 3.
 	Candidates int `toml:"candidates"`
+	// Registry (registry), on a gateway: the fleet's OCI registry as
+	// HOST:PORT/PREFIX (e.g. "192.0.2.1:5000/agentbox"). With it the
+	// gateway moves templates and snapshots between nodes: a template
+	// pulled onto a node on first use, forks spread over nodes, a create
+	// from a snapshot of a node that is down (docs/cluster.md). Every
+	// node must reach it, and list its host in [registry] insecure when
+	// it speaks plain HTTP. "" (the default): none, each node keeps what
+	// it has.
+	Registry string `toml:"registry"`
 	// Nodes ([[fleet.node]]), on a gateway: the static membership.
 	Nodes []FleetNode `toml:"node"`
 }
@@ -109,8 +119,8 @@ func (c Config) validateFleet(v *validator) {
 		v.addf("fleet.candidates must be between 1 and 64, got %d", f.Candidates)
 	}
 	if c.Role != RoleGateway {
-		if f.KeyFile != "" || len(f.Nodes) > 0 {
-			v.addf("fleet.key_file and [[fleet.node]] are a gateway's settings: set role = \"gateway\", or remove them from a node's config (a node names the gateway's key in fleet.gateway_key_file)")
+		if f.KeyFile != "" || len(f.Nodes) > 0 || f.Registry != "" {
+			v.addf("fleet.key_file, fleet.registry and [[fleet.node]] are a gateway's settings: set role = \"gateway\", or remove them from a node's config (a node names the gateway's key in fleet.gateway_key_file)")
 		}
 		return
 	}
@@ -127,6 +137,11 @@ func (c Config) validateFleet(v *validator) {
 	}
 	if len(f.Nodes) == 0 {
 		v.addf("a gateway needs at least one [[fleet.node]] with id and url, e.g. [[fleet.node]] id = \"n2a\" url = \"http://192.0.2.11:7423\"")
+	}
+	if f.Registry != "" {
+		if err := ValidFleetRegistry(f.Registry); err != nil {
+			v.addf("%v", err)
+		}
 	}
 	if len(c.Pools) > 0 {
 		v.addf("[[pool]] is a node's setting; a gateway has no sandboxes: move the pools to the nodes' configs")
@@ -149,4 +164,31 @@ func (c Config) validateFleet(v *validator) {
 			v.addf("fleet.node[%d]: set fingerprint (trust the one certificate) or ca_file (trust what these authorities sign), not both", i)
 		}
 	}
+}
+
+// fleetRepoRE is a repository path prefix: lowercase components of the
+// OCI distribution spec, separated by '/'.
+var fleetRepoRE = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$`)
+
+// ValidFleetRegistry checks fleet.registry: HOST:PORT/PREFIX, or
+// HOST/PREFIX with a host that has a dot (the gateway appends
+// "/templates/NAME:TAG" and "/snapshots/ID:TAG" to it).
+func ValidFleetRegistry(s string) error {
+	host, prefix, ok := strings.Cut(s, "/")
+	bad := func(why string) error {
+		return errdefs.Invalid("fleet.registry must be the fleet's OCI registry as HOST:PORT/PREFIX (e.g. \"192.0.2.1:5000/agentbox\"), got %q: %s", s, why)
+	}
+	if !ok || host == "" || prefix == "" {
+		return bad("a host and a repository prefix are needed")
+	}
+	if !strings.ContainsAny(host, ".:") && host != "localhost" {
+		return bad("the host needs a port or a dot, as a registry's does")
+	}
+	if strings.ContainsAny(host, " /@\t") {
+		return bad("the host has characters a host cannot have")
+	}
+	if !fleetRepoRE.MatchString(strings.TrimSuffix(prefix, "/")) {
+		return bad("the prefix must be lowercase path components (a-z, 0-9, '.', '_', '-')")
+	}
+	return nil
 }

@@ -35,6 +35,12 @@ func TestFleetConfig(t *testing.T) {
 		{"poll interval number", "[fleet]\npoll_interval = 5", "fleet.poll_interval must be a duration string"},
 		{"poll interval too short", "[fleet]\npoll_interval = \"1ms\"", "fleet.poll_interval must be between"},
 		{"candidates", "[fleet]\ncandidates = 0", "fleet.candidates must be between 1 and 64"},
+		{"gateway registry", "role = \"gateway\"\n[fleet]\nkey_file = \"/k\"\nregistry = \"192.0.2.1:5000/agentbox\"\n[[fleet.node]]\nid = \"n2a\"\nurl = \"http://a:1\"", ""},
+		{"gateway registry deep", "role = \"gateway\"\n[fleet]\nkey_file = \"/k\"\nregistry = \"reg.example/team/agentbox\"\n[[fleet.node]]\nid = \"n2a\"\nurl = \"http://a:1\"", ""},
+		{"gateway registry no prefix", "role = \"gateway\"\n[fleet]\nkey_file = \"/k\"\nregistry = \"192.0.2.1:5000\"\n[[fleet.node]]\nid = \"n2a\"\nurl = \"http://a:1\"", "fleet.registry must be"},
+		{"gateway registry upper", "role = \"gateway\"\n[fleet]\nkey_file = \"/k\"\nregistry = \"192.0.2.1:5000/Agentbox\"\n[[fleet.node]]\nid = \"n2a\"\nurl = \"http://a:1\"", "lowercase path components"},
+		{"gateway registry no port", "role = \"gateway\"\n[fleet]\nkey_file = \"/k\"\nregistry = \"registry/agentbox\"\n[[fleet.node]]\nid = \"n2a\"\nurl = \"http://a:1\"", "needs a port or a dot"},
+		{"node with registry", "[fleet]\nregistry = \"192.0.2.1:5000/agentbox\"", "gateway's settings"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

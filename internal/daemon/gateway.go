@@ -44,7 +44,7 @@ func serveGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) err
 	info := daemonInfo(cfg, nil)
 	info.Tiers, info.RunDir = nil, "" // the nodes' (GET /v1/info merges them)
 	gw, err := gateway.New(gateway.Options{
-		Nodes: cfg.Fleet.Nodes, Key: key, PollInterval: cfg.Fleet.PollInterval, Candidates: cfg.Fleet.Candidates,
+		Nodes: cfg.Fleet.Nodes, Key: key, PollInterval: cfg.Fleet.PollInterval, Candidates: cfg.Fleet.Candidates, Registry: cfg.Fleet.Registry,
 		Store: st, Auth: authn, MaxBodyBytes: cfg.MaxRequestBodyBytes(), PreviewDomain: cfg.Network.PreviewDomain,
 		RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst, Info: info, Logger: log.With("role", "gateway"),
 	})

@@ -59,6 +59,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Transport reaches the nodes; nil: a transport of its own.
 	Transport http.RoundTripper
+	// Registry is the fleet's OCI registry, HOST:PORT/PREFIX
+	// (fleet.registry): templates pulled on first use, spread forks and
+	// creates from a snapshot elsewhere go through it (move.go). "":
+	// none.
+	Registry string
 }
 
 // Gateway is the fleet gateway's HTTP handler.
@@ -71,6 +76,7 @@ type Gateway struct {
 	mux     *http.ServeMux
 	limiter *server.RateLimiter
 	log     *slog.Logger
+	mv      moves
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -277,6 +283,13 @@ func (g *Gateway) own() map[string]http.HandlerFunc {
 		"DELETE /v1/snapshots/{ref}": g.snapshotByRef,
 		// The snapshot's node pushes it (internal/registry).
 		"POST /v1/snapshots/{ref}/push": g.snapshotByRef,
+		// With spread, children on several nodes (fork.go); else the
+		// parent's node forks.
+		"POST /v1/sandboxes/{id}/fork": g.fork,
+		// Template writes: made on one node, removed from every node.
+		"POST /v1/templates/build":    g.templateWrite,
+		"POST /v1/templates/import":   g.templateWrite,
+		"DELETE /v1/templates/{name}": g.deleteTemplate,
 	}
 	// Keys and tenants: internal/server's own handlers, on this store.
 	for pattern, h := range server.AdminRoutes(server.Options{Store: g.o.Store, Logger: g.log, MaxBodyBytes: g.o.MaxBodyBytes}) {

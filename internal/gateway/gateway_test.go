@@ -549,9 +549,9 @@ func TestGatewayOwnRoutes(t *testing.T) {
 	f := newFleet(t, "n2a", "n3b")
 	f.nodes["n2a"].templates = []string{"base", "python"}
 	f.nodes["n3b"].templates = []string{"base"}
-	resp, body := f.do("POST", "/v1/templates/build", f.key, "")
-	if resp.StatusCode != 501 || errCode(body) != "unimplemented" || !strings.Contains(body, "POST /v1/templates/build") {
-		t.Errorf("POST /v1/templates/build: %d %s, want 501 naming the route", resp.StatusCode, body)
+	resp, body := f.do("GET", "/v1/pools", f.key, "")
+	if resp.StatusCode != 501 || errCode(body) != "unimplemented" || !strings.Contains(body, "GET /v1/pools") {
+		t.Errorf("GET /v1/pools: %d %s, want 501 naming the route", resp.StatusCode, body)
 	}
 	if resp, body := f.do("POST", "/e2b/sandboxes", f.key, ""); resp.StatusCode != 501 {
 		t.Errorf("/e2b: %d %s", resp.StatusCode, body)
@@ -639,12 +639,12 @@ func TestPreviewHost(t *testing.T) {
 
 func TestNotServedListed(t *testing.T) {
 	ns := NotServed()
-	for _, want := range []string{"POST /v1/templates/build", "GET /v1/events", "POST /v1/tickets", "GET /v1/node"} {
+	for _, want := range []string{"GET /v1/pools", "GET /v1/events", "POST /v1/tickets", "GET /v1/node"} {
 		if !slices.Contains(ns, want) {
 			t.Errorf("NotServed() lacks %s: %v", want, ns)
 		}
 	}
-	for _, served := range []string{"POST /v1/sandboxes", "GET /v1/keys", "GET /v1/fleet/nodes"} {
+	for _, served := range []string{"POST /v1/sandboxes", "GET /v1/keys", "GET /v1/fleet/nodes", "POST /v1/templates/build", "POST /v1/templates/import", "DELETE /v1/templates/{name}", "POST /v1/sandboxes/{id}/fork"} {
 		if slices.Contains(ns, served) {
 			t.Errorf("NotServed() lists %s", served)
 		}

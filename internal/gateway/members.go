@@ -47,6 +47,9 @@ func (n *node) row() api.FleetNode {
 	if n.status != nil {
 		s := *n.status
 		out.Status = &s
+		if !n.available {
+			out.LostSandboxes = s.Sandboxes
+		}
 	}
 	return out
 }

@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -50,53 +52,55 @@ type createFields struct {
 	Template  string `json:"template"`
 	Isolation string `json:"isolation"`
 	Snapshot  string `json:"snapshot"`
+	Node      string `json:"node"`
 }
 
 func (g *Gateway) create(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength > g.o.MaxBodyBytes {
-		server.WriteError(w, errdefs.Invalid("request body of %d bytes is larger than %d bytes", r.ContentLength, g.o.MaxBodyBytes))
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.o.MaxBodyBytes+1))
+	body, err := readBody(r, g.o.MaxBodyBytes)
 	if err != nil {
-		server.WriteError(w, errdefs.Invalid("reading request body: %v", err))
-		return
-	}
-	if int64(len(body)) > g.o.MaxBodyBytes {
-		server.WriteError(w, errdefs.Invalid("request body is larger than %d bytes", g.o.MaxBodyBytes))
+		server.WriteError(w, err)
 		return
 	}
 	var f createFields
 	_ = json.Unmarshal(body, &f) // a bad body is the node's to refuse
 	template, _, _ := strings.Cut(f.Template, "@")
 	p := principal(r)
+	var only *node // the node the request names
+	if f.Node != "" {
+		if only = g.byID[f.Node]; only == nil {
+			server.WriteError(w, errdefs.Invalid("node %q is not in this gateway's fleet; GET /v1/fleet/nodes lists them", f.Node))
+			return
+		}
+		if !only.isAvailable() {
+			server.WriteError(w, nodeUnavailable(only.id, nil))
+			return
+		}
+	}
 	if f.Snapshot != "" {
-		// A snapshot lives on one node (until phase 2 moves them): the
-		// create goes there, or nowhere.
-		n, err := g.snapshotNode(r, f.Snapshot)
-		if err != nil {
-			server.WriteError(w, err)
-			return
-		}
-		resp, err := g.send(r, n, p, body)
-		if err != nil {
-			if connectFailed(err) {
-				n.markDown(err)
-			}
-			server.WriteError(w, nodeUnavailable(n.id, err))
-			return
-		}
-		relay(w, resp)
+		g.createFromSnapshot(w, r, p, body, f, only)
 		return
 	}
 	tried := map[*node]bool{}
 	var lastErr error
 	for attempt := 0; attempt <= maxRetries; attempt++ {
-		n := g.place(f.Isolation, template, tried)
+		n := only
+		if n == nil {
+			n = g.place(f.Isolation, template, tried)
+		} else if attempt > 0 {
+			break
+		}
 		if n == nil {
 			break
 		}
 		tried[n] = true
+		if err := g.ensureTemplate(r.Context(), n, p, template); err != nil {
+			g.log.Warn("pulling a template on first use failed; trying another node", "node", n.id, "template", template, "err", err)
+			lastErr = err
+			if r.Context().Err() != nil {
+				return
+			}
+			continue
+		}
 		resp, err := g.send(r, n, p, body)
 		if err != nil {
 			if connectFailed(err) {
@@ -109,7 +113,7 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request) {
 			}
 			continue
 		}
-		retry := (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && attempt < maxRetries
+		retry := (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && attempt < maxRetries && only == nil
 		if retry && g.place(f.Isolation, template, tried) != nil {
 			resp.Body.Close()
 			g.log.Info("fleet node refused a create; trying another", "node", n.id, "status", resp.StatusCode)
@@ -137,6 +141,158 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request) {
 		lastErr = errdefs.New(errdefs.ErrNodeUnavailable, "no available fleet node offers %s; see GET /v1/fleet/nodes", tier)
 	}
 	server.WriteError(w, lastErr)
+}
+
+// readBody reads r's body, at most max bytes.
+func readBody(r *http.Request, max int64) ([]byte, error) {
+	if r.ContentLength > max {
+		return nil, errdefs.Invalid("request body of %d bytes is larger than %d bytes", r.ContentLength, max)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		return nil, errdefs.Invalid("reading request body: %v", err)
+	}
+	if int64(len(body)) > max {
+		return nil, errdefs.Invalid("request body is larger than %d bytes", max)
+	}
+	return body, nil
+}
+
+// createFromSnapshot places a create from snapshot f.Snapshot: on the
+// snapshot's node when it is available (and the request names no other);
+// otherwise, with a registry, on another node that pulls the snapshot
+// from the fleet's registry first ("restore elsewhere": the snapshot's
+// node pushes it when it is up; when it is down the snapshot must have
+// been pushed before, by a spread fork or an earlier restore).
+func (g *Gateway) createFromSnapshot(w http.ResponseWriter, r *http.Request, p auth.Principal, body []byte, f createFields, only *node) {
+	var src *node
+	var srcErr error
+	id := f.Snapshot
+	if _, ok := api.NodeOfID(id); ok {
+		src, srcErr = g.nodeOf(id, "snapshot")
+		if srcErr != nil && !errors.Is(srcErr, errdefs.ErrNodeUnavailable) {
+			server.WriteError(w, srcErr)
+			return
+		}
+	} else {
+		// A name is known only to its node: it must answer.
+		snap, n, _, err := g.findSnapshot(r, id)
+		if err != nil {
+			if g.o.Registry != "" && errors.Is(err, errdefs.ErrNodeUnavailable) {
+				err = fmt.Errorf("%w (a create elsewhere needs the snapshot's id: a name is known to its node only)", err)
+			}
+			server.WriteError(w, err)
+			return
+		}
+		src, id = n, snap.ID
+	}
+	if srcErr == nil && (only == nil || only == src) {
+		resp, err := g.send(r, src, p, body)
+		if err != nil {
+			if connectFailed(err) {
+				src.markDown(err)
+			}
+			server.WriteError(w, nodeUnavailable(src.id, err))
+			return
+		}
+		relay(w, resp)
+		return
+	}
+	if g.o.Registry == "" {
+		if srcErr != nil {
+			server.WriteError(w, srcErr)
+		} else {
+			server.WriteError(w, errdefs.Precondition("snapshot %s is on node %s, not %s: a create elsewhere needs the fleet's registry (fleet.registry, docs/cluster.md)", id, src.id, only.id))
+		}
+		return
+	}
+	var snap api.Snapshot
+	if srcErr == nil {
+		// The snapshot's node is up: p must see the snapshot there, and
+		// that node pushes it once the target has its template.
+		if err := g.call(r.Context(), src, p, "GET", "/v1/snapshots/"+id, nil, &snap); err != nil {
+			server.WriteError(w, err)
+			return
+		}
+	}
+	digest := ""
+	tried := map[*node]bool{}
+	if src != nil {
+		tried[src] = true
+	}
+	var lastErr error
+	for attempt := 0; attempt <= maxRetries; attempt++ {
+		n := only
+		if n == nil {
+			n = g.place(f.Isolation, "", tried)
+		} else if attempt > 0 {
+			break
+		}
+		if n == nil {
+			break
+		}
+		tried[n] = true
+		if srcErr == nil && digest == "" {
+			if err := g.ensureTemplate(r.Context(), n, p, snap.Template); err != nil {
+				lastErr = err
+				continue
+			}
+			d, err := g.pushSnapshot(r.Context(), src, p, id)
+			if err != nil {
+				server.WriteError(w, err)
+				return
+			}
+			digest = d
+		}
+		local, err := g.pullSnapshot(r.Context(), n, p, id, digest)
+		if err != nil {
+			lastErr = err
+			if errors.Is(err, errdefs.ErrNotFound) && srcErr != nil {
+				nid, _ := api.NodeOfID(id)
+				lastErr = errdefs.New(errdefs.ErrNodeUnavailable, "snapshot %s: its node %s is unavailable and the snapshot was never pushed to the fleet's registry (%s); it is out of reach until the node is back", id, nid, g.snapshotRef(id, p.Tenant))
+				break
+			}
+			g.log.Warn("pulling a snapshot failed; trying another node", "snapshot", id, "node", n.id, "err", err)
+			continue
+		}
+		nb, err := withFields(body, map[string]any{"snapshot": local, "node": n.id})
+		if err != nil {
+			server.WriteError(w, errdefs.Invalid("the request body is not a JSON object: %v", err))
+			return
+		}
+		resp, err := g.send(r, n, p, nb)
+		if err != nil {
+			lastErr = nodeUnavailable(n.id, err)
+			continue
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			g.mv.set(&g.mv.pulled, n.id+"/"+id+"/"+p.Tenant, "") // the copy is gone: the next create pulls again
+		}
+		relay(w, resp)
+		return
+	}
+	if lastErr == nil {
+		lastErr = errdefs.New(errdefs.ErrNodeUnavailable, "no available fleet node to create from snapshot %s on; see GET /v1/fleet/nodes", id)
+	}
+	server.WriteError(w, lastErr)
+}
+
+// withFields returns the JSON object body with fields set.
+func withFields(body []byte, fields map[string]any) ([]byte, error) {
+	m := map[string]json.RawMessage{}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, &m); err != nil {
+			return nil, err
+		}
+	}
+	for k, v := range fields {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		m[k] = b
+	}
+	return json.Marshal(m)
 }
 
 // send POSTs a create to n, counting it in flight, and on a 2xx counts it
@@ -191,6 +347,11 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 // place picks the node for a create of template on tier ("": the nodes'
 // default), skipping the nodes in skip; nil when none is left.
 func (g *Gateway) place(tier, template string, skip map[*node]bool) *node {
+	return g.placeLoad(tier, template, skip, nil)
+}
+
+// placeLoad is place, with extra[n] more sandboxes counted on node n.
+func (g *Gateway) placeLoad(tier, template string, skip map[*node]bool, extra map[*node]int) *node {
 	type cand struct {
 		n     *node
 		score float64
@@ -204,7 +365,7 @@ func (g *Gateway) place(tier, template string, skip map[*node]bool) *node {
 		}
 		n.mu.Lock()
 		st, ok := n.status, n.available
-		load := 1 + n.inFlight + n.placed
+		load := 1 + n.inFlight + n.placed + extra[n]
 		n.mu.Unlock()
 		if !ok || st == nil || st.Draining || !offers(st.Tiers, tier) {
 			continue

@@ -96,7 +96,7 @@ func (c *Client) Image(ctx context.Context, ref name.Reference, platform *v1.Pla
 	if platform != nil {
 		opts = append(opts, remote.WithPlatform(*platform))
 	}
-	img, err := remote.Image(ref, opts...)
+	img, err := remote.Image(c.scheme(ref), opts...)
 	if err != nil {
 		return nil, Wrap(err, "pulling "+ref.String())
 	}
@@ -105,7 +105,7 @@ func (c *Client) Image(ctx context.Context, ref name.Reference, platform *v1.Pla
 
 // Write pushes img to ref and returns its manifest digest.
 func (c *Client) Write(ctx context.Context, ref name.Reference, img v1.Image) (v1.Hash, error) {
-	if err := remote.Write(ref, img, c.Options(ctx)...); err != nil {
+	if err := remote.Write(c.scheme(ref), img, c.Options(ctx)...); err != nil {
 		return v1.Hash{}, Wrap(err, "pushing to "+ref.String())
 	}
 	d, err := img.Digest()
@@ -113,6 +113,21 @@ func (c *Client) Write(ctx context.Context, ref name.Reference, img v1.Image) (v
 		return v1.Hash{}, err
 	}
 	return d, nil
+}
+
+// scheme returns ref marked insecure when its registry is listed in
+// [registry] insecure, so that plain HTTP is used for any such host
+// (go-containerregistry by itself does so only for loopback and
+// RFC 1918 addresses).
+func (c *Client) scheme(ref name.Reference) name.Reference {
+	if !hostListed(c.cfg.Insecure, ref.Context().RegistryStr()) {
+		return ref
+	}
+	r, err := name.ParseReference(ref.String(), name.Insecure, name.StrictValidation)
+	if err != nil {
+		return ref
+	}
+	return r
 }
 
 // Wrap turns a registry error into an errdefs class: missing manifests

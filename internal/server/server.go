@@ -356,6 +356,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if req.Node != "" && req.Node != s.info.NodeID {
+		// Placement on a named node is a gateway's (docs/cluster.md).
+		writeError(w, errdefs.Invalid("node %q: this is node %q; name a node only through a fleet gateway", req.Node, s.info.NodeID))
+		return
+	}
 	sb, err := s.svc.Create(r.Context(), principal(r.Context()).Tenant, &req)
 	if err != nil {
 		writeError(w, err)

@@ -1,0 +1,319 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/auth"
+	"github.com/agentbox/agentbox/internal/server"
+)
+
+// Cross-host fork: POST /v1/sandboxes/{id}/fork with "spread": true.
+//
+//  1. The parent's node A takes a snapshot of it (as the node's own fork
+//     does: frozen for the capture, the parent keeps running).
+//  2. Each child is placed best of K (place.go), counting the children
+//     placed before it, on the parent's tier and template.
+//  3. On every other target node, in this order: the template is made
+//     ready there (ensureTemplate), A pushes the snapshot to the fleet's
+//     registry (once), and the node pulls it (once per node however many
+//     children it gets). A node whose pull fails is left out and its
+//     children are placed again, on the other nodes or A.
+//  4. The children are created from the snapshot (A's, or each node's
+//     copy) with the parent's settings as a fork keeps them: isolation,
+//     resources, metadata, TTL, timeouts, network (a new preview token
+//     and address), user limits; the env is the snapshot's.
+//  5. All or nothing: if a child cannot be created, the children made are
+//     destroyed and the answer is the error.
+//
+// The snapshot stays on A (and its copies on the targets): the children
+// stack on it, and it is the copy a create can restore from while A is
+// down.
+
+// maxForkCount is a node's (internal/sandbox.MaxForkCount).
+const maxForkCount = 100
+
+func (g *Gateway) fork(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(r, g.o.MaxBodyBytes)
+	if err != nil {
+		server.WriteError(w, err)
+		return
+	}
+	var req api.ForkRequest
+	if json.Unmarshal(body, &req) != nil || !req.Spread {
+		// The parent's node forks (and refuses a bad body).
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		g.forwardSandbox(w, r)
+		return
+	}
+	switch {
+	case g.o.Registry == "":
+		server.WriteError(w, errdefs.Precondition("spread needs the fleet's registry: set fleet.registry in the gateway's config (docs/cluster.md, \"Cross-host fork\"), or fork without spread (every child on the parent's node)"))
+		return
+	case req.Memory:
+		server.WriteError(w, errdefs.Invalid("spread does not work with memory yet: a snapshot with memory cannot go through a registry; fork with memory without spread (every child on the parent's node)"))
+		return
+	case req.Count == 0:
+		req.Count = 1
+	}
+	if req.Count < 1 || req.Count > maxForkCount {
+		server.WriteError(w, errdefs.Invalid("count must be between 1 and %d, got %d", maxForkCount, req.Count))
+		return
+	}
+	start := time.Now()
+	out, err := g.spreadFork(r.Context(), principal(r), r.PathValue("id"), req.Count)
+	if err != nil {
+		server.WriteError(w, err)
+		return
+	}
+	g.log.Info("spread fork", "sandbox", r.PathValue("id"), "children", len(out), "took", time.Since(start).Round(time.Millisecond))
+	server.WriteJSON(w, http.StatusCreated, api.ForkResponse{Sandboxes: out})
+}
+
+// spreadFork forks sandbox id into count children placed over the fleet.
+func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, count int) ([]api.Sandbox, error) {
+	src, err := g.nodeOf(id, "sandbox")
+	if err != nil {
+		return nil, err
+	}
+	var parent api.Sandbox
+	if err := g.call(ctx, src, p, "GET", "/v1/sandboxes/"+url.PathEscape(id), nil, &parent); err != nil {
+		return nil, err
+	}
+	var snap api.Snapshot
+	if err := g.call(ctx, src, p, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/snapshots", api.CreateSnapshotRequest{}, &snap); err != nil {
+		return nil, fmt.Errorf("snapshotting sandbox %s: %w", id, err)
+	}
+	targets := g.placeMany(parent.Isolation, parent.Template, count)
+	for i := range targets {
+		if targets[i] == nil {
+			targets[i] = src
+		}
+	}
+	local := map[*node]string{src: snap.ID} // each target's snapshot
+	failed := map[*node]error{}
+	digest := ""
+	for round := 0; ; round++ {
+		var need []*node
+		for _, t := range targets {
+			if _, ok := local[t]; !ok && failed[t] == nil && !containsNode(need, t) {
+				need = append(need, t)
+			}
+		}
+		if len(need) == 0 {
+			break
+		}
+		// Templates first: a template pushed now is named by the
+		// snapshot's config, so the targets find it by digest.
+		errs := parallel(need, func(t *node) error { return g.ensureTemplate(ctx, t, p, snap.Template) })
+		if digest == "" {
+			if digest, err = g.pushSnapshot(ctx, src, p, snap.ID); err != nil {
+				return nil, err
+			}
+		}
+		ids := make([]string, len(need))
+		pullErrs := parallel(need, func(t *node) error {
+			i := indexNode(need, t)
+			if errs[i] != nil {
+				return errs[i]
+			}
+			v, err := g.pullSnapshot(ctx, t, p, snap.ID, digest)
+			ids[i] = v
+			return err
+		})
+		for i, t := range need {
+			if pullErrs[i] != nil {
+				failed[t] = pullErrs[i]
+				g.log.Warn("spread fork: a target node could not get the snapshot; placing its children elsewhere", "node", t.id, "err", pullErrs[i])
+				continue
+			}
+			local[t] = ids[i]
+		}
+		// The failed nodes' children go elsewhere: the best other node,
+		// or the parent's (which has the snapshot).
+		skip := map[*node]bool{}
+		for n := range failed {
+			skip[n] = true
+		}
+		for i, t := range targets {
+			if failed[t] != nil {
+				n := g.place(parent.Isolation, parent.Template, skip)
+				if n == nil || round >= 2 {
+					n = src
+				}
+				targets[i] = n
+			}
+		}
+	}
+	children := make([]api.Sandbox, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, t := range targets {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = g.createChild(ctx, t, p, parent, local[t], &children[i])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for i, c := range children {
+			if errs[i] == nil && c.ID != "" {
+				if derr := g.call(context.WithoutCancel(ctx), targets[i], p, "DELETE", "/v1/sandboxes/"+c.ID, nil, nil); derr != nil {
+					g.log.Warn("spread fork: removing a child after a failure", "sandbox", c.ID, "err", derr)
+				}
+			}
+		}
+		return nil, fmt.Errorf("forking sandbox %s: %w", id, err)
+	}
+	return children, nil
+}
+
+// createChild creates one child of parent on n from snapshot snapID.
+func (g *Gateway) createChild(ctx context.Context, n *node, p auth.Principal, parent api.Sandbox, snapID string, out *api.Sandbox) error {
+	req := api.CreateSandboxRequest{
+		Snapshot:           snapID,
+		Isolation:          parent.Isolation,
+		CPU:                parent.Resources.CPU,
+		MemoryMB:           parent.Resources.MemoryMB,
+		DiskMB:             parent.Resources.DiskMB,
+		Pids:               parent.Resources.Pids,
+		Metadata:           parent.Metadata,
+		OnTimeout:          parent.OnTimeout,
+		AutoResume:         parent.AutoResume,
+		IdleTimeoutSeconds: parent.IdleTimeoutSeconds,
+		UserLimits:         parent.UserLimits,
+		TTLSeconds:         -1,
+	}
+	if parent.ExpiresAt != nil {
+		req.TTLSeconds = max(1, int64(math.Ceil(parent.ExpiresAt.Sub(parent.CreatedAt).Seconds())))
+	}
+	if parent.Network != nil {
+		nw := *parent.Network
+		nw.PreviewToken, nw.Address, nw.PreviewDomain = "", "", "" // the child's own
+		req.Network = &nw
+	}
+	n.mu.Lock()
+	n.inFlight++
+	n.mu.Unlock()
+	err := g.call(ctx, n, p, "POST", "/v1/sandboxes", req, out)
+	n.mu.Lock()
+	n.inFlight--
+	if err == nil {
+		n.placed++
+	}
+	n.mu.Unlock()
+	return err
+}
+
+// placeMany places count sandboxes one after the other, each counting
+// those placed before it; nil where no node is left.
+func (g *Gateway) placeMany(tier, template string, count int) []*node {
+	out := make([]*node, count)
+	extra := map[*node]int{}
+	for i := range out {
+		out[i] = g.placeLoad(tier, template, nil, extra)
+		if out[i] != nil {
+			extra[out[i]]++
+		}
+	}
+	return out
+}
+
+// parallel runs fn for every node at once and returns the errors in
+// order.
+func parallel(nodes []*node, fn func(*node) error) []error {
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(n)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func containsNode(ns []*node, n *node) bool { return indexNode(ns, n) >= 0 }
+
+func indexNode(ns []*node, n *node) int {
+	for i, m := range ns {
+		if m == n {
+			return i
+		}
+	}
+	return -1
+}
+
+// templateWrite serves POST /v1/templates/build and /import: the
+// template is made on one node (placed as a create is: best of K by free
+// memory), and the other nodes pull it from the fleet's registry on
+// first use (ensureTemplate).
+func (g *Gateway) templateWrite(w http.ResponseWriter, r *http.Request) {
+	n := g.place("", "", nil)
+	if n == nil {
+		server.WriteError(w, errdefs.New(errdefs.ErrNodeUnavailable, "no fleet node is available to make the template on; see GET /v1/fleet/nodes"))
+		return
+	}
+	g.forward(w, r, n)
+}
+
+// deleteTemplate serves DELETE /v1/templates/{name}: removed from every
+// node that has it. The answer is 204 when one node removed it, the
+// nodes' error when none did (not found on all: 404), and an error when
+// some node failed: the nodes named there still have it.
+func (g *Gateway) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	answers, missing := g.fanout(r.Context(), principal(r), "DELETE", "/v1/templates/"+url.PathEscape(name), r.URL.RawQuery)
+	setPartial(w, missing)
+	removed, failed := 0, []string{}
+	var refusal *nodeAnswer
+	for i, a := range answers {
+		switch {
+		case a.status < 300:
+			removed++
+		case a.status == http.StatusNotFound:
+		default:
+			failed = append(failed, a.n.id)
+			if refusal == nil {
+				refusal = &answers[i]
+			}
+		}
+	}
+	g.mv.mu.Lock()
+	for k := range g.mv.pushed {
+		if parts := strings.Split(k, "/"); len(parts) == 3 && parts[1] == name {
+			delete(g.mv.pushed, k)
+		}
+	}
+	g.mv.mu.Unlock()
+	switch {
+	case refusal != nil:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(refusal.status)
+		_, _ = w.Write(refusal.body)
+	case len(missing) > 0:
+		server.WriteError(w, errdefs.New(errdefs.ErrNodeUnavailable, "template %s: nodes %v did not answer and may still have it; delete again when they are back", name, missing))
+	case removed == 0:
+		server.WriteError(w, errdefs.NotFound("template %q not found on any node", name))
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
