@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -64,6 +65,9 @@ const maxFromDepth = 16
 type buildState struct {
 	mu   sync.Mutex
 	pins map[string]int
+	// sizes caches BuildLayerSize by layer id (a committed layer is
+	// read-only).
+	sizes map[string]int64
 }
 
 // LowerDirs returns the overlay lower dirs of a sandbox made from t, top
@@ -163,17 +167,57 @@ func (p *Pool) CommitBuildLayer(ctx context.Context, sandboxID string, meta Laye
 	return nil
 }
 
-// BuildLayerSize returns the bytes build layer id references.
+// BuildLayerSize returns the bytes build layer id holds on disk: its
+// files' allocated blocks, each inode counted once. It is measured by
+// walking the layer (once: a committed layer never changes), not read from
+// its qgroup, whose figures are only as good as btrfs's accounting: once
+// qgroups are marked inconsistent (a large subvolume dropped past
+// qgroup's drop_subtree_threshold does it) a new snapshot's qgroup can
+// read 0 until a rescan, which let a build past a tenant's disk quota
+// (TestTenantTemplateBuild saw it once in a full run).
 func (p *Pool) BuildLayerSize(id string) int64 {
-	subID, err := subvolID(filepath.Join(p.layersDir(), id))
+	p.build.mu.Lock()
+	n, ok := p.build.sizes[id]
+	p.build.mu.Unlock()
+	if ok {
+		return n
+	}
+	n, err := diskUsage(filepath.Join(p.layersDir(), id))
 	if err != nil {
 		return 0
 	}
-	info, err := qgroupUsage(p.root, subID)
-	if err != nil {
-		return 0
+	p.build.mu.Lock()
+	if p.build.sizes == nil {
+		p.build.sizes = map[string]int64{}
 	}
-	return int64(info.Referenced)
+	p.build.sizes[id] = n
+	p.build.mu.Unlock()
+	return n
+}
+
+// diskUsage is what the tree at dir holds on disk: the allocated blocks of
+// every file, directory and link under it, each inode once (as du).
+func diskUsage(dir string) (int64, error) {
+	seen := map[uint64]bool{}
+	var total int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return err
+		}
+		if st.Nlink > 1 && !d.IsDir() {
+			if seen[st.Ino] {
+				return nil
+			}
+			seen[st.Ino] = true
+		}
+		total += st.Blocks * 512
+		return nil
+	})
+	return total, err
 }
 
 // BuildLayerInfo reads build layer id's layer.json.
@@ -387,6 +431,9 @@ func (p *Pool) GCLayers(ctx context.Context, inUse map[string]bool) ([]string, e
 			_ = qgroupDestroy(p.root, subID)
 			p.removeFloor(subID)
 		}
+		p.build.mu.Lock()
+		delete(p.build.sizes, id)
+		p.build.mu.Unlock()
 		removed = append(removed, id)
 	}
 	if len(removed) > 0 {

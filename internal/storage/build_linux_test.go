@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -124,6 +125,26 @@ func TestBuildLayers(t *testing.T) {
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), ".tmp-") {
 			t.Errorf("%s is left after Open", e.Name())
+		}
+	}
+	// A layer's size is what its files hold on disk, whatever btrfs's
+	// qgroup accounting says (a layer of 8 MiB counts 8 MiB at once).
+	big := strings.Repeat("d", 32)
+	{
+		sid := "step" + big[:6]
+		upper, _, err := p.CreateLayer(ctx, sid, 64, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(upper, "big"), bytes.Repeat([]byte{1}, 8<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.CommitBuildLayer(ctx, sid, LayerMeta{ID: big, Step: "run: big"}); err != nil {
+			t.Fatal(err)
+		}
+		_ = p.RemoveLayer(ctx, sid)
+		if n := p.BuildLayerSize(big); n < 8<<20 || n > 9<<20 {
+			t.Errorf("BuildLayerSize of a layer holding 8 MiB = %d", n)
 		}
 	}
 }
