@@ -18,9 +18,22 @@ import (
 // no audit entry of their own (the MCP tool call that makes them has one).
 // Bodies stream both ways, so streaming exec works.
 func (s *Server) inProcessClient(p auth.Principal) *client.Client {
+	return InProcessClient(s.mux, p)
+}
+
+// InProcessClient returns a Go SDK client whose every request h serves in
+// this process, acting as p: the request's context carries p
+// (tenancy.With), as it would after authentication, and no key is sent.
+// h is a router that reads the principal from the context: a daemon's
+// routes (after its authentication) or a fleet gateway's, so that what
+// the E2B API and the MCP tools call is placed and routed as any
+// client's call. Bodies stream both ways (streaming exec) and a
+// protocol switch (a PTY's WebSocket) works through a handler that
+// hijacks the connection.
+func InProcessClient(h http.Handler, p auth.Principal) *client.Client {
 	c, err := client.New(client.WithHost("http://agentbox.in-process"), client.WithoutEnvironment(),
 		client.WithAdminKeyPath(""), client.WithUserAgent("agentbox-mcp"),
-		client.WithHTTPClient(&http.Client{Transport: inProcess{s: s, p: p}}))
+		client.WithHTTPClient(&http.Client{Transport: inProcess{h: h, p: p}}))
 	if err != nil {
 		panic("server: in-process client: " + err.Error()) // the host above always parses
 	}
@@ -28,7 +41,7 @@ func (s *Server) inProcessClient(p auth.Principal) *client.Client {
 }
 
 type inProcess struct {
-	s *Server
+	h http.Handler
 	p auth.Principal
 }
 
@@ -50,7 +63,7 @@ func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 			w.WriteHeader(http.StatusOK) // a handler that wrote nothing
 			pw.Close()
 		}()
-		t.s.mux.ServeHTTP(w, r)
+		t.h.ServeHTTP(w, r)
 	}()
 	select {
 	case <-w.ready:
