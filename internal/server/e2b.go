@@ -20,6 +20,12 @@ func (s *Server) serveE2B(w http.ResponseWriter, r *http.Request) {
 	s.e2bEntry.ServeHTTP(w, r)
 }
 
+// E2BTrafficTokenHeader is the header in which E2B's users send the
+// sandbox's trafficAccessToken (an API key here) to reach a port of it
+// by host name (sbx.getHost); a preview request may carry it in place of
+// Authorization.
+const E2BTrafficTokenHeader = e2bTrafficToken
+
 // E2BEntry is the door of E2B's protocol (internal/e2b, docs/e2b.md), for
 // a daemon and a fleet gateway alike. E2B's SDKs send the key as
 // X-API-KEY (control plane) or X-Access-Token (in the sandbox, where
