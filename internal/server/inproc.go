@@ -3,9 +3,12 @@ package server
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 
 	"github.com/agentbox/agentbox/client"
@@ -60,6 +63,20 @@ func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 	w := &pipeResponse{header: http.Header{}, pw: pw, ready: make(chan struct{})}
 	go func() {
 		defer func() {
+			if v := recover(); v != nil {
+				// What net/http's server does with a handler's panic:
+				// the exchange ends with an error, the process goes on.
+				// http.ErrAbortHandler is how a handler aborts (a
+				// ReverseProxy whose copy failed because this caller
+				// went away); any other panic is logged with its stack.
+				err := fmt.Errorf("in-process %s %s: the handler aborted", r.Method, r.URL.Path)
+				if v != http.ErrAbortHandler {
+					slog.Error("panic in an in-process request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				}
+				w.fail(err)
+				pw.CloseWithError(err)
+				return
+			}
 			w.WriteHeader(http.StatusOK) // a handler that wrote nothing
 			pw.Close()
 		}()
@@ -70,6 +87,10 @@ func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 	case <-ctx.Done():
 		pr.CloseWithError(ctx.Err())
 		return nil, ctx.Err()
+	}
+	if w.err != nil {
+		pr.Close()
+		return nil, w.err
 	}
 	if w.hijacked != nil {
 		// A protocol switch (a PTY's WebSocket): the handler wrote its
@@ -100,6 +121,16 @@ type pipeResponse struct {
 	sent   http.Header // the header as of WriteHeader
 	// hijacked is the caller's end of the connection a handler took over.
 	hijacked net.Conn
+	// err is why the handler ended before it answered (it panicked).
+	err error
+}
+
+// fail ends a response whose handler panicked before it answered.
+func (w *pipeResponse) fail(err error) {
+	w.once.Do(func() {
+		w.err = err
+		close(w.ready)
+	})
 }
 
 // Hijack gives the handler one end of an in-memory connection whose other
