@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +153,18 @@ func TestMCPThroughGateway(t *testing.T) {
 	}
 	if _, err := connect("nope"); err == nil {
 		t.Error("an MCP session with a wrong key was opened")
+	}
+}
+
+// /mcp is served, not answered 501; /e2b is not a 501 prefix.
+func TestMCPAndE2BServed(t *testing.T) {
+	ns := NotServed()
+	for _, served := range []string{"POST /mcp", "GET /mcp", "DELETE /mcp"} {
+		if slices.Contains(ns, served) {
+			t.Errorf("NotServed() lists %s", served)
+		}
+	}
+	if slices.Contains(notServedPrefixes, "/e2b") {
+		t.Error("notServedPrefixes lists /e2b")
 	}
 }
