@@ -47,6 +47,7 @@ func serveGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) err
 		Nodes: cfg.Fleet.Nodes, Key: key, PollInterval: cfg.Fleet.PollInterval, Candidates: cfg.Fleet.Candidates, Registry: cfg.Fleet.Registry,
 		Store: st, Auth: authn, MaxBodyBytes: cfg.MaxRequestBodyBytes(), PreviewDomain: cfg.Network.PreviewDomain,
 		RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst, Info: info, Logger: log.With("role", "gateway"),
+		E2BTemplateAliases: cfg.E2B.TemplateAliases,
 	})
 	if err != nil {
 		return err

@@ -54,6 +54,9 @@ type Options struct {
 	// RateLimit and RateBurst are the per-key token bucket, as on a node.
 	RateLimit float64
 	RateBurst int
+	// E2BTemplateAliases maps E2B templateIDs to templates, as on a node
+	// ([e2b] template_aliases); nil: e2b.DefaultTemplateAliases.
+	E2BTemplateAliases map[string]string
 	// Info is the gateway's own GET /v1/info, less what changes.
 	Info   api.Info
 	Logger *slog.Logger
@@ -73,6 +76,7 @@ type Gateway struct {
 	byID    map[string]*node
 	rt      http.RoundTripper
 	client  *http.Client
+	fr      fronts // E2B and MCP (e2b.go)
 	mux     *http.ServeMux
 	limiter *server.RateLimiter
 	log     *slog.Logger
@@ -125,6 +129,7 @@ func New(o Options) (*Gateway, error) {
 		g.byID[c.ID] = n
 	}
 	g.routes()
+	g.initFronts()
 	return g, nil
 }
 
@@ -223,6 +228,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rid := w.Header().Get(metrics.RequestIDHeader); rid != "" {
 		r.Header.Set(metrics.RequestIDHeader, rid) // the node logs the same id
 	}
+	if er, ok := g.e2bRequest(r); ok { // E2B's hosts and /e2b (e2b.go)
+		g.fr.e2b.ServeHTTP(w, er)
+		return
+	}
 	if id, ok := server.PreviewTarget(r, g.o.PreviewDomain); ok {
 		g.servePreview(w, r, id)
 		return
@@ -295,6 +304,9 @@ func (g *Gateway) own() map[string]http.HandlerFunc {
 	for pattern, h := range server.AdminRoutes(server.Options{Store: g.o.Store, Logger: g.log, MaxBodyBytes: g.o.MaxBodyBytes}) {
 		handlers[pattern] = h
 	}
+	for pattern, h := range g.mcpRoutes() { // e2b.go
+		handlers[pattern] = h
+	}
 	return handlers
 }
 
@@ -336,7 +348,7 @@ func (g *Gateway) routes() {
 
 // notServedPrefixes are the node's entry points outside api.Routes that a
 // gateway does not serve yet.
-var notServedPrefixes = []string{"/e2b", "/console"}
+var notServedPrefixes = []string{"/console"}
 
 // NotServed lists the routes of api.Routes a gateway answers 501, for
 // docs/cluster.md (a test holds the two equal).

@@ -553,8 +553,8 @@ func TestGatewayOwnRoutes(t *testing.T) {
 	if resp.StatusCode != 501 || errCode(body) != "unimplemented" || !strings.Contains(body, "GET /v1/pools") {
 		t.Errorf("GET /v1/pools: %d %s, want 501 naming the route", resp.StatusCode, body)
 	}
-	if resp, body := f.do("POST", "/e2b/sandboxes", f.key, ""); resp.StatusCode != 501 {
-		t.Errorf("/e2b: %d %s", resp.StatusCode, body)
+	if resp, body := f.do("GET", "/console/", f.key, ""); resp.StatusCode != 501 {
+		t.Errorf("/console: %d %s", resp.StatusCode, body)
 	}
 	if resp, _ := f.do("GET", "/v1/fleet/nodes", f.key, ""); resp.StatusCode != 403 {
 		t.Errorf("fleet table with a tenant key: %d, want 403", resp.StatusCode)

@@ -132,8 +132,17 @@ func (g *Gateway) servePreview(w http.ResponseWriter, r *http.Request, id string
 		return
 	}
 	h := how{keepHost: true}
-	if r.Header.Get("Authorization") != "" {
-		p, err := g.o.Auth.Authenticate(r.Context(), r)
+	ar := r
+	if tok := r.Header.Get(server.E2BTrafficTokenHeader); tok != "" && r.Header.Get("Authorization") == "" {
+		// E2B's trafficAccessToken is the caller's key of this gateway
+		// (sbx.getHost, docs/e2b.md): checked here, as Authorization is,
+		// and never sent on (the node would take it for its own key).
+		ar = r.Clone(r.Context())
+		ar.Header.Set("Authorization", "Bearer "+tok)
+		r.Header.Del(server.E2BTrafficTokenHeader)
+	}
+	if ar.Header.Get("Authorization") != "" {
+		p, err := g.o.Auth.Authenticate(r.Context(), ar)
 		if err != nil {
 			server.WriteError(w, err)
 			return

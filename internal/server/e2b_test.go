@@ -26,7 +26,7 @@ func TestE2BHost(t *testing.T) {
 		r := httptest.NewRequest("GET", c.path, nil)
 		r.Host = c.host
 		r.Header.Set("E2b-Sandbox-Id", "spoofed")
-		got, ok := e2bHostOf(r, "example.com")
+		got, ok := E2BHost(r, "example.com")
 		if ok != c.ok {
 			t.Errorf("%s%s: ok = %v, want %v", c.host, c.path, ok, c.ok)
 			continue

@@ -3,9 +3,12 @@ package server
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 
 	"github.com/agentbox/agentbox/client"
@@ -18,9 +21,22 @@ import (
 // no audit entry of their own (the MCP tool call that makes them has one).
 // Bodies stream both ways, so streaming exec works.
 func (s *Server) inProcessClient(p auth.Principal) *client.Client {
+	return InProcessClient(s.mux, p)
+}
+
+// InProcessClient returns a Go SDK client whose every request h serves in
+// this process, acting as p: the request's context carries p
+// (tenancy.With), as it would after authentication, and no key is sent.
+// h is a router that reads the principal from the context: a daemon's
+// routes (after its authentication) or a fleet gateway's, so that what
+// the E2B API and the MCP tools call is placed and routed as any
+// client's call. Bodies stream both ways (streaming exec) and a
+// protocol switch (a PTY's WebSocket) works through a handler that
+// hijacks the connection.
+func InProcessClient(h http.Handler, p auth.Principal) *client.Client {
 	c, err := client.New(client.WithHost("http://agentbox.in-process"), client.WithoutEnvironment(),
 		client.WithAdminKeyPath(""), client.WithUserAgent("agentbox-mcp"),
-		client.WithHTTPClient(&http.Client{Transport: inProcess{s: s, p: p}}))
+		client.WithHTTPClient(&http.Client{Transport: inProcess{h: h, p: p}}))
 	if err != nil {
 		panic("server: in-process client: " + err.Error()) // the host above always parses
 	}
@@ -28,7 +44,7 @@ func (s *Server) inProcessClient(p auth.Principal) *client.Client {
 }
 
 type inProcess struct {
-	s *Server
+	h http.Handler
 	p auth.Principal
 }
 
@@ -47,16 +63,34 @@ func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 	w := &pipeResponse{header: http.Header{}, pw: pw, ready: make(chan struct{})}
 	go func() {
 		defer func() {
+			if v := recover(); v != nil {
+				// What net/http's server does with a handler's panic:
+				// the exchange ends with an error, the process goes on.
+				// http.ErrAbortHandler is how a handler aborts (a
+				// ReverseProxy whose copy failed because this caller
+				// went away); any other panic is logged with its stack.
+				err := fmt.Errorf("in-process %s %s: the handler aborted", r.Method, r.URL.Path)
+				if v != http.ErrAbortHandler {
+					slog.Error("panic in an in-process request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				}
+				w.fail(err)
+				pw.CloseWithError(err)
+				return
+			}
 			w.WriteHeader(http.StatusOK) // a handler that wrote nothing
 			pw.Close()
 		}()
-		t.s.mux.ServeHTTP(w, r)
+		t.h.ServeHTTP(w, r)
 	}()
 	select {
 	case <-w.ready:
 	case <-ctx.Done():
 		pr.CloseWithError(ctx.Err())
 		return nil, ctx.Err()
+	}
+	if w.err != nil {
+		pr.Close()
+		return nil, w.err
 	}
 	if w.hijacked != nil {
 		// A protocol switch (a PTY's WebSocket): the handler wrote its
@@ -87,6 +121,16 @@ type pipeResponse struct {
 	sent   http.Header // the header as of WriteHeader
 	// hijacked is the caller's end of the connection a handler took over.
 	hijacked net.Conn
+	// err is why the handler ended before it answered (it panicked).
+	err error
+}
+
+// fail ends a response whose handler panicked before it answered.
+func (w *pipeResponse) fail(err error) {
+	w.once.Do(func() {
+		w.err = err
+		close(w.ready)
+	})
 }
 
 // Hijack gives the handler one end of an in-memory connection whose other

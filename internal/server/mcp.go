@@ -11,6 +11,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/mcphost"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/store"
@@ -35,19 +37,62 @@ const (
 type mcpState struct {
 	once sync.Once
 	host *mcphost.Manager
-
-	mu sync.Mutex
-	// byKey holds one handler per API key: a key's sessions live in its
-	// own handler, so a session id is worthless with another key.
-	byKey map[string]*mcp.StreamableHTTPHandler
+	// own is agentbox's own MCP server at /mcp.
+	own *MCPEndpoint
 }
 
 func (s *Server) mcpInit() *mcpState {
 	s.mcp.once.Do(func() {
 		s.mcp.host = mcphost.New(s.log)
-		s.mcp.byKey = map[string]*mcp.StreamableHTTPHandler{}
+		s.mcp.own = NewMCPEndpoint(s.inProcessClient, s.auditMCP)
 	})
 	return &s.mcp
+}
+
+// MCPEndpoint serves agentbox's own MCP server (internal/mcpserver,
+// docs/mcp.md) over streamable HTTP at /mcp, one server per API key: a
+// key's sessions live in its own handler, so a session id is worthless
+// with another key. A daemon and a fleet gateway serve it alike; only the
+// client its tools call through differs (InProcessClient of the daemon's
+// routes or of the gateway's).
+type MCPEndpoint struct {
+	client func(auth.Principal) *client.Client
+	audit  func(keyID, tenant, remote string, c mcpserver.Call)
+
+	mu    sync.Mutex
+	byKey map[string]*mcp.StreamableHTTPHandler
+}
+
+// NewMCPEndpoint returns the endpoint whose tools call the API through
+// client(p) for the request's principal p, and report each tool call to
+// audit (nil: not recorded).
+func NewMCPEndpoint(client func(auth.Principal) *client.Client, audit func(keyID, tenant, remote string, c mcpserver.Call)) *MCPEndpoint {
+	return &MCPEndpoint{client: client, audit: audit, byKey: map[string]*mcp.StreamableHTTPHandler{}}
+}
+
+// ServeHTTP serves one request of the MCP transport (POST, GET or DELETE
+// /mcp) for the principal the request's context carries (tenancy.With,
+// set after authentication).
+func (m *MCPEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := principal(r.Context())
+	m.mu.Lock()
+	h, ok := m.byKey[p.KeyID]
+	if !ok {
+		var record func(mcpserver.Call)
+		if m.audit != nil {
+			remote := r.RemoteAddr
+			record = func(c mcpserver.Call) { m.audit(p.KeyID, p.Tenant, remote, c) }
+		}
+		// One server serves all of the key's sessions: the handler asks
+		// for it on every request (to check the protocol version), and
+		// building one (13 tools, their schemas) costs milliseconds.
+		srv := mcpserver.New(m.client(p), record)
+		h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+			&mcp.StreamableHTTPOptions{SessionTimeout: mcpSessionTimeout})
+		m.byKey[p.KeyID] = h
+	}
+	m.mu.Unlock()
+	h.ServeHTTP(w, r)
 }
 
 // Close stops the MCP servers hosted in sandboxes: their processes end with
@@ -81,22 +126,7 @@ func isMCPTransport(r *http.Request) bool {
 
 // serveMCP serves agentbox's own MCP server to the caller's key.
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
-	m := s.mcpInit()
-	p := principal(r.Context())
-	m.mu.Lock()
-	h, ok := m.byKey[p.KeyID]
-	if !ok {
-		remote := r.RemoteAddr
-		// One server serves all of the key's sessions: the handler asks
-		// for it on every request (to check the protocol version), and
-		// building one (13 tools, their schemas) costs milliseconds.
-		srv := mcpserver.New(s.inProcessClient(p), func(c mcpserver.Call) { s.auditMCP(p.KeyID, p.Tenant, remote, c) })
-		h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-			&mcp.StreamableHTTPOptions{SessionTimeout: mcpSessionTimeout})
-		m.byKey[p.KeyID] = h
-	}
-	m.mu.Unlock()
-	h.ServeHTTP(w, r)
+	s.mcpInit().own.ServeHTTP(w, r)
 }
 
 // auditMCP writes one tool call to the audit log: method MCP, the path

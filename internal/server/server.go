@@ -87,7 +87,8 @@ type Server struct {
 	mcp mcpState
 
 	// E2B's protocol under /e2b (e2b.go).
-	e2b *e2b.Handler
+	e2b      *e2b.Handler
+	e2bEntry *E2BEntry
 
 	// Single-use WebSocket tickets (tickets.go).
 	tickets ticketTable
@@ -117,6 +118,7 @@ func New(o Options) *Server {
 		o.Service.SetRegistry(o.Registry)
 	}
 	s.e2b = e2b.New(e2b.Options{Logger: o.Logger, TemplateAliases: o.E2BTemplateAliases})
+	s.e2bEntry = &E2BEntry{Handler: s.e2b, Auth: s.auth, Limiter: &RateLimiter{l: s.limiter}, Client: s.inProcessClient, Audit: s.audit}
 	s.console = console.Handler()
 	s.routes()
 	return s
