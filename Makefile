@@ -5,7 +5,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
 
-.PHONY: build console-assets install deps up test test-under-load test-unit test-integration bench bench-scale soak clean lint fuzz battery
+.PHONY: bench-fleet build console-assets install deps up test test-under-load test-unit test-integration bench bench-scale soak clean lint fuzz battery
 
 # console-assets copies xterm.js (npm, pinned) where go:embed takes it for
 # the web console (docs/console.md); go build works without it.
@@ -55,6 +55,12 @@ bench: install
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh base
 	@if command -v npm >/dev/null 2>&1 && [ ! -d integration/e2b/node_modules ]; then (cd integration/e2b && npm ci --no-audit --no-fund >/dev/null) || echo "bench: npm ci in integration/e2b failed; the e2b lines are skipped"; fi
 	$(BIN)/agentbox bench $(BENCH_FLAGS)
+
+# `make bench-fleet` prints the fleet lines (docs/PERFORMANCE.md, "Fleet"):
+# create and exec through a fleet gateway against the same node directly,
+# on a node daemon the script starts beside the host's (scripts/bench-fleet.sh).
+bench-fleet: install
+	BIN=$(BIN) scripts/bench-fleet.sh $(BENCH_FLAGS)
 
 # `make bench-scale` draws the cost curves (docs/PERFORMANCE.md, "Cost
 # curves"): create, exec, destroy and a list page timed with 0 to 2,000
