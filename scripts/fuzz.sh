@@ -38,6 +38,7 @@ targets="
 ./internal/guest/files FuzzGuestFiles 500x
 ./internal/build FuzzParseBuildSpec 2000x
 ./internal/storage FuzzApplyLayer 30x
+./internal/storage FuzzSnapshotStream 10000x
 ./internal/storage FuzzApplyOverlayLayer 30x
 ./internal/e2b FuzzReadStreamRequest 10000x
 ./internal/auth FuzzGatewayPrincipal 2000x

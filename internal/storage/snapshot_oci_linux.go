@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -65,11 +66,65 @@ func (p *Pool) SnapshotLayerDirs(snapID string, n int) []string {
 // context carries). It returns the bytes written. Nothing is left if it
 // fails.
 func (p *Pool) ImportSnapshot(ctx context.Context, snapID string, layers []v1.Layer, diffIDs []v1.Hash) (int64, error) {
-	if err := validLayerID(snapID); err != nil {
-		return 0, err
-	}
 	if len(layers) == 0 || len(layers) != len(diffIDs) {
 		return 0, errdefs.Invalid("the snapshot artifact has %d layers and %d diff ids", len(layers), len(diffIDs))
+	}
+	return p.importSnapshot(ctx, snapID, len(layers), func(i int, a *layerApplier) error {
+		what := fmt.Sprintf("snapshot layer %d of %d", i+1, len(layers))
+		if d, err := layers[i].Digest(); err == nil {
+			what += " (" + d.String() + ")"
+		}
+		return applyOverlayLayer(a, layers[i], diffIDs[i], what)
+	})
+}
+
+// ImportSnapshotStream makes the read-only snapshot snapID from the n
+// layers of a snapshot stream (snapshot_stream.go) whose config s has
+// read, as ImportSnapshot does (every safety and limit of an image
+// import, the quota the context carries), and checks that the stream
+// ends right after them. It returns the bytes written. Nothing is left
+// if it fails.
+func (p *Pool) ImportSnapshotStream(ctx context.Context, snapID string, s *SnapshotStreamReader, n int) (int64, error) {
+	if n < 1 {
+		return 0, errdefs.Invalid("the snapshot stream's config names %d layers", n)
+	}
+	size, err := p.importSnapshot(ctx, snapID, n, func(i int, a *layerApplier) error {
+		what := fmt.Sprintf("snapshot layer %d of %d", i+1, n)
+		more, err := s.NextLayer()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if !more {
+			return errdefs.Invalid("the snapshot stream ends after %d layers; its config names %d", i, n)
+		}
+		if err := a.apply(s, what); err != nil {
+			return err
+		}
+		if _, err := io.Copy(io.Discard, s); err != nil { // the tar's padding, and its sha256
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if i == n-1 { // the stream must end here
+			if more, err := s.NextLayer(); err != nil || more {
+				if err == nil {
+					err = errdefs.Invalid("the snapshot stream holds more layers than the %d its config names", n)
+				}
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return size, nil
+}
+
+// importSnapshot makes the read-only snapshot snapID of n layers, each
+// applied (bottom first) by apply with a layerApplier in overlay mode,
+// one size and entry budget for all.
+func (p *Pool) importSnapshot(ctx context.Context, snapID string, n int, apply func(i int, a *layerApplier) error) (int64, error) {
+	if err := validLayerID(snapID); err != nil {
+		return 0, err
 	}
 	if err := os.MkdirAll(p.snapshotsDir(), 0o711); err != nil {
 		return 0, err
@@ -87,10 +142,10 @@ func (p *Pool) ImportSnapshot(ctx context.Context, snapID string, layers []v1.La
 	if err := os.Chmod(staging, 0o711); err != nil {
 		return 0, err
 	}
-	dirs := p.SnapshotLayerDirs(snapID, len(layers)) // top first
+	dirs := p.SnapshotLayerDirs(snapID, n) // top first
 	var a *layerApplier
 	var total int64
-	for i, l := range layers {
+	for i := range n {
 		dir := filepath.Join(staging, filepath.Base(dirs[len(dirs)-1-i]))
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return 0, err
@@ -107,11 +162,7 @@ func (p *Pool) ImportSnapshot(ctx context.Context, snapID string, layers []v1.La
 			na.size, na.entries = a.size, a.entries
 		}
 		a = na
-		what := fmt.Sprintf("snapshot layer %d of %d", i+1, len(layers))
-		if d, err := l.Digest(); err == nil {
-			what += " (" + d.String() + ")"
-		}
-		err = applyOverlayLayer(a, l, diffIDs[i], what)
+		err = apply(i, a)
 		a.Close()
 		if err != nil {
 			return 0, err
@@ -133,6 +184,42 @@ func (p *Pool) ImportSnapshot(ctx context.Context, snapID string, layers []v1.La
 	}
 	ok = true
 	return total, nil
+}
+
+// ExportSnapshot writes the overlay upper directories dirs (bottom
+// first) as a snapshot stream with config (snapshot_stream.go) to w,
+// read straight from the (read-only) directories: nothing is packed
+// ahead. It returns the layers' diff ids.
+func (p *Pool) ExportSnapshot(ctx context.Context, dirs []string, config []byte, w io.Writer) ([]string, error) {
+	if len(config) > MaxStreamConfig {
+		return nil, errdefs.Invalid("the snapshot config is %d bytes, more than a stream carries (%d)", len(config), MaxStreamConfig)
+	}
+	sw := &streamWriter{w: w, h: newSHA()}
+	if _, err := io.WriteString(w, streamMagic); err != nil {
+		return nil, err
+	}
+	if err := sw.frame(frameConfig, config); err != nil {
+		return nil, err
+	}
+	// Tar headers are small writes: gathered into frames of up to 1 MiB;
+	// a file's data goes through in the tar writer's own chunks.
+	bw := bufio.NewWriterSize(sw, 1<<20)
+	var diffIDs []string
+	for _, d := range dirs {
+		sw.h.Reset()
+		if _, err := writeLayerTar(ctx, bw, d, p.uidBase, p.uidCount, tarOverlay); err != nil {
+			return nil, fmt.Errorf("reading snapshot layer %s: %w", filepath.Base(d), err)
+		}
+		if err := bw.Flush(); err != nil {
+			return nil, err
+		}
+		sum := sw.h.Sum(nil)
+		if err := sw.frame(frameEnd, sum); err != nil {
+			return nil, err
+		}
+		diffIDs = append(diffIDs, "sha256:"+hex.EncodeToString(sum))
+	}
+	return diffIDs, sw.frame(frameLast, nil)
 }
 
 // applyOverlayLayer applies one snapshot layer (zstd, or gzip) and checks
