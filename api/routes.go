@@ -40,6 +40,8 @@ var Routes = []Route{
 	{"DELETE", "/v1/snapshots/{ref}"},
 	{"POST", "/v1/snapshots/{ref}/push"},
 	{"POST", "/v1/snapshots/pull"},
+	{"GET", "/v1/snapshots/{ref}/export"},
+	{"POST", "/v1/snapshots/import"},
 
 	// Forwarded to the guest (see guest.go), under SandboxPrefix.
 	{"POST", SandboxPrefix + "/exec"},
@@ -177,6 +179,7 @@ var RequestBodies = map[string]any{
 	"POST /v1/templates/pull":                               (*PullRequest)(nil),
 	"POST /v1/snapshots/{ref}/push":                         (*PushRequest)(nil),
 	"POST /v1/snapshots/pull":                               (*PullRequest)(nil),
+	"POST /v1/snapshots/import":                             RawBody("a snapshot stream (storage FuzzSnapshotStream)"),
 	"POST /v1/keys":                                         (*CreateKeyRequest)(nil),
 	"POST /v1/tenants":                                      (*CreateTenantRequest)(nil),
 	"PATCH /v1/tenants/{name}":                              (*UpdateTenantRequest)(nil),

@@ -42,8 +42,12 @@ type SnapshotConfig struct {
 	// Resources of the source sandbox, when it still existed at the push.
 	Resources *api.Resources `json:"resources,omitempty"`
 	SizeBytes int64          `json:"size_bytes"`
-	// DiffIDs are the sha256 of each layer's tar, bottom first.
+	// DiffIDs are the sha256 of each layer's tar, bottom first (in a
+	// snapshot stream, each layer's end frame carries it instead).
 	DiffIDs []string `json:"diff_ids"`
+	// Layers is the number of layers of a snapshot stream
+	// (snapshotstream.go); unset in an OCI artifact.
+	Layers int `json:"layers,omitempty"`
 }
 
 // SnapshotTemplate names the template version a snapshot stacks on.
@@ -128,33 +132,9 @@ func (s *Service) PushSnapshot(ctx context.Context, scope tenancy.Scope, ref, de
 	if err != nil {
 		return nil, err
 	}
-	if rec.State != store.SnapshotReady {
-		return nil, errdefs.Precondition("snapshot %q is still being taken; retry in a moment", ref)
-	}
-	if s.ckpt.hasMemory(rec.ID) {
-		return nil, errdefs.Precondition("snapshot %s holds memory (a checkpoint of its processes): pushing memory snapshots is not supported yet; push a snapshot of the files (POST /v1/sandboxes/{id}/snapshots without memory)", rec.ID)
-	}
-	tpl, err := pool.TemplateVersion(rec.Template, rec.TemplateVersion)
+	dirs, cfg, err := s.exportable(ctx, pool, rec, ref)
 	if err != nil {
-		return nil, fmt.Errorf("template of snapshot %s: %w", rec.ID, err)
-	}
-	tl := tpl.LowerDirs()
-	n := len(rec.Lowers) - len(tl)
-	if n < 1 || !sameLowers(rec.Lowers[n:], tl) {
-		return nil, errdefs.Precondition("snapshot %s does not stack on the layers of its template %s version %s as recorded; it cannot be pushed", rec.ID, rec.Template, rec.TemplateVersion)
-	}
-	own := rec.Lowers[:n] // top first
-	dirs := make([]string, 0, n)
-	for i := n - 1; i >= 0; i-- {
-		dirs = append(dirs, own[i])
-	}
-	cfg := SnapshotConfig{Agentbox: version.Version, ID: rec.ID, Name: rec.Name, CreatedAt: rec.CreatedAt,
-		Template:  SnapshotTemplate{Name: tpl.Name, Version: tpl.Version},
-		Isolation: rec.Isolation, Env: rec.Env, SizeBytes: rec.SizeBytes}
-	cfg.Template.Digest, cfg.Template.Ref = templateOrigin(tpl)
-	if sb, err := s.st.GetSandbox(ctx, rec.SandboxID); err == nil {
-		res := sb.Resources
-		cfg.Resources = &res
+		return nil, err
 	}
 	tmp, err := pool.TempDir()
 	if err != nil {
@@ -186,6 +166,43 @@ func (s *Service) PushSnapshot(ctx context.Context, scope tenancy.Scope, ref, de
 	s.log.Info("pushed snapshot", "snapshot", rec.ID, "ref", r.String(), "digest", d.String(), "layers", len(dirs),
 		"packed_in", packed.Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
 	return &api.PushResponse{Ref: r.String(), Digest: d.String()}, nil
+}
+
+// exportable checks that snapshot rec (asked for as ref) can leave this
+// node (ready, files only, stacked on its template as recorded) and
+// returns its own layer directories, bottom first, and its config
+// (without diff ids).
+func (s *Service) exportable(ctx context.Context, pool *storage.Pool, rec *store.SnapshotRecord, ref string) ([]string, SnapshotConfig, error) {
+	var cfg SnapshotConfig
+	if rec.State != store.SnapshotReady {
+		return nil, cfg, errdefs.Precondition("snapshot %q is still being taken; retry in a moment", ref)
+	}
+	if s.ckpt.hasMemory(rec.ID) {
+		return nil, cfg, errdefs.Precondition("snapshot %s holds memory (a checkpoint of its processes): moving memory snapshots to another node is not supported yet; use a snapshot of the files (POST /v1/sandboxes/{id}/snapshots without memory)", rec.ID)
+	}
+	tpl, err := pool.TemplateVersion(rec.Template, rec.TemplateVersion)
+	if err != nil {
+		return nil, cfg, fmt.Errorf("template of snapshot %s: %w", rec.ID, err)
+	}
+	tl := tpl.LowerDirs()
+	n := len(rec.Lowers) - len(tl)
+	if n < 1 || !sameLowers(rec.Lowers[n:], tl) {
+		return nil, cfg, errdefs.Precondition("snapshot %s does not stack on the layers of its template %s version %s as recorded; it cannot leave this node", rec.ID, rec.Template, rec.TemplateVersion)
+	}
+	own := rec.Lowers[:n] // top first
+	dirs := make([]string, 0, n)
+	for i := n - 1; i >= 0; i-- {
+		dirs = append(dirs, own[i])
+	}
+	cfg = SnapshotConfig{Agentbox: version.Version, ID: rec.ID, Name: rec.Name, CreatedAt: rec.CreatedAt,
+		Template:  SnapshotTemplate{Name: tpl.Name, Version: tpl.Version},
+		Isolation: rec.Isolation, Env: rec.Env, SizeBytes: rec.SizeBytes}
+	cfg.Template.Digest, cfg.Template.Ref = templateOrigin(tpl)
+	if sb, err := s.st.GetSandbox(ctx, rec.SandboxID); err == nil {
+		res := sb.Resources
+		cfg.Resources = &res
+	}
+	return dirs, cfg, nil
 }
 
 // PullTemplateFunc pulls the template image at ref as a new version of

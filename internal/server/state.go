@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/storage"
 )
 
 // Handlers of the state routes: pause, resume, snapshots, fork, reset
@@ -141,6 +142,8 @@ func (s *Server) stateHandlers() map[string]http.HandlerFunc {
 		"DELETE /v1/snapshots/{ref}":        s.deleteSnapshot,
 		"POST /v1/snapshots/{ref}/push":     s.pushSnapshot,
 		"POST /v1/snapshots/pull":           s.pullSnapshot,
+		"GET /v1/snapshots/{ref}/export":    s.exportSnapshot,
+		"POST /v1/snapshots/import":         s.importSnapshot,
 	}
 }
 
@@ -175,6 +178,48 @@ func (s *Server) pullSnapshot(w http.ResponseWriter, r *http.Request) {
 		return err
 	}
 	snap, err := s.svc.PullSnapshot(r.Context(), principal(r.Context()).Tenant, req, pullTemplate)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, snap)
+}
+
+// exportSnapshot is GET /v1/snapshots/{ref}/export (admin): the snapshot
+// as one uncompressed snapshot stream (snapshotstream.go in
+// internal/sandbox), for POST /v1/snapshots/import on another node. An
+// error after the first byte cuts the stream short (the import fails).
+func (s *Server) exportSnapshot(w http.ResponseWriter, r *http.Request) {
+	if !requireAdmin(w, r, "exporting a snapshot") {
+		return
+	}
+	write, err := s.svc.ExportSnapshot(r.Context(), scope(r), r.PathValue("ref"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", storage.SnapshotStreamType)
+	w.WriteHeader(http.StatusOK)
+	if err := write(w); err != nil {
+		panic(http.ErrAbortHandler) // the client sees the stream cut short
+	}
+}
+
+// importSnapshot is POST /v1/snapshots/import?name=N (admin): a snapshot
+// stream (what GET /v1/snapshots/{ref}/export answers) as the request
+// body, made a new snapshot of the caller's tenant. The body is raw, not
+// JSON: bounded by storage.MaxSnapshotStream, the import's own limits and
+// the tenant's disk quota.
+func (s *Server) importSnapshot(w http.ResponseWriter, r *http.Request) {
+	if !requireAdmin(w, r, "importing a snapshot stream") {
+		return
+	}
+	pullTemplate := func(ctx context.Context, ref, name string) error {
+		_, err := s.tpl.Pull(ctx, api.PullRequest{Ref: ref, Name: name})
+		return err
+	}
+	body := http.MaxBytesReader(w, r.Body, storage.MaxSnapshotStream)
+	snap, err := s.svc.ImportSnapshot(r.Context(), principal(r.Context()).Tenant, r.URL.Query().Get("name"), body, pullTemplate)
 	if err != nil {
 		writeError(w, err)
 		return

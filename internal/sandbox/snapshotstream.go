@@ -1,0 +1,146 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
+	"github.com/agentbox/agentbox/internal/storage"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tenancy"
+)
+
+// Snapshots from node to node without a registry: GET
+// /v1/snapshots/{ref}/export writes a snapshot as one uncompressed
+// snapshot stream (storage/snapshot_stream.go: the config an OCI push
+// writes, with the layer count, then each layer's overlay tar, bottom
+// first), read straight from the snapshot's read-only layers; POST
+// /v1/snapshots/import reads one into a new snapshot as a pull does
+// (the template found by digest or version, or a 412; the tenant's disk
+// quota; every check of an image import). A fleet gateway pipes one
+// node's export into another's import for a cross-host fork.
+
+// streamPool is the service's real storage pool (streams need no
+// registry).
+func (s *Service) streamPool() (*storage.Pool, error) {
+	p, ok := s.pool.(*storage.Pool)
+	if !ok {
+		return nil, errdefs.Unavailable("this daemon cannot move snapshots between nodes")
+	}
+	return p, nil
+}
+
+// ExportSnapshot checks that a tenant's snapshot (id or name) can leave
+// this node and returns the function that writes it to w as a snapshot
+// stream; an error from it comes after bytes were written (the stream
+// is then cut short, which its reader notices).
+func (s *Service) ExportSnapshot(ctx context.Context, scope tenancy.Scope, ref string) (func(w io.Writer) error, error) {
+	pool, err := s.streamPool()
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.st.GetSnapshot(ctx, scope, ref)
+	if err != nil {
+		return nil, err
+	}
+	dirs, cfg, err := s.exportable(ctx, pool, rec, ref)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Layers = len(dirs)
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(w io.Writer) error {
+		start := time.Now()
+		if _, err := pool.ExportSnapshot(ctx, dirs, raw, w); err != nil {
+			s.log.Warn("exporting snapshot", "snapshot", rec.ID, "err", err)
+			return err
+		}
+		s.log.Info("exported snapshot", "snapshot", rec.ID, "layers", len(dirs), "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	}, nil
+}
+
+// ImportSnapshot reads a snapshot stream from r into a new snapshot of
+// tenant named name ("" for none). Its template is found as a pull finds
+// it (PullSnapshot), pulled with pullTemplate from the ref the config
+// names when this node lacks it.
+func (s *Service) ImportSnapshot(ctx context.Context, tenant, name string, r io.Reader, pullTemplate PullTemplateFunc) (*api.Snapshot, error) {
+	pool, err := s.streamPool()
+	if err != nil {
+		return nil, err
+	}
+	if name != "" && !snapNameRE.MatchString(name) {
+		return nil, errdefs.Invalid("snapshot name %q is not valid: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	start := time.Now()
+	sr, err := storage.NewSnapshotStreamReader(r)
+	if err != nil {
+		return nil, err
+	}
+	var cfg SnapshotConfig
+	if err := json.Unmarshal(sr.Config, &cfg); err != nil {
+		return nil, errdefs.Invalid("the snapshot stream's config is not valid: %v", err)
+	}
+	if cfg.Layers < 1 || cfg.Layers > maxLowers {
+		return nil, errdefs.Invalid("the snapshot stream's config names %d layers; 1 to %d", cfg.Layers, maxLowers)
+	}
+	if s.reg == nil {
+		pullTemplate = nil // no registry here: the template must be
+	}
+	tpl, err := s.snapshotTemplate(ctx, pool, cfg.Template, pullTemplate)
+	if err != nil {
+		return nil, err
+	}
+	tl := tpl.LowerDirs()
+	if cfg.Layers+len(tl) > maxLowers {
+		return nil, errdefs.Precondition("the snapshot stacks %d layers on its template's %d; the most is %d", cfg.Layers, len(tl), maxLowers)
+	}
+	snapID := s.newID()
+	rec := &store.SnapshotRecord{
+		ID:              snapID,
+		Name:            name,
+		Tenant:          tenant,
+		State:           store.SnapshotCreating,
+		Template:        tpl.Name,
+		TemplateVersion: tpl.Version,
+		Isolation:       cfg.Isolation,
+		Lowers:          append(pool.SnapshotLayerDirs(snapID, cfg.Layers), tl...),
+		Env:             cfg.Env,
+	}
+	if _, ok := s.drivers[rec.Isolation]; !ok {
+		rec.Isolation = "" // a tier this node lacks: the create's own
+	}
+	// The intent comes first: recovery removes a snapshot left creating.
+	if err := s.st.CreateSnapshot(ctx, rec); err != nil {
+		return nil, err
+	}
+	ictx := ctx
+	if left, err := s.tenantBytesLeft(ctx, tenant); err != nil {
+		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
+		return nil, err
+	} else if left > 0 {
+		ictx = storage.WithMaxBytes(ctx, left)
+	}
+	if _, err := pool.ImportSnapshotStream(ictx, snapID, sr, cfg.Layers); err != nil {
+		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
+		return nil, fmt.Errorf("importing snapshot %s from a stream: %w", cfg.ID, err)
+	}
+	size, _ := pool.SnapshotSize(snapID)
+	if err := s.st.FinishSnapshot(ctx, snapID, size); err != nil {
+		_ = pool.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
+		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
+		return nil, err
+	}
+	rec.State, rec.SizeBytes = store.SnapshotReady, size
+	s.log.Info("imported snapshot", "snapshot", snapID, "from", cfg.ID, "template", tpl.Name+"@"+tpl.Version,
+		"layers", cfg.Layers, "size", size, "took", time.Since(start).Round(time.Millisecond))
+	out := s.snapshotOut(rec)
+	return &out, nil
+}
