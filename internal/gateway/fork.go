@@ -27,16 +27,21 @@ import (
 //  2. Each child is placed best of K (place.go), counting the children
 //     placed before it, on the parent's tier and template.
 //  3. On every other target node, in this order: the template is made
-//     ready there (ensureTemplate), A pushes the snapshot to the fleet's
-//     registry (once), and the node pulls it (once per node however many
-//     children it gets). A node whose pull fails is left out and its
-//     children are placed again, on the other nodes or A.
+//     ready there (ensureTemplate, through the fleet's registry when
+//     there is one), and A's snapshot is streamed to it (streamSnapshot:
+//     A's export piped into the node's import through the gateway,
+//     uncompressed, no registry; once per node however many children it
+//     gets). A node whose copy fails is left out and its children are
+//     placed again, on the other nodes or A.
 //  4. The children are created from the snapshot (A's, or each node's
 //     copy) with the parent's settings as a fork keeps them: isolation,
 //     resources, metadata, TTL, timeouts, network (a new preview token
 //     and address), user limits; the env is the snapshot's.
 //  5. All or nothing: if a child cannot be created, the children made are
 //     destroyed and the answer is the error.
+//  6. With a fleet registry, A then pushes the snapshot there in the
+//     background (pushLater): the durable copy a restore elsewhere pulls
+//     once A is gone (a restore while the push runs waits for it).
 //
 // The snapshot stays on A (and its copies on the targets): the children
 // stack on it, and it is the copy a create can restore from while A is
@@ -59,11 +64,8 @@ func (g *Gateway) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case g.o.Registry == "":
-		server.WriteError(w, errdefs.Precondition("spread needs the fleet's registry: set fleet.registry in the gateway's config (docs/cluster.md, \"Cross-host fork\"), or fork without spread (every child on the parent's node)"))
-		return
 	case req.Memory:
-		server.WriteError(w, errdefs.Invalid("spread does not work with memory yet: a snapshot with memory cannot go through a registry; fork with memory without spread (every child on the parent's node)"))
+		server.WriteError(w, errdefs.Invalid("spread does not work with memory yet: a snapshot with memory cannot move between nodes; fork with memory without spread (every child on the parent's node)"))
 		return
 	case req.Count == 0:
 		req.Count = 1
@@ -104,7 +106,6 @@ func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, c
 	}
 	local := map[*node]string{src: snap.ID} // each target's snapshot
 	failed := map[*node]error{}
-	digest := ""
 	for round := 0; ; round++ {
 		var need []*node
 		for _, t := range targets {
@@ -118,18 +119,13 @@ func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, c
 		// Templates first: a template pushed now is named by the
 		// snapshot's config, so the targets find it by digest.
 		errs := parallel(need, func(t *node) error { return g.ensureTemplate(ctx, t, p, snap.Template) })
-		if digest == "" {
-			if digest, err = g.pushSnapshot(ctx, src, p, snap.ID); err != nil {
-				return nil, err
-			}
-		}
 		ids := make([]string, len(need))
 		pullErrs := parallel(need, func(t *node) error {
 			i := indexNode(need, t)
 			if errs[i] != nil {
 				return errs[i]
 			}
-			v, err := g.pullSnapshot(ctx, t, p, snap.ID, digest)
+			v, err := g.streamSnapshot(ctx, src, t, p, snap.ID)
 			ids[i] = v
 			return err
 		})
@@ -181,6 +177,7 @@ func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, c
 		}
 		return nil, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
+	g.pushLater(ctx, src, p, snap.ID)
 	return children, nil
 }
 

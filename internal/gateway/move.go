@@ -20,9 +20,12 @@ import (
 )
 
 // Templates and snapshots between nodes, through the fleet's registry
-// (fleet.registry, docs/cluster.md). The gateway moves nothing itself:
-// it asks a node that has a template or snapshot to push it, and the node
-// that needs it to pull it, with the nodes' own push and pull routes.
+// (fleet.registry, docs/cluster.md): the gateway asks a node that has a
+// template or snapshot to push it, and the node that needs it to pull
+// it, with the nodes' own push and pull routes. A spread fork's snapshot
+// is streamed instead (streamSnapshot: one node's export piped into the
+// other's import through the gateway, no registry), then pushed in the
+// background for durability.
 //
 //   - A template is pushed from a node that holds it as
 //     REGISTRY/templates/NAME:NODE-VERSION (the node's own version
@@ -79,6 +82,19 @@ func (f *flights) do(key string, fn func() (string, error)) (string, error) {
 	return c.val, c.err
 }
 
+// wait waits for the call of key that is running, if one is, and returns
+// its result; ok is false when none is running.
+func (f *flights) wait(key string) (val string, err error, ok bool) {
+	f.mu.Lock()
+	c, ok := f.m[key]
+	f.mu.Unlock()
+	if !ok {
+		return "", nil, false
+	}
+	<-c.done
+	return c.val, c.err, true
+}
+
 // moves is the gateway's state for moving things between nodes.
 type moves struct {
 	flights flights
@@ -86,9 +102,12 @@ type moves struct {
 	// pushed: "NODE/NAME/VERSION" -> the manifest digest of a template
 	// version the gateway had NODE push.
 	pushed map[string]string
-	// pulled: "NODE/SNAPSHOT-ID/TENANT" -> the id of the copy pulled onto
-	// NODE.
+	// pulled: "NODE/SNAPSHOT-ID/TENANT" -> the id of the copy pulled (or
+	// streamed) onto NODE.
 	pulled map[string]string
+	// snapPushed: "SNAPSHOT-ID/TENANT" -> the manifest digest of a
+	// snapshot pushed to the fleet registry.
+	snapPushed map[string]string
 }
 
 func (m *moves) get(tbl map[string]string, key string) (string, bool) {
@@ -141,6 +160,13 @@ func (g *Gateway) call(ctx context.Context, n *node, p auth.Principal, method, p
 	}
 	req.Header.Set("Authorization", "Bearer "+g.o.Key)
 	auth.SetGatewayHeaders(req.Header, p)
+	return g.roundTrip(n, req, out)
+}
+
+// roundTrip sends req to n and decodes a 2xx answer into out; another
+// answer is the node's error, with its code.
+func (g *Gateway) roundTrip(n *node, req *http.Request, out any) error {
+	method, path := req.Method, req.URL.Path
 	resp, err := g.client.Do(req)
 	if err != nil {
 		if connectFailed(err) {
@@ -149,6 +175,12 @@ func (g *Gateway) call(ctx context.Context, n *node, p auth.Principal, method, p
 		return nodeUnavailable(n.id, err)
 	}
 	defer resp.Body.Close()
+	return answer(n, method, path, resp, out)
+}
+
+// answer decodes node n's answer resp to method path into out (a 2xx
+// one), or returns the node's error, with its code.
+func answer(n *node, method, path string, resp *http.Response, out any) error {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxListBody))
 	if err != nil {
 		return nodeUnavailable(n.id, err)
@@ -276,14 +308,103 @@ func (g *Gateway) pushTemplate(ctx context.Context, holder *node, t api.Template
 }
 
 // pushSnapshot has src push snapshot id (which p may see) to the fleet
-// registry for p's tenant, and returns the manifest digest.
+// registry for p's tenant, and returns the manifest digest: once per
+// (snapshot, tenant) while the gateway runs (a push running, such as a
+// spread fork's in the background, is waited for).
 func (g *Gateway) pushSnapshot(ctx context.Context, src *node, p auth.Principal, id string) (string, error) {
-	var out api.PushResponse
-	ref := g.snapshotRef(id, p.Tenant)
-	if err := g.call(ctx, src, adminFor(p), "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push", api.PushRequest{Ref: ref}, &out); err != nil {
-		return "", fmt.Errorf("pushing snapshot %s from node %s to the fleet registry (%s): %w", id, src.id, ref, err)
+	key := id + "/" + p.Tenant
+	if d, ok := g.mv.get(g.mv.snapPushed, key); ok {
+		return d, nil
 	}
-	return out.Digest, nil
+	return g.mv.flights.do(snapPushKey(id, p.Tenant), func() (string, error) {
+		if d, ok := g.mv.get(g.mv.snapPushed, key); ok {
+			return d, nil
+		}
+		var out api.PushResponse
+		ref := g.snapshotRef(id, p.Tenant)
+		start := time.Now()
+		if err := g.call(ctx, src, adminFor(p), "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push", api.PushRequest{Ref: ref}, &out); err != nil {
+			return "", fmt.Errorf("pushing snapshot %s from node %s to the fleet registry (%s): %w", id, src.id, ref, err)
+		}
+		g.mv.set(&g.mv.snapPushed, key, out.Digest)
+		g.log.Info("snapshot pushed", "snapshot", id, "node", src.id, "ref", ref, "took", time.Since(start).Round(time.Millisecond))
+		return out.Digest, nil
+	})
+}
+
+func snapPushKey(id, tenant string) string { return "snappush/" + id + "/" + tenant }
+
+// pushLater pushes snapshot id of src to the fleet registry in the
+// background (a spread fork's durable copy, for a restore elsewhere once
+// src is gone); a failure is logged.
+func (g *Gateway) pushLater(ctx context.Context, src *node, p auth.Principal, id string) {
+	if g.o.Registry == "" {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pullTimeout)
+		defer cancel()
+		if _, err := g.pushSnapshot(ctx, src, p, id); err != nil {
+			g.log.Warn("spread fork: pushing the snapshot to the fleet registry in the background failed; a restore elsewhere needs its node up", "snapshot", id, "node", src.id, "err", err)
+		}
+	}()
+}
+
+// streamSnapshot makes a copy of snapshot id (which p may see) of src on
+// n without a registry: src's GET /v1/snapshots/{id}/export is piped
+// into n's POST /v1/snapshots/import, through the gateway, uncompressed;
+// once per (node, snapshot, tenant), as pullSnapshot. It returns the
+// copy's id on n.
+func (g *Gateway) streamSnapshot(ctx context.Context, src, n *node, p auth.Principal, id string) (string, error) {
+	key := n.id + "/" + id + "/" + p.Tenant
+	if v, ok := g.mv.get(g.mv.pulled, key); ok {
+		return v, nil
+	}
+	return g.mv.flights.do("snap/"+key, func() (string, error) {
+		if v, ok := g.mv.get(g.mv.pulled, key); ok {
+			return v, nil
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pullTimeout)
+		defer cancel()
+		start := time.Now()
+		path := "/v1/snapshots/" + url.PathEscape(id) + "/export"
+		req, err := http.NewRequestWithContext(ctx, "GET", src.base.JoinPath(path).String(), nil)
+		if err != nil {
+			return "", err
+		}
+		req.Header.Set("Authorization", "Bearer "+g.o.Key)
+		auth.SetGatewayHeaders(req.Header, adminFor(p))
+		resp, err := g.client.Do(req)
+		if err != nil {
+			if connectFailed(err) {
+				src.markDown(err)
+			}
+			return "", fmt.Errorf("exporting snapshot %s from node %s: %w", id, src.id, nodeUnavailable(src.id, err))
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			err := answer(src, "GET", path, resp, nil)
+			if err == nil {
+				err = errdefs.Unavailable("node %s answered GET %s with %s", src.id, path, resp.Status)
+			}
+			return "", fmt.Errorf("exporting snapshot %s from node %s: %w", id, src.id, err)
+		}
+		imp, err := http.NewRequestWithContext(ctx, "POST", n.base.JoinPath("/v1/snapshots/import").String(), resp.Body)
+		if err != nil {
+			return "", err
+		}
+		imp.ContentLength = -1
+		imp.Header.Set("Content-Type", resp.Header.Get("Content-Type"))
+		imp.Header.Set("Authorization", "Bearer "+g.o.Key)
+		auth.SetGatewayHeaders(imp.Header, adminFor(p))
+		var s api.Snapshot
+		if err := g.roundTrip(n, imp, &s); err != nil {
+			return "", fmt.Errorf("streaming snapshot %s from node %s to node %s: %w", id, src.id, n.id, err)
+		}
+		g.mv.set(&g.mv.pulled, key, s.ID)
+		g.log.Info("snapshot streamed", "snapshot", id, "from", src.id, "node", n.id, "copy", s.ID, "took", time.Since(start).Round(time.Millisecond))
+		return s.ID, nil
+	})
 }
 
 // pullSnapshot makes a copy of snapshot id, pushed for p's tenant (at
@@ -300,6 +421,15 @@ func (g *Gateway) pullSnapshot(ctx context.Context, n *node, p auth.Principal, i
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pullTimeout)
 		defer cancel()
+		if digest == "" {
+			// A push of it running (a spread fork's, in the background):
+			// its digest, once done.
+			if d, err, ok := g.mv.flights.wait(snapPushKey(id, p.Tenant)); ok && err == nil {
+				digest = d
+			} else if d, ok := g.mv.get(g.mv.snapPushed, id+"/"+p.Tenant); ok {
+				digest = d
+			}
+		}
 		ref := g.snapshotRef(id, p.Tenant)
 		if digest != "" {
 			ref = g.repo("snapshots", id) + "@" + digest

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,21 +44,16 @@ func TestFlightsSingle(t *testing.T) {
 	}
 }
 
-// Spread needs a registry; without one it says what to set. A fork
-// without spread goes to the parent's node as it came.
-func TestSpreadForkNeedsRegistry(t *testing.T) {
+// A fork without spread goes to the parent's node as it came; spread
+// with memory is refused.
+func TestSpreadForkRequests(t *testing.T) {
 	f := newFleet(t, "n2a", "n3b")
 	sb := f.nodes["n2a"].add(time.Now())
-	resp, body := f.do("POST", "/v1/sandboxes/"+sb.ID+"/fork", f.key, `{"count":2,"spread":true}`)
-	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "fleet.registry") {
-		t.Errorf("spread without a registry: %d %s", resp.StatusCode, body)
-	}
 	f.do("POST", "/v1/sandboxes/"+sb.ID+"/fork", f.key, `{"count":2}`)
 	if p := f.nodes["n2a"].lastPath; p != "/v1/sandboxes/"+sb.ID+"/fork" {
 		t.Errorf("a fork without spread reached %q on the parent's node", p)
 	}
-	// With a registry, memory and spread together are refused.
-	f.g.o.Registry = "127.0.0.1:1/agentbox"
+	// Memory and spread together are refused.
 	if resp, body := f.do("POST", "/v1/sandboxes/"+sb.ID+"/fork", f.key, `{"spread":true,"memory":true}`); resp.StatusCode != 400 {
 		t.Errorf("spread with memory: %d %s", resp.StatusCode, body)
 	}
