@@ -17,7 +17,7 @@ NAME=agentbox-benchfleet
 DIR=/var/lib/$NAME
 RUN=/run/$NAME
 mkdir -p "$DIR" "$RUN"
-chmod 700 "$DIR"
+chmod 711 "$DIR" # sandboxes traverse it to their layers (data_dir is inside)
 KEY=$DIR/fleet.key
 [[ -s $KEY ]] || { head -c 32 /dev/urandom | base64 > "$KEY"; chmod 600 "$KEY"; }
 CFG=$DIR/node.toml
