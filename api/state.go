@@ -58,11 +58,12 @@ type ForkRequest struct {
 	// memory included (gvisor tier); without, children start fresh on
 	// the parent's files.
 	Memory bool `json:"memory,omitempty"`
-	// Spread, through a fleet gateway with a registry (docs/cluster.md,
-	// "Cross-host fork"), places each child on the best of a few nodes,
-	// not only the parent's: the parent's files go to the other nodes as
-	// a snapshot through the fleet's registry. Not with Memory. A node
-	// alone ignores it (every child is on the node).
+	// Spread, through a fleet gateway (docs/cluster.md, the cross-host
+	// fork), places each child on the best of a few nodes, not only the
+	// parent's: the parent's files go to the other nodes as a snapshot
+	// streamed from node to node (and pushed to the fleet's registry, when
+	// it has one, afterwards). Not with Memory. A node alone ignores it
+	// (every child is on the node).
 	Spread bool `json:"spread,omitempty"`
 }
 

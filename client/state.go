@@ -54,6 +54,20 @@ func (c *Client) ForkSandbox(ctx context.Context, id string, count int) ([]api.S
 	return out.Sandboxes, nil
 }
 
+// ForkSandboxWith forks a sandbox as req says: ForkSandbox's count, and
+// Spread, through a fleet gateway, to place the children over the fleet's
+// nodes (docs/cluster.md); Memory is ForkSandboxWithMemory's.
+func (c *Client) ForkSandboxWith(ctx context.Context, id string, req api.ForkRequest) ([]api.Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	var out api.ForkResponse
+	if err := c.doJSON(ctx, "POST", sandboxPath(id, "/fork"), nil, req, &out); err != nil {
+		return nil, err
+	}
+	return out.Sandboxes, nil
+}
+
 // CreateSnapshot captures a sandbox's files as a snapshot; name may be
 // empty.
 func (c *Client) CreateSnapshot(ctx context.Context, id, name string) (*api.Snapshot, error) {

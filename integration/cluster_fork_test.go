@@ -107,10 +107,11 @@ func TestClusterFork(t *testing.T) {
 		onB := 0
 		for round := 0; round < 5; round++ {
 			start := time.Now()
-			var out api.ForkResponse
-			if err := f.gatewayJSON(ctx, "POST", "/v1/sandboxes/"+parent.ID+"/fork", api.ForkRequest{Count: 2, Spread: true}, &out); err != nil {
+			kids, err := f.client.ForkSandboxWith(ctx, parent.ID, api.ForkRequest{Count: 2, Spread: true})
+			if err != nil {
 				t.Fatalf("spread fork: %v", err)
 			}
+			out := api.ForkResponse{Sandboxes: kids}
 			d := time.Since(start)
 			if len(out.Sandboxes) != 2 {
 				t.Fatalf("spread fork gave %d children", len(out.Sandboxes))

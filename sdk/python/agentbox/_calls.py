@@ -225,13 +225,15 @@ def reset(sandbox_id: str, snapshot: Optional[str], template: bool = False) -> C
     return Call("POST", sandbox_path(sandbox_id, "/reset"), json_body=body, decode=SandboxInfo.from_dict)
 
 
-def fork(sandbox_id: str, count: int, memory: bool) -> Call:
+def fork(sandbox_id: str, count: int, memory: bool, spread: bool = False) -> Call:
     """Decodes to the copies' SandboxInfo; the caller gives each its connection."""
     if count < 1:
         raise InvalidArgumentError(f"count must be 1 or more, got {count}")
     body: Dict[str, Any] = {"count": count}
     if memory:
         body["memory"] = True
+    if spread:
+        body["spread"] = True
     return Call("POST", sandbox_path(sandbox_id, "/fork"), json_body=body,
                 decode=_list_of("sandboxes", SandboxInfo.from_dict))
 

@@ -772,11 +772,12 @@ class AsyncSandbox(AsyncCodeInterpreter):
 
     @async_doc("""Make ``count`` copies of the sandbox (``memory=True``, gvisor:
         each goes on running its processes).""")
-    async def fork(self, count: int = 1, memory: bool = False) -> List["AsyncSandbox"]:
+    async def fork(self, count: int = 1, memory: bool = False, spread: bool = False) -> List["AsyncSandbox"]:
         """Make ``count`` copies of the sandbox, each with its own connection.
         ``memory=True`` (gvisor tier): each copy goes on running the
-        sandbox's processes."""
-        infos = await self._http.call(calls.fork(self.id, count, memory))
+        sandbox's processes. ``spread=True``, through a fleet gateway:
+        the copies are placed over the fleet's nodes (docs/cluster.md)."""
+        infos = await self._http.call(calls.fork(self.id, count, memory, spread))
         return [AsyncSandbox(s, self._http.clone()) for s in infos]
 
     @async_doc("""The preview URL of ``port`` served inside the sandbox; see

@@ -675,11 +675,12 @@ class Sandbox(CodeInterpreter):
         self._info = self._http.call(calls.reset(self.id, snapshot, template))
         return self._info
 
-    def fork(self, count: int = 1, memory: bool = False) -> List["Sandbox"]:
+    def fork(self, count: int = 1, memory: bool = False, spread: bool = False) -> List["Sandbox"]:
         """Make ``count`` copies of the sandbox, each with its own connection.
         ``memory=True`` (gvisor tier): each copy goes on running the
-        sandbox's processes."""
-        infos = self._http.call(calls.fork(self.id, count, memory))
+        sandbox's processes. ``spread=True``, through a fleet gateway:
+        the copies are placed over the fleet's nodes (docs/cluster.md)."""
+        infos = self._http.call(calls.fork(self.id, count, memory, spread))
         return [Sandbox(s, self._http.clone()) for s in infos]
 
     def url(self, port: int) -> str:

@@ -794,13 +794,15 @@ export class Sandbox {
    * Make count copies of the sandbox; memory (gvisor tier): each goes on
    * running the sandbox's processes.
    */
-  async fork(opts: CallOptions & { count?: number; memory?: boolean } = {}): Promise<Sandbox[]> {
+  async fork(opts: CallOptions & { count?: number; memory?: boolean; spread?: boolean } = {}): Promise<Sandbox[]> {
     const count = opts.count ?? 1;
     if (!(Number.isInteger(count) && count >= 1)) {
       throw new InvalidArgumentError(`count must be 1 or more, got ${count}`);
     }
     const body: Record<string, unknown> = { count };
     if (opts.memory) body.memory = true;
+    // spread, through a fleet gateway: the copies go over the fleet's nodes (docs/cluster.md).
+    if (opts.spread) body.spread = true;
     const d = await this.http.json("POST", sandboxPath(this.id, "/fork"), { json: body, signal: opts.signal });
     return (d?.sandboxes ?? []).map((s: any) => new Sandbox(m.sandboxInfo(s), this.http));
   }
