@@ -259,24 +259,47 @@ func (s *Service) PullSnapshot(ctx context.Context, tenant string, req api.PullR
 			return nil, errdefs.Invalid("%s: diff id %q: %v", r, d, err)
 		}
 	}
-	tpl, err := s.snapshotTemplate(ctx, pool, cfg.Template, pullTemplate)
+	rec, tpl, err := s.landSnapshot(ctx, pool, tenant, req.Name, &cfg, len(layers), pullTemplate, func(ctx context.Context, snapID string) error {
+		if _, err := pool.ImportSnapshot(ctx, snapID, layers, diffIDs); err != nil {
+			return fmt.Errorf("pulling snapshot %s: %w", r, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
+	s.log.Info("pulled snapshot", "snapshot", rec.ID, "ref", r.String(), "template", tpl.Name+"@"+tpl.Version,
+		"layers", len(layers), "size", rec.SizeBytes, "took", time.Since(start).Round(time.Millisecond))
+	out := s.snapshotOut(rec)
+	return &out, nil
+}
+
+// landSnapshot records the snapshot a pull or a stream import brings to
+// this node: it finds (or pulls, with pullTemplate) the template cfg
+// names, records a creating snapshot of tenant named name that stacks n
+// layers on it, has fill write those layers into snapshot snapID under
+// a context that carries the tenant's disk quota, and marks the
+// snapshot ready. It returns the ready record and its template; on an
+// error nothing is left (fill leaves nothing on disk when it fails).
+func (s *Service) landSnapshot(ctx context.Context, pool *storage.Pool, tenant, name string, cfg *SnapshotConfig, n int, pullTemplate PullTemplateFunc, fill func(ctx context.Context, snapID string) error) (*store.SnapshotRecord, *storage.Template, error) {
+	tpl, err := s.snapshotTemplate(ctx, pool, cfg.Template, pullTemplate)
+	if err != nil {
+		return nil, nil, err
+	}
 	tl := tpl.LowerDirs()
-	if len(layers)+len(tl) > maxLowers {
-		return nil, errdefs.Precondition("the snapshot stacks %d layers on its template's %d; the most is %d", len(layers), len(tl), maxLowers)
+	if n+len(tl) > maxLowers {
+		return nil, nil, errdefs.Precondition("the snapshot stacks %d layers on its template's %d; the most is %d", n, len(tl), maxLowers)
 	}
 	snapID := s.newID()
 	rec := &store.SnapshotRecord{
 		ID:              snapID,
-		Name:            req.Name,
+		Name:            name,
 		Tenant:          tenant,
 		State:           store.SnapshotCreating,
 		Template:        tpl.Name,
 		TemplateVersion: tpl.Version,
 		Isolation:       cfg.Isolation,
-		Lowers:          append(pool.SnapshotLayerDirs(snapID, len(layers)), tl...),
+		Lowers:          append(pool.SnapshotLayerDirs(snapID, n), tl...),
 		Env:             cfg.Env,
 	}
 	if _, ok := s.drivers[rec.Isolation]; !ok {
@@ -284,30 +307,27 @@ func (s *Service) PullSnapshot(ctx context.Context, tenant string, req api.PullR
 	}
 	// The intent comes first: recovery removes a snapshot left creating.
 	if err := s.st.CreateSnapshot(ctx, rec); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ictx := ctx
 	if left, err := s.tenantBytesLeft(ctx, tenant); err != nil {
 		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
-		return nil, err
+		return nil, nil, err
 	} else if left > 0 {
 		ictx = storage.WithMaxBytes(ctx, left)
 	}
-	if _, err := pool.ImportSnapshot(ictx, snapID, layers, diffIDs); err != nil {
+	if err := fill(ictx, snapID); err != nil {
 		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
-		return nil, fmt.Errorf("pulling snapshot %s: %w", r, err)
+		return nil, nil, err
 	}
 	size, _ := pool.SnapshotSize(snapID)
 	if err := s.st.FinishSnapshot(ctx, snapID, size); err != nil {
 		_ = pool.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
 		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
-		return nil, err
+		return nil, nil, err
 	}
 	rec.State, rec.SizeBytes = store.SnapshotReady, size
-	s.log.Info("pulled snapshot", "snapshot", snapID, "ref", r.String(), "template", tpl.Name+"@"+tpl.Version,
-		"layers", len(layers), "size", size, "took", time.Since(start).Round(time.Millisecond))
-	out := s.snapshotOut(rec)
-	return &out, nil
+	return rec, tpl, nil
 }
 
 // snapshotTemplate finds (or pulls) the template version a pulled

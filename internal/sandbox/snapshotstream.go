@@ -10,7 +10,6 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/storage"
-	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/tenancy"
 )
 
@@ -94,53 +93,17 @@ func (s *Service) ImportSnapshot(ctx context.Context, tenant, name string, r io.
 	if s.reg == nil {
 		pullTemplate = nil // no registry here: the template must be
 	}
-	tpl, err := s.snapshotTemplate(ctx, pool, cfg.Template, pullTemplate)
+	rec, tpl, err := s.landSnapshot(ctx, pool, tenant, name, &cfg, cfg.Layers, pullTemplate, func(ctx context.Context, snapID string) error {
+		if _, err := pool.ImportSnapshotStream(ctx, snapID, sr, cfg.Layers); err != nil {
+			return fmt.Errorf("importing snapshot %s from a stream: %w", cfg.ID, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	tl := tpl.LowerDirs()
-	if cfg.Layers+len(tl) > maxLowers {
-		return nil, errdefs.Precondition("the snapshot stacks %d layers on its template's %d; the most is %d", cfg.Layers, len(tl), maxLowers)
-	}
-	snapID := s.newID()
-	rec := &store.SnapshotRecord{
-		ID:              snapID,
-		Name:            name,
-		Tenant:          tenant,
-		State:           store.SnapshotCreating,
-		Template:        tpl.Name,
-		TemplateVersion: tpl.Version,
-		Isolation:       cfg.Isolation,
-		Lowers:          append(pool.SnapshotLayerDirs(snapID, cfg.Layers), tl...),
-		Env:             cfg.Env,
-	}
-	if _, ok := s.drivers[rec.Isolation]; !ok {
-		rec.Isolation = "" // a tier this node lacks: the create's own
-	}
-	// The intent comes first: recovery removes a snapshot left creating.
-	if err := s.st.CreateSnapshot(ctx, rec); err != nil {
-		return nil, err
-	}
-	ictx := ctx
-	if left, err := s.tenantBytesLeft(ctx, tenant); err != nil {
-		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
-		return nil, err
-	} else if left > 0 {
-		ictx = storage.WithMaxBytes(ctx, left)
-	}
-	if _, err := pool.ImportSnapshotStream(ictx, snapID, sr, cfg.Layers); err != nil {
-		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
-		return nil, fmt.Errorf("importing snapshot %s from a stream: %w", cfg.ID, err)
-	}
-	size, _ := pool.SnapshotSize(snapID)
-	if err := s.st.FinishSnapshot(ctx, snapID, size); err != nil {
-		_ = pool.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
-		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
-		return nil, err
-	}
-	rec.State, rec.SizeBytes = store.SnapshotReady, size
-	s.log.Info("imported snapshot", "snapshot", snapID, "from", cfg.ID, "template", tpl.Name+"@"+tpl.Version,
-		"layers", cfg.Layers, "size", size, "took", time.Since(start).Round(time.Millisecond))
+	s.log.Info("imported snapshot", "snapshot", rec.ID, "from", cfg.ID, "template", tpl.Name+"@"+tpl.Version,
+		"layers", cfg.Layers, "size", rec.SizeBytes, "took", time.Since(start).Round(time.Millisecond))
 	out := s.snapshotOut(rec)
 	return &out, nil
 }

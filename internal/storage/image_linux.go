@@ -168,19 +168,31 @@ func applyLayer(a *layerApplier, l v1.Layer, diffID v1.Hash, what string) error 
 		return errdefs.Invalid("%s: opening it: %v (is the archive complete?)", what, err)
 	}
 	defer rc.Close()
-	h := sha256.New()
-	r := io.TeeReader(rc, h)
-	if err := a.apply(r, what); err != nil {
+	sum, err := applySum(a, rc, what, "archive")
+	if err != nil {
 		return err
 	}
-	// The tar end marker may be followed by padding: hash it too.
-	if _, err := io.Copy(io.Discard, r); err != nil {
-		return errdefs.Invalid("%s: reading it: %v (the archive is corrupt or truncated)", what, err)
-	}
-	if diffID.Algorithm == "sha256" && hex.EncodeToString(h.Sum(nil)) != diffID.Hex {
+	if diffID.Algorithm == "sha256" && sum != diffID.Hex {
 		return errdefs.Invalid("%s: its content does not match diff id %s from the image config (the archive is corrupt)", what, diffID)
 	}
 	return nil
+}
+
+// applySum applies the uncompressed layer tar read from r with a and
+// returns the hex sha256 of every byte of r, for the caller to check
+// against the layer's diff id: the tar end marker may be followed by
+// padding, which is read and hashed too. kind ("archive", "blob") names
+// the source in the error when r cannot be read to its end.
+func applySum(a *layerApplier, r io.Reader, what, kind string) (string, error) {
+	h := sha256.New()
+	tr := io.TeeReader(r, h)
+	if err := a.apply(tr, what); err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(io.Discard, tr); err != nil {
+		return "", errdefs.Invalid("%s: reading it: %v (the %s is corrupt or truncated)", what, err, kind)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // checkPlatform refuses images this host cannot run.

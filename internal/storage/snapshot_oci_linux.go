@@ -3,7 +3,6 @@ package storage
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -88,7 +87,7 @@ func (p *Pool) ImportSnapshotStream(ctx context.Context, snapID string, s *Snaps
 	if n < 1 {
 		return 0, errdefs.Invalid("the snapshot stream's config names %d layers", n)
 	}
-	size, err := p.importSnapshot(ctx, snapID, n, func(i int, a *layerApplier) error {
+	return p.importSnapshot(ctx, snapID, n, func(i int, a *layerApplier) error {
 		what := fmt.Sprintf("snapshot layer %d of %d", i+1, n)
 		more, err := s.NextLayer()
 		if err != nil {
@@ -113,10 +112,6 @@ func (p *Pool) ImportSnapshotStream(ctx context.Context, snapID string, s *Snaps
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, err
-	}
-	return size, nil
 }
 
 // importSnapshot makes the read-only snapshot snapID of n layers, each
@@ -247,15 +242,11 @@ func applyOverlayLayer(a *layerApplier, l v1.Layer, diffID v1.Hash, what string)
 		return errdefs.Invalid("%s: %v", what, err)
 	}
 	defer zr.Close()
-	h := sha256.New()
-	r := io.TeeReader(zr, h)
-	if err := a.apply(r, what); err != nil {
+	sum, err := applySum(a, zr, what, "blob")
+	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(io.Discard, r); err != nil {
-		return errdefs.Invalid("%s: reading it: %v (the blob is corrupt or truncated)", what, err)
-	}
-	if diffID.Algorithm != "sha256" || hex.EncodeToString(h.Sum(nil)) != diffID.Hex {
+	if diffID.Algorithm != "sha256" || sum != diffID.Hex {
 		return errdefs.Invalid("%s: its content does not match diff id %s from the snapshot config (the blob is corrupt)", what, diffID)
 	}
 	return nil
