@@ -76,13 +76,14 @@ func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (Prin
 			`unsupported Authorization header: send "Authorization: Bearer <key>"`)
 	}
 	secret = strings.TrimSpace(secret)
-	if p, ok, err := a.gatewayPrincipal(r, secret); ok { // gateway.go
-		return p, err
+	hash := Hash(secret)   // once: the gateway's check and the key's lookup share it
+	if a.isGateway(hash) { // gateway.go
+		return GatewayPrincipal(r.Header)
 	}
 	if !wellFormed(secret) {
 		return Principal{}, errdefs.New(errdefs.ErrUnauthenticated, "invalid API key")
 	}
-	return a.AuthenticateHash(ctx, Hash(secret))
+	return a.AuthenticateHash(ctx, hash)
 }
 
 // SecretHash returns the hash of the well-formed key r's Authorization

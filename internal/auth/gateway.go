@@ -35,14 +35,10 @@ func (a *Authenticator) SetGatewayKey(secret string) {
 	a.gatewayHash = Hash(secret)
 }
 
-// gatewayPrincipal reports whether secret is the gateway's and, if so,
-// returns the principal r's headers name.
-func (a *Authenticator) gatewayPrincipal(r *http.Request, secret string) (Principal, bool, error) {
-	if a.gatewayHash == nil || !hashEqual(Hash(secret), a.gatewayHash) {
-		return Principal{}, false, nil
-	}
-	p, err := GatewayPrincipal(r.Header)
-	return p, true, err
+// isGateway reports whether hash is that of the gateway's secret; the
+// request's principal is then the one its headers name (GatewayPrincipal).
+func (a *Authenticator) isGateway(hash []byte) bool {
+	return a.gatewayHash != nil && hashEqual(hash, a.gatewayHash)
 }
 
 // GatewayPrincipal reads the principal a gateway's request names in its

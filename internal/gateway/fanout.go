@@ -71,14 +71,11 @@ func (g *Gateway) fanout(ctx context.Context, p auth.Principal, method, path, qu
 
 // ask sends one request to n acting for p and reads the whole answer.
 func (g *Gateway) ask(ctx context.Context, n *node, p auth.Principal, method, path, query string) nodeAnswer {
-	u := n.base.JoinPath(path)
-	u.RawQuery = query
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	req, err := g.nodeRequest(ctx, n, p, method, path, nil)
 	if err != nil {
 		return nodeAnswer{n: n, err: err}
 	}
-	req.Header.Set("Authorization", "Bearer "+g.o.Key)
-	auth.SetGatewayHeaders(req.Header, p)
+	req.URL.RawQuery = query
 	resp, err := g.client.Do(req)
 	if err != nil {
 		if connectFailed(err) {

@@ -140,6 +140,24 @@ func adminFor(p auth.Principal) auth.Principal {
 // asAdmin is the principal of the gateway's own calls.
 var asAdmin = auth.Principal{Tenant: auth.AdminTenant, Admin: true, KeyID: auth.GatewayKeyID}
 
+// actAs makes h a header of the gateway's request to a node acting for
+// p: the fleet key as its bearer key, and p in the headers
+// auth.GatewayPrincipal reads.
+func (g *Gateway) actAs(h http.Header, p auth.Principal) {
+	h.Set("Authorization", "Bearer "+g.o.Key)
+	auth.SetGatewayHeaders(h, p)
+}
+
+// nodeRequest returns a request for path on n acting for p (actAs).
+func (g *Gateway) nodeRequest(ctx context.Context, n *node, p auth.Principal, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, n.base.JoinPath(path).String(), body)
+	if err != nil {
+		return nil, err
+	}
+	g.actAs(req.Header, p)
+	return req, nil
+}
+
 // call sends a JSON request to n acting for p and decodes a 2xx answer
 // into out; another answer is the node's error, with its code.
 func (g *Gateway) call(ctx context.Context, n *node, p auth.Principal, method, path string, in, out any) error {
@@ -151,15 +169,13 @@ func (g *Gateway) call(ctx context.Context, n *node, p auth.Principal, method, p
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, n.base.JoinPath(path).String(), body)
+	req, err := g.nodeRequest(ctx, n, p, method, path, body)
 	if err != nil {
 		return err
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Authorization", "Bearer "+g.o.Key)
-	auth.SetGatewayHeaders(req.Header, p)
 	return g.roundTrip(n, req, out)
 }
 
@@ -368,12 +384,10 @@ func (g *Gateway) streamSnapshot(ctx context.Context, src, n *node, p auth.Princ
 		defer cancel()
 		start := time.Now()
 		path := "/v1/snapshots/" + url.PathEscape(id) + "/export"
-		req, err := http.NewRequestWithContext(ctx, "GET", src.base.JoinPath(path).String(), nil)
+		req, err := g.nodeRequest(ctx, src, adminFor(p), "GET", path, nil)
 		if err != nil {
 			return "", err
 		}
-		req.Header.Set("Authorization", "Bearer "+g.o.Key)
-		auth.SetGatewayHeaders(req.Header, adminFor(p))
 		resp, err := g.client.Do(req)
 		if err != nil {
 			if connectFailed(err) {
@@ -389,14 +403,12 @@ func (g *Gateway) streamSnapshot(ctx context.Context, src, n *node, p auth.Princ
 			}
 			return "", fmt.Errorf("exporting snapshot %s from node %s: %w", id, src.id, err)
 		}
-		imp, err := http.NewRequestWithContext(ctx, "POST", n.base.JoinPath("/v1/snapshots/import").String(), resp.Body)
+		imp, err := g.nodeRequest(ctx, n, adminFor(p), "POST", "/v1/snapshots/import", resp.Body)
 		if err != nil {
 			return "", err
 		}
 		imp.ContentLength = -1
 		imp.Header.Set("Content-Type", resp.Header.Get("Content-Type"))
-		imp.Header.Set("Authorization", "Bearer "+g.o.Key)
-		auth.SetGatewayHeaders(imp.Header, adminFor(p))
 		var s api.Snapshot
 		if err := g.roundTrip(n, imp, &s); err != nil {
 			return "", fmt.Errorf("streaming snapshot %s from node %s to node %s: %w", id, src.id, n.id, err)

@@ -298,7 +298,7 @@ func withFields(body []byte, fields map[string]any) ([]byte, error) {
 // send POSTs a create to n, counting it in flight, and on a 2xx counts it
 // placed.
 func (g *Gateway) send(r *http.Request, n *node, p auth.Principal, body []byte) (*http.Response, error) {
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, n.base.JoinPath(r.URL.Path).String(), bytes.NewReader(body))
+	out, err := g.nodeRequest(r.Context(), n, p, r.Method, r.URL.Path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -311,8 +311,6 @@ func (g *Gateway) send(r *http.Request, n *node, p auth.Principal, body []byte) 
 		}
 		out.Header[k] = slices.Clone(vs)
 	}
-	out.Header.Set("Authorization", "Bearer "+g.o.Key)
-	auth.SetGatewayHeaders(out.Header, p)
 	out.ContentLength = int64(len(body))
 	n.mu.Lock()
 	n.inFlight++

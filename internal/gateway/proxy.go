@@ -44,8 +44,7 @@ func (g *Gateway) newProxy(n *node) *httputil.ReverseProxy {
 			pr.Out.Header.Del(auth.TenantHeader)
 			pr.Out.Header.Del(auth.AdminHeader)
 			if h.as != nil {
-				pr.Out.Header.Set("Authorization", "Bearer "+g.o.Key)
-				auth.SetGatewayHeaders(pr.Out.Header, *h.as)
+				g.actAs(pr.Out.Header, *h.as)
 			}
 			pr.SetXForwarded()
 		},
