@@ -3,9 +3,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"net"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -24,20 +21,7 @@ import (
 func TestBenchFleet(t *testing.T) {
 	dir := t.TempDir()
 	const secret = "integration-bench-fleet-0123456789abcdef"
-	keyFile := filepath.Join(dir, "fleet.key")
-	if err := os.WriteFile(keyFile, []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	restartDaemon(t, func() {
-		env.cfg.NodeID, env.cfg.Fleet.GatewayKeyFile, env.cfg.Listen = "n4b", keyFile, addr
-	})
-	defer restartDaemon(t, func() { env.cfg.NodeID, env.cfg.Fleet.GatewayKeyFile, env.cfg.Listen = "", "", "" })
+	keyFile, addr := restartAsFleetNode(t, dir, "n4b", secret)
 
 	n := 30
 	if testing.Short() {

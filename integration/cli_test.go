@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,4 +241,29 @@ func restartDaemon(t *testing.T, between func()) {
 	if err := waitForDaemon(done); err != nil {
 		t.Fatalf("restarted daemon: %v", err)
 	}
+}
+
+// restartAsFleetNode restarts the test daemon as fleet node id: the
+// fleet key secret in a file of dir, listening on a free loopback port.
+// It returns the key file and the listen address; the test's cleanup
+// restarts the daemon as it was (no node id, no key, no listener).
+func restartAsFleetNode(t *testing.T, dir, id, secret string) (keyFile, addr string) {
+	t.Helper()
+	keyFile = filepath.Join(dir, "fleet.key")
+	if err := os.WriteFile(keyFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	ln.Close()
+	restartDaemon(t, func() {
+		env.cfg.NodeID, env.cfg.Fleet.GatewayKeyFile, env.cfg.Listen = id, keyFile, addr
+	})
+	t.Cleanup(func() {
+		restartDaemon(t, func() { env.cfg.NodeID, env.cfg.Fleet.GatewayKeyFile, env.cfg.Listen = "", "", "" })
+	})
+	return keyFile, addr
 }

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,20 +28,7 @@ func TestGatewayInFrontOfANode(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	const secret = "integration-fleet-secret-0123456789abcdef"
-	keyFile := filepath.Join(dir, "fleet.key")
-	if err := os.WriteFile(keyFile, []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	restartDaemon(t, func() {
-		env.cfg.NodeID, env.cfg.Fleet.GatewayKeyFile, env.cfg.Listen = "n2a", keyFile, addr
-	})
-	defer restartDaemon(t, func() { env.cfg.NodeID, env.cfg.Fleet.GatewayKeyFile, env.cfg.Listen = "", "", "" })
+	_, addr := restartAsFleetNode(t, dir, "n2a", secret)
 
 	st, err := store.Open(ctx, filepath.Join(dir, "gw.db"))
 	if err != nil {

@@ -1,65 +1,61 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
 	"github.com/spf13/cobra"
 )
 
 // Templates and snapshots through an OCI registry (docs/cluster.md).
 
 func newTemplatePushCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "push NAME REF",
-		Short: "Push a template's newest version to an OCI registry (REF: HOST[:PORT]/REPO[:TAG]); prints the digest",
-		Args:  exactArgs(2),
-		RunE: func(c *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			start := time.Now()
-			out, err := cl.PushTemplate(c.Context(), args[0], args[1])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(c.ErrOrStderr(), "pushed %s to %s in %s\n", args[0], out.Ref, time.Since(start).Round(time.Millisecond))
-			fmt.Fprintln(c.OutOrStdout(), out.Digest)
-			return nil
-		},
-	}
+	return newPushCommand(g, "push NAME REF",
+		"Push a template's newest version to an OCI registry (REF: HOST[:PORT]/REPO[:TAG]); prints the digest",
+		(*client.Client).PushTemplate)
 }
 
 func newTemplatePullCommand(g *globals) *cobra.Command {
-	var name string
-	c := &cobra.Command{
-		Use:   "pull REF [--name NAME]",
-		Short: "Pull an OCI image from a registry as a new template version (default name: the repository's last component)",
-		Args:  exactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			cl, err := g.client()
+	return newPullCommand(g,
+		"Pull an OCI image from a registry as a new template version (default name: the repository's last component)",
+		"the template's name (default: the repository's last component)",
+		func(ctx context.Context, cl *client.Client, ref, name string) (string, error) {
+			t, err := cl.PullTemplate(ctx, ref, name)
 			if err != nil {
-				return err
+				return "", err
 			}
-			start := time.Now()
-			t, err := cl.PullTemplate(c.Context(), args[0], name)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(c.ErrOrStderr(), "pulled %s in %s\n", args[0], time.Since(start).Round(time.Millisecond))
-			fmt.Fprintf(c.OutOrStdout(), "%s %s\n", t.Name, t.Version)
-			return nil
-		},
-	}
-	c.Flags().StringVar(&name, "name", "", "the template's name (default: the repository's last component)")
-	return c
+			return t.Name + " " + t.Version, nil
+		})
 }
 
 func newSnapshotPushCommand(g *globals) *cobra.Command {
+	return newPushCommand(g, "push SNAPSHOT DEST",
+		"Push a snapshot's files to an OCI registry (DEST: HOST[:PORT]/REPO[:TAG]); prints the digest",
+		(*client.Client).PushSnapshot)
+}
+
+func newSnapshotPullCommand(g *globals) *cobra.Command {
+	return newPullCommand(g,
+		"Pull a pushed snapshot into a new snapshot here (its template is pulled too when missing and pushed); prints its id",
+		"the snapshot's name (default: none)",
+		func(ctx context.Context, cl *client.Client, ref, name string) (string, error) {
+			snap, err := cl.PullSnapshot(ctx, ref, name)
+			if err != nil {
+				return "", err
+			}
+			return snap.ID, nil
+		})
+}
+
+// newPushCommand is a "push WHAT REF" verb: push runs it, the time goes
+// to stderr and the digest to stdout.
+func newPushCommand(g *globals, use, short string, push func(*client.Client, context.Context, string, string) (*api.PushResponse, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "push SNAPSHOT DEST",
-		Short: "Push a snapshot's files to an OCI registry (DEST: HOST[:PORT]/REPO[:TAG]); prints the digest",
+		Use:   use,
+		Short: short,
 		Args:  exactArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
 			cl, err := g.client()
@@ -67,7 +63,7 @@ func newSnapshotPushCommand(g *globals) *cobra.Command {
 				return err
 			}
 			start := time.Now()
-			out, err := cl.PushSnapshot(c.Context(), args[0], args[1])
+			out, err := push(cl, c.Context(), args[0], args[1])
 			if err != nil {
 				return err
 			}
@@ -78,11 +74,13 @@ func newSnapshotPushCommand(g *globals) *cobra.Command {
 	}
 }
 
-func newSnapshotPullCommand(g *globals) *cobra.Command {
+// newPullCommand is a "pull REF [--name NAME]" verb: pull runs it and
+// returns the line for stdout; the time goes to stderr.
+func newPullCommand(g *globals, short, nameHelp string, pull func(ctx context.Context, cl *client.Client, ref, name string) (string, error)) *cobra.Command {
 	var name string
 	c := &cobra.Command{
 		Use:   "pull REF [--name NAME]",
-		Short: "Pull a pushed snapshot into a new snapshot here (its template is pulled too when missing and pushed); prints its id",
+		Short: short,
 		Args:  exactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			cl, err := g.client()
@@ -90,15 +88,15 @@ func newSnapshotPullCommand(g *globals) *cobra.Command {
 				return err
 			}
 			start := time.Now()
-			snap, err := cl.PullSnapshot(c.Context(), args[0], name)
+			line, err := pull(c.Context(), cl, args[0], name)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(c.ErrOrStderr(), "pulled %s in %s\n", args[0], time.Since(start).Round(time.Millisecond))
-			fmt.Fprintln(c.OutOrStdout(), snap.ID)
+			fmt.Fprintln(c.OutOrStdout(), line)
 			return nil
 		},
 	}
-	c.Flags().StringVar(&name, "name", "", "the snapshot's name (default: none)")
+	c.Flags().StringVar(&name, "name", "", nameHelp)
 	return c
 }

@@ -104,32 +104,36 @@ def _registry_ref(ref: str, what: str) -> str:
     return ref
 
 
-def push_template(name: str, ref: str) -> Call:
-    if not name:
-        raise InvalidArgumentError("a template name is required")
-    return Call("POST", "/v1/templates/" + quote(name, safe="") + "/push",
+def _push(collection: str, key: str, ref: str) -> Call:
+    return Call("POST", f"/v1/{collection}/" + quote(key, safe="") + "/push",
                 json_body={"ref": _registry_ref(ref, "push to")}, decode=PushResult.from_dict)
 
 
-def pull_template(ref: str, name: Optional[str]) -> Call:
+def _pull(collection: str, ref: str, name: Optional[str], decode) -> Call:
     body = {"ref": _registry_ref(ref, "pull")}
     if name:
         body["name"] = name
-    return Call("POST", "/v1/templates/pull", json_body=body, decode=Template.from_dict)
+    return Call("POST", f"/v1/{collection}/pull", json_body=body, decode=decode)
+
+
+def push_template(name: str, ref: str) -> Call:
+    if not name:
+        raise InvalidArgumentError("a template name is required")
+    return _push("templates", name, ref)
+
+
+def pull_template(ref: str, name: Optional[str]) -> Call:
+    return _pull("templates", ref, name, Template.from_dict)
 
 
 def push_snapshot(snapshot: str, ref: str) -> Call:
     if not snapshot:
         raise InvalidArgumentError("a snapshot id or name is required")
-    return Call("POST", "/v1/snapshots/" + quote(snapshot, safe="") + "/push",
-                json_body={"ref": _registry_ref(ref, "push to")}, decode=PushResult.from_dict)
+    return _push("snapshots", snapshot, ref)
 
 
 def pull_snapshot(ref: str, name: Optional[str]) -> Call:
-    body = {"ref": _registry_ref(ref, "pull")}
-    if name:
-        body["name"] = name
-    return Call("POST", "/v1/snapshots/pull", json_body=body, decode=Snapshot.from_dict)
+    return _pull("snapshots", ref, name, Snapshot.from_dict)
 
 
 def fleet_nodes() -> Call:
