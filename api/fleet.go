@@ -71,6 +71,12 @@ type NodeStatus struct {
 type FleetNode struct {
 	ID  string `json:"id"`
 	URL string `json:"url"`
+	// Source is where the gateway learned of the node: "config" (a
+	// [[fleet.node]]) or "kubernetes" (an AgentboxNode object).
+	Source string `json:"source,omitempty"`
+	// Lease, for a node from Kubernetes: "" while its Lease is renewed,
+	// else why the gateway holds it down (expired, missing).
+	Lease string `json:"lease,omitempty"`
 	// Available: the last poll succeeded and no request has failed to
 	// connect since; only available nodes get new sandboxes.
 	Available bool `json:"available"`

@@ -24,8 +24,10 @@ type Config struct {
 	Role string `toml:"role"`
 	// NodeID (node_id), on a node in a fleet: 3 characters of a-z and
 	// 2-7, unique in the fleet, that start every sandbox and snapshot id
-	// the node hands out, so that a gateway routes by id alone. Default
-	// "" (12-character ids, no fleet).
+	// the node hands out, so that a gateway routes by id alone; "auto"
+	// with [kubernetes] on: claimed through the cluster at the first
+	// start and kept in data_dir/node_id. Default "" (12-character ids,
+	// no fleet).
 	NodeID string `toml:"node_id"`
 	// DataDir (data_dir) holds state.db, admin.key, templates and the
 	// storage pool. Default /var/lib/agentbox.
@@ -125,6 +127,9 @@ type Config struct {
 	Registry Registry `toml:"registry"`
 	// Fleet ([fleet], fleet.go) joins nodes behind a gateway.
 	Fleet Fleet `toml:"fleet"`
+	// Kubernetes ([kubernetes], kubernetes.go) takes the fleet's
+	// membership from a cluster.
+	Kubernetes Kubernetes `toml:"kubernetes"`
 }
 
 // Sandbox is a set of per-sandbox settings, used both for the defaults and
@@ -150,6 +155,7 @@ func Default() Config {
 	return Config{
 		Role:             RoleNode,
 		Fleet:            Fleet{PollInterval: time.Second, Candidates: 3},
+		Kubernetes:       Kubernetes{LeaseDuration: 40 * time.Second},
 		DataDir:          "/var/lib/agentbox",
 		RunDir:           "/run/agentbox",
 		Socket:           "/run/agentbox/agentbox.sock",

@@ -93,13 +93,17 @@ func TestEveryKeyDocumented(t *testing.T) {
 	for i := 0; i < ft.NumField(); i++ {
 		keys = append(keys, ft.Field(i).Tag.Get("toml"))
 	}
+	kt := reflect.TypeOf(Kubernetes{})
+	for i := 0; i < kt.NumField(); i++ {
+		keys = append(keys, kt.Field(i).Tag.Get("toml"))
+	}
 	for _, k := range keys {
 		if k == "node" { // [[fleet.node]], a table in the example's comments
 			if !strings.Contains(string(example), "[[fleet.node]]") {
 				t.Errorf("[[fleet.node]] missing from docs/agentbox.example.toml")
 			}
 			k = "node"
-		} else if k == "defaults" || k == "limits" || k == "network" || k == "security" || k == "metrics" || k == "e2b" || k == "tracing" || k == "registry" || k == "fleet" {
+		} else if k == "defaults" || k == "limits" || k == "network" || k == "security" || k == "metrics" || k == "e2b" || k == "tracing" || k == "registry" || k == "fleet" || k == "kubernetes" {
 			k = "[" + k + "]"
 		} else if !strings.Contains(string(example), "\n"+k+" = ") {
 			t.Errorf("key %q missing from docs/agentbox.example.toml", k)

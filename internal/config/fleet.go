@@ -105,7 +105,7 @@ func (c Config) validateFleet(v *validator) {
 	default:
 		v.addf("role must be %q (a daemon with sandboxes) or %q (a fleet gateway, docs/cluster.md), got %q", RoleNode, RoleGateway, c.Role)
 	}
-	if c.NodeID != "" && !validNodeID(c.NodeID) {
+	if c.NodeID != "" && c.NodeID != NodeIDAuto && !validNodeID(c.NodeID) {
 		v.addf("node_id must be exactly %d characters of a-z and 2-7 (such as \"n2a\"), unique in the fleet, or \"\" for none; got %q", api.NodeIDLen, c.NodeID)
 	}
 	f := c.Fleet
@@ -135,8 +135,8 @@ func (c Config) validateFleet(v *validator) {
 	} else if !filepath.IsAbs(f.KeyFile) {
 		v.addf("fleet.key_file must be an absolute path, got %q", f.KeyFile)
 	}
-	if len(f.Nodes) == 0 {
-		v.addf("a gateway needs at least one [[fleet.node]] with id and url, e.g. [[fleet.node]] id = \"n2a\" url = \"http://192.0.2.11:7423\"")
+	if len(f.Nodes) == 0 && !c.Kubernetes.Enabled {
+		v.addf("a gateway needs at least one [[fleet.node]] with id and url, e.g. [[fleet.node]] id = \"n2a\" url = \"http://192.0.2.11:7423\", or [kubernetes] enabled = true to take the nodes from a cluster")
 	}
 	if f.Registry != "" {
 		if err := ValidFleetRegistry(f.Registry); err != nil {

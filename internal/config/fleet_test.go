@@ -41,6 +41,16 @@ func TestFleetConfig(t *testing.T) {
 		{"gateway registry upper", "role = \"gateway\"\n[fleet]\nkey_file = \"/k\"\nregistry = \"192.0.2.1:5000/Agentbox\"\n[[fleet.node]]\nid = \"n2a\"\nurl = \"http://a:1\"", "lowercase path components"},
 		{"gateway registry no port", "role = \"gateway\"\n[fleet]\nkey_file = \"/k\"\nregistry = \"registry/agentbox\"\n[[fleet.node]]\nid = \"n2a\"\nurl = \"http://a:1\"", "needs a port or a dot"},
 		{"node with registry", "[fleet]\nregistry = \"192.0.2.1:5000/agentbox\"", "gateway's settings"},
+		{"kube node auto", "node_id = \"auto\"\n[kubernetes]\nenabled = true", ""},
+		{"kube node own id", "node_id = \"n2a\"\n[kubernetes]\nenabled = true\nkubeconfig = \"/etc/kube.conf\"\nnamespace = \"fleet-1\"\nadvertise_url = \"https://192.0.2.11:7423\"\nlease_duration = \"10s\"", ""},
+		{"auto without kube", "node_id = \"auto\"", "set [kubernetes] enabled = true"},
+		{"kube node without id", "[kubernetes]\nenabled = true", "needs node_id"},
+		{"kube relative kubeconfig", "node_id = \"auto\"\n[kubernetes]\nenabled = true\nkubeconfig = \"kube.conf\"", "kubernetes.kubeconfig must be an absolute path"},
+		{"kube bad namespace", "node_id = \"auto\"\n[kubernetes]\nenabled = true\nnamespace = \"Fleet_1\"", "kubernetes.namespace must be"},
+		{"kube short lease", "node_id = \"auto\"\n[kubernetes]\nenabled = true\nlease_duration = \"1s\"", "kubernetes.lease_duration must be between"},
+		{"kube bad advertise", "node_id = \"auto\"\n[kubernetes]\nenabled = true\nadvertise_url = \"192.0.2.11:7423\"", "kubernetes.advertise_url must be"},
+		{"kube gateway without nodes", "role = \"gateway\"\n[fleet]\nkey_file = \"/k\"\n[kubernetes]\nenabled = true", ""},
+		{"kube gateway advertise", "role = \"gateway\"\n[fleet]\nkey_file = \"/k\"\n[kubernetes]\nenabled = true\nadvertise_url = \"https://a:1\"", "a node's setting"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -126,6 +126,7 @@ func (c Config) Validate() error {
 	c.validateTracing(&v)
 	c.validateRegistry(&v)
 	c.validateFleet(&v)
+	c.validateKubernetes(&v)
 	return v.err()
 }
 

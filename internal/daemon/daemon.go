@@ -83,6 +83,10 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		// to reach their own layers and run dirs, and nothing more.
 		_ = os.Chmod(d, 0o711)
 	}
+	kn, err := joinKube(ctx, cfg, log) // settles an "auto" node_id before anything uses it (kube.go)
+	if err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, cfg.StatePath())
 	if err != nil {
 		return fmt.Errorf("opening state: %w", err)
@@ -204,15 +208,21 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Info:  daemonInfo(cfg, unavailable),
 		Usage: obs.usage, Events: hub, E2BTemplateAliases: cfg.E2B.TemplateAliases,
 		Registry: registry.New(cfg.Registry)})
-	defer api.Close()                                                      // hosted MCP servers (docs/mcp.md)
-	return listenAndServe(ctx, cfg, obs.metrics.Wrap(api), hub.Close, log, // request ids, log lines, GET /metrics
+	defer api.Close() // hosted MCP servers (docs/mcp.md)
+	var ready func(string) error
+	if kn != nil {
+		ready = func(fp string) error { return kn.register(ctx, svc.DriverNames(), fp) }
+	}
+	return listenAndServe(ctx, cfg, obs.metrics.Wrap(api), hub.Close, ready, log, // request ids, log lines, GET /metrics
 		"agentbox serving", "drivers", svc.DriverNames())
 }
 
 // listenAndServe serves h on cfg's socket and TCP address until ctx is
-// done. onShutdown runs when the server shuts down; what and args are the
-// log line of a started server.
-func listenAndServe(ctx context.Context, cfg *config.Config, h http.Handler, onShutdown func(), log *slog.Logger, what string, args ...any) error {
+// done. onShutdown runs when the server shuts down; ready, when not nil,
+// once it serves, with the SHA-256 of its TLS certificate ("" over plain
+// HTTP), and its error stops the server; what and args are the log line
+// of a started server.
+func listenAndServe(ctx context.Context, cfg *config.Config, h http.Handler, onShutdown func(), ready func(fingerprint string) error, log *slog.Logger, what string, args ...any) error {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -224,6 +234,7 @@ func listenAndServe(ctx context.Context, cfg *config.Config, h http.Handler, onS
 		srv.RegisterOnShutdown(onShutdown) // event streams end (observe.go)
 	}
 	var lns []net.Listener
+	var fingerprint string
 	_ = os.Remove(cfg.Socket)
 	oldMask := syscall.Umask(0o177)
 	uln, err := net.Listen("unix", cfg.Socket)
@@ -250,6 +261,7 @@ func listenAndServe(ctx context.Context, cfg *config.Config, h http.Handler, onS
 		}
 		if tc != nil {
 			tln = tls.NewListener(tln, tc)
+			fingerprint = Fingerprint(tc.Certificates[0].Certificate[0])
 		}
 		lns = append(lns, tln)
 	}
@@ -261,11 +273,17 @@ func listenAndServe(ctx context.Context, cfg *config.Config, h http.Handler, onS
 	}
 	log.Info(what, append([]any{"version", version.Version, "listen", strings.Join(addrs, ","),
 		"data_dir", cfg.DataDir, "admin_key", cfg.AdminKeyPath()}, args...)...)
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return err
+	var failed error
+	if ready != nil {
+		failed = ready(fingerprint)
+	}
+	if failed == nil {
+		select {
+		case <-ctx.Done():
+		case err := <-errc:
+			if !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
 		}
 	}
 	if cfg.IsGateway() {
@@ -276,5 +294,5 @@ func listenAndServe(ctx context.Context, cfg *config.Config, h http.Handler, onS
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	return nil
+	return failed
 }

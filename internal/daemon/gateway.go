@@ -54,6 +54,11 @@ func serveGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) err
 	}
 	gw.Start(ctx)
 	defer gw.Close()
+	if cfg.Kubernetes.Enabled { // the cluster's nodes too (kube.go)
+		if err := watchKube(ctx, cfg, gw, log); err != nil {
+			return err
+		}
+	}
 	for _, n := range gw.Nodes() {
 		if n.Available {
 			log.Info("fleet node available", "node", n.ID, "url", n.URL)
@@ -62,5 +67,5 @@ func serveGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) err
 		}
 	}
 	m := metrics.New(metrics.Options{Auth: authn, ScrapeToken: cfg.Metrics.ScrapeToken, Logger: log})
-	return listenAndServe(ctx, cfg, m.Wrap(gw), nil, log, "agentbox gateway serving", "nodes", len(cfg.Fleet.Nodes))
+	return listenAndServe(ctx, cfg, m.Wrap(gw), nil, nil, log, "agentbox gateway serving", "nodes", len(gw.Nodes()))
 }

@@ -46,8 +46,9 @@ type nodeAnswer struct {
 // and the ids of the nodes left out (unavailable, or failed).
 func (g *Gateway) fanout(ctx context.Context, p auth.Principal, method, path, query string) (answers []nodeAnswer, missing []string) {
 	var wg sync.WaitGroup
-	all := make([]nodeAnswer, len(g.nodes))
-	for i, n := range g.nodes {
+	nodes := g.members().nodes
+	all := make([]nodeAnswer, len(nodes))
+	for i, n := range nodes {
 		if !n.isAvailable() {
 			all[i] = nodeAnswer{n: n, err: nodeUnavailable(n.id, nil)}
 			continue

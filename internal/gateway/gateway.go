@@ -18,10 +18,11 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
-	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
@@ -72,8 +73,9 @@ type Options struct {
 // Gateway is the fleet gateway's HTTP handler.
 type Gateway struct {
 	o       Options
-	nodes   []*node // the config's order
-	byID    map[string]*node
+	mem     atomic.Pointer[membership] // members.go
+	memMu   sync.Mutex                 // serialises SetMembers
+	ctx     context.Context            // Start's, for polling new members
 	rt      http.RoundTripper
 	client  *http.Client
 	fr      fronts // E2B and MCP (e2b.go)
@@ -103,30 +105,20 @@ func New(o Options) (*Gateway, error) {
 	if len(o.Key) < config.MinFleetKeyLen {
 		return nil, errdefs.Invalid("the fleet key must be at least %d characters", config.MinFleetKeyLen)
 	}
-	g := &Gateway{o: o, byID: map[string]*node{}, log: o.Logger, mux: http.NewServeMux(),
+	g := &Gateway{o: o, log: o.Logger, mux: http.NewServeMux(),
 		limiter: server.NewRateLimiter(o.RateLimit, o.RateBurst)}
+	g.mem.Store(&membership{byID: map[string]*node{}})
 	g.rt = o.Transport
 	if g.rt == nil {
-		t, err := newTransport(o.Nodes)
-		if err != nil {
-			return nil, err
-		}
-		g.rt = t
+		g.rt = newTransport(g.trustFor)
 	}
 	g.client = &http.Client{Transport: g.rt}
-	for _, c := range o.Nodes {
-		u, err := url.Parse(c.URL)
-		if err != nil || u.Host == "" {
-			return nil, errdefs.Invalid("fleet node %s: url %q is not http://HOST:PORT", c.ID, c.URL)
-		}
-		u.Path = ""
-		if _, dup := g.byID[c.ID]; dup {
-			return nil, errdefs.Invalid("fleet node %s is listed twice", c.ID)
-		}
-		n := &node{id: c.ID, base: u}
-		n.proxy = g.newProxy(n)
-		g.nodes = append(g.nodes, n)
-		g.byID[c.ID] = n
+	static := make([]Member, len(o.Nodes))
+	for i, c := range o.Nodes {
+		static[i] = Member{FleetNode: c, Source: SourceConfig}
+	}
+	if err := g.SetMembers(static); err != nil {
+		return nil, err
 	}
 	g.routes()
 	g.initFronts()
@@ -138,22 +130,7 @@ func New(o Options) (*Gateway, error) {
 // through as they come), and over TLS each node's own trust (its pinned
 // certificate or its ca_file; else the system's roots), chosen by the
 // address dialled.
-func newTransport(nodes []config.FleetNode) (*http.Transport, error) {
-	trust := map[string]*tls.Config{}
-	for _, n := range nodes {
-		if n.Fingerprint == "" && n.CAFile == "" {
-			continue
-		}
-		u, err := url.Parse(n.URL)
-		if err != nil || u.Scheme != "https" {
-			return nil, errdefs.Invalid("fleet node %s: fingerprint and ca_file need an https url, got %q", n.ID, n.URL)
-		}
-		tc, err := client.TLSConfig(n.Fingerprint, n.CAFile)
-		if err != nil {
-			return nil, errdefs.Invalid("fleet node %s: %v", n.ID, err)
-		}
-		trust[hostPort(u)] = tc
-	}
+func newTransport(trust func(addr string) *tls.Config) *http.Transport {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:       nil,
@@ -163,7 +140,7 @@ func newTransport(nodes []config.FleetNode) (*http.Transport, error) {
 			if err != nil {
 				return nil, err
 			}
-			tc := trust[addr]
+			tc := trust(addr)
 			if tc == nil {
 				tc = &tls.Config{MinVersion: tls.VersionTLS12}
 			}
@@ -187,7 +164,7 @@ func newTransport(nodes []config.FleetNode) (*http.Transport, error) {
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
-	}, nil
+	}
 }
 
 // hostPort is u's host with its port, the scheme's default when u names
@@ -207,6 +184,9 @@ func hostPort(u *url.URL) string {
 func (g *Gateway) Start(ctx context.Context) {
 	ctx, g.stop = context.WithCancel(context.WithoutCancel(ctx))
 	g.done = make(chan struct{})
+	g.memMu.Lock()
+	g.ctx = ctx
+	g.memMu.Unlock()
 	g.pollAll(ctx)
 	go func() {
 		defer close(g.done)
@@ -422,7 +402,7 @@ func (g *Gateway) info(w http.ResponseWriter, r *http.Request) {
 	if out.Tiers == nil {
 		out.Tiers = []api.Tier{}
 	}
-	out.Nodes = &api.FleetSummary{Total: len(g.nodes), Available: len(g.available())}
+	out.Nodes = &api.FleetSummary{Total: len(g.members().nodes), Available: len(g.available())}
 	if !principal(r).Admin {
 		out.DataDir, out.RunDir, out.Socket, out.Listen, out.Log = "", "", "", "", ""
 	}

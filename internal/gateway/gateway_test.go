@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -334,7 +335,7 @@ func TestNodeUnavailable(t *testing.T) {
 	if resp.StatusCode != 503 || errCode(body) != "node_unavailable" {
 		t.Fatalf("request for a dead node's sandbox: %d %s, want 503 node_unavailable", resp.StatusCode, body)
 	}
-	if f.g.byID["n3b"].isAvailable() {
+	if f.g.members().byID["n3b"].isAvailable() {
 		t.Error("a node that refused a connection is still available")
 	}
 	resp, body = f.do("GET", "/v1/sandboxes/"+sb.ID+"/exec", f.key, "")
@@ -353,7 +354,7 @@ func TestNodeUnavailable(t *testing.T) {
 	}
 	// Polls: one failure keeps a node, two take it down, one success
 	// brings it back.
-	n2 := f.g.byID["n2a"]
+	n2 := f.g.members().byID["n2a"]
 	n2.pollResult(nil, fmt.Errorf("timeout"), time.Now())
 	if !n2.isAvailable() {
 		t.Error("one failed poll took n2a down")
@@ -703,10 +704,11 @@ func TestPinnedNode(t *testing.T) {
 		{"its certificate", hex.EncodeToString(sum[:]), true},
 		{"another certificate", strings.Repeat("ab", 32), false},
 	} {
-		rt, err := newTransport([]config.FleetNode{{ID: "n2a", URL: srv.URL, Fingerprint: c.fp}})
+		g, err := New(Options{Nodes: []config.FleetNode{{ID: "n2a", URL: srv.URL, Fingerprint: c.fp}}, Key: fleetKey})
 		if err != nil {
 			t.Fatal(err)
 		}
+		rt := g.rt.(*http.Transport)
 		resp, err := (&http.Client{Transport: rt}).Get("https://" + u.Host + "/")
 		if c.ok != (err == nil) {
 			t.Fatalf("%s: err = %v", c.name, err)
@@ -717,11 +719,69 @@ func TestPinnedNode(t *testing.T) {
 		rt.CloseIdleConnections()
 	}
 	// Unpinned, the system's roots do not know httptest's certificate.
-	rt, _ := newTransport(nil)
+	rt := newTransport(func(string) *tls.Config { return nil })
 	if _, err := (&http.Client{Transport: rt}).Get(srv.URL); err == nil {
 		t.Fatal("an unpinned node with an unknown certificate was trusted")
 	}
-	if _, err := newTransport([]config.FleetNode{{ID: "n2a", URL: srv.URL, Fingerprint: "zz"}}); err == nil {
+	if _, err := New(Options{Nodes: []config.FleetNode{{ID: "n2a", URL: srv.URL, Fingerprint: "zz"}}, Key: fleetKey}); err == nil {
 		t.Fatal("a malformed fingerprint was taken")
+	}
+}
+
+// SetMembers changes the fleet under a running gateway: a new node is
+// polled and routed to, one held down (its Lease expired) is out of
+// placement and routing with the reason shown, one removed is not found,
+// and a node that stays keeps its state.
+func TestSetMembers(t *testing.T) {
+	f := newFleet(t, "n2a")
+	a := f.g.members().byID["n2a"]
+	c := newFakeNode(t, "n4c")
+	sb := c.add(time.Now())
+	members := func(down string) []Member {
+		return []Member{
+			{FleetNode: config.FleetNode{ID: "n2a", URL: f.nodes["n2a"].srv.URL}, Source: SourceConfig},
+			{FleetNode: config.FleetNode{ID: "n4c", URL: c.srv.URL}, Source: SourceKubernetes, Down: down},
+		}
+	}
+	if err := f.g.SetMembers(members("")); err != nil {
+		t.Fatal(err)
+	}
+	if f.g.members().byID["n2a"] != a {
+		t.Error("a node that stayed was made again (its state lost)")
+	}
+	for !f.g.members().byID["n4c"].isAvailable() { // polled at once, in the background
+		time.Sleep(10 * time.Millisecond)
+	}
+	if resp, body := f.do("GET", "/v1/sandboxes/"+sb.ID, f.key, ""); resp.StatusCode != 200 {
+		t.Fatalf("a sandbox of the new node: %d %s", resp.StatusCode, body)
+	}
+	if err := f.g.SetMembers(members("its Lease expired 3s ago")); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := f.do("GET", "/v1/sandboxes/"+sb.ID, f.key, ""); resp.StatusCode != 503 || errCode(body) != "node_unavailable" {
+		t.Errorf("a node held down: %d %s, want 503 node_unavailable", resp.StatusCode, body)
+	}
+	var rows api.ListFleetNodesResponse
+	_, body := f.do("GET", "/v1/fleet/nodes", f.admin, "")
+	if err := json.Unmarshal([]byte(body), &rows); err != nil || len(rows.Nodes) != 2 {
+		t.Fatalf("fleet nodes: %v %s", err, body)
+	}
+	if r := rows.Nodes[1]; r.ID != "n4c" || r.Available || r.Source != "kubernetes" || r.Lease != "its Lease expired 3s ago" || r.LostSandboxes != 1 {
+		t.Errorf("row of the node held down: %+v", r)
+	}
+	for range 3 {
+		if resp, body := f.do("POST", "/v1/sandboxes", f.key, `{}`); resp.StatusCode != 201 || !strings.Contains(body, `"n2a`) {
+			t.Fatalf("create with one node held down: %d %s", resp.StatusCode, body)
+		}
+	}
+	if err := f.g.SetMembers(members("")[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := f.do("GET", "/v1/sandboxes/"+sb.ID, f.key, ""); resp.StatusCode != 404 {
+		t.Errorf("a sandbox of a node removed from the fleet: %d %s, want 404", resp.StatusCode, body)
+	}
+	bad := []Member{{FleetNode: config.FleetNode{ID: "n2a", URL: "ftp://x"}, Source: SourceKubernetes}}
+	if err := f.g.SetMembers(bad); err == nil || f.g.members().byID["n2a"] != a {
+		t.Errorf("a bad member: err %v, and the fleet must stay as it was", err)
 	}
 }

@@ -67,7 +67,7 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request) {
 	p := principal(r)
 	var only *node // the node the request names
 	if f.Node != "" {
-		if only = g.byID[f.Node]; only == nil {
+		if only = g.members().byID[f.Node]; only == nil {
 			server.WriteError(w, errdefs.Invalid("node %q is not in this gateway's fleet; GET /v1/fleet/nodes lists them", f.Node))
 			return
 		}
@@ -357,12 +357,12 @@ func (g *Gateway) placeLoad(tier, template string, skip map[*node]bool, extra ma
 	}
 	var cands []cand
 	anyHas := false
-	for _, n := range g.nodes {
+	for _, n := range g.members().nodes {
 		if skip[n] {
 			continue
 		}
 		n.mu.Lock()
-		st, ok := n.status, n.available
+		st, ok := n.status, n.available && n.down == ""
 		load := 1 + n.inFlight + n.placed + extra[n]
 		n.mu.Unlock()
 		if !ok || st == nil || st.Draining || !offers(st.Tiers, tier) {

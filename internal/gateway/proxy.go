@@ -94,9 +94,9 @@ func (g *Gateway) nodeOf(id, what string) (*node, error) {
 	if !ok {
 		return nil, errdefs.NotFound("%s %s not found: the ids of a fleet are 15 characters, a node's node_id and 12 more (an id of 12 was made by a daemon without node_id: call that daemon directly)", what, id)
 	}
-	n := g.byID[nid]
+	n := g.members().byID[nid]
 	if n == nil {
-		return nil, errdefs.NotFound("%s %s not found: its node %s is not in this gateway's fleet ([[fleet.node]])", what, id, nid)
+		return nil, errdefs.NotFound("%s %s not found: its node %s is not in this gateway's fleet (GET /v1/fleet/nodes lists them)", what, id, nid)
 	}
 	if !n.isAvailable() {
 		return nil, nodeUnavailable(nid, nil)

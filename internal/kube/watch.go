@@ -1,0 +1,147 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Member is one node of the fleet as the cluster has it.
+type Member struct {
+	ID, URL, Fingerprint string
+	// Down is "" while the node's Lease is renewed, else why the gateway
+	// holds it out of placement and routing.
+	Down string
+}
+
+// WatchMembers watches the AgentboxNodes and the nodes' Leases and calls
+// set with the fleet (by id) once the caches have synced, before it
+// returns, then from a goroutine at every change, and when a Lease
+// expires, until ctx is done. A node is down while its Lease is missing
+// or older than its duration: the mechanism the kubelet's node Leases
+// use, so a node that dies leaves placement within one lease_duration
+// even where the gateway could still connect to it.
+func (c *Client) WatchMembers(ctx context.Context, set func([]Member)) error {
+	nodes := informer(c.dyn.Resource(NodeGVR), "")
+	leases := informer(c.dyn.Resource(LeaseGVR).Namespace(c.ns), NodeIDLabel)
+	changed := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{nodes, leases} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
+		}
+		_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+			c.log.Warn("kubernetes watch failed; retrying", "err", err)
+		})
+		go inf.RunWithContext(ctx)
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if !cache.WaitForCacheSync(sctx.Done(), nodes.HasSynced, leases.HasSynced) {
+		return fmt.Errorf("kubernetes: the AgentboxNodes and Leases (namespace %s) did not sync within a minute: is the CRD installed (deploy/crds) and may the service account list them (deploy/rbac.yaml)?", c.ns)
+	}
+	last := members(nodes.GetStore().List(), leases.GetStore().List(), time.Now())
+	set(last)
+	go func() {
+		tick := time.NewTicker(time.Second) // a Lease expires without an event
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case <-tick.C:
+			}
+			m := members(nodes.GetStore().List(), leases.GetStore().List(), time.Now())
+			if !slices.Equal(m, last) {
+				set(m)
+				last = m
+			}
+		}
+	}()
+	return nil
+}
+
+// informer lists and watches ri's objects that match selector.
+// (client-go's dynamicinformer would do it too, but links every typed
+// informer of the Kubernetes API into the daemon: 16 MB more.)
+func informer(ri dynamic.ResourceInterface, selector string) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return ri.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return ri.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
+}
+
+// members is the fleet from the informers' objects at now.
+func members(nodeObjs, leaseObjs []any, now time.Time) []Member {
+	type lease struct {
+		renew time.Time
+		dur   time.Duration
+	}
+	byID := map[string]lease{}
+	for _, o := range leaseObjs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		id := u.GetLabels()[NodeIDLabel]
+		if u.GetName() != LeaseName(id) {
+			continue
+		}
+		rt, _, _ := unstructured.NestedString(u.Object, "spec", "renewTime")
+		secs, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
+		t, err := time.Parse(time.RFC3339Nano, rt)
+		if err != nil {
+			continue
+		}
+		byID[id] = lease{t, time.Duration(secs) * time.Second}
+	}
+	var out []Member
+	for _, o := range nodeObjs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		m := Member{ID: u.GetName()}
+		m.URL, _, _ = unstructured.NestedString(u.Object, "spec", "url")
+		m.Fingerprint, _, _ = unstructured.NestedString(u.Object, "spec", "fingerprint")
+		if m.URL == "" {
+			continue // claimed, not yet serving
+		}
+		switch l, ok := byID[m.ID]; {
+		case !ok:
+			m.Down = fmt.Sprintf("no Lease %s: the node has not registered, or its Lease was deleted", LeaseName(m.ID))
+		case now.After(l.renew.Add(l.dur)):
+			m.Down = fmt.Sprintf("its Lease %s expired: last renewed at %s, held %s", LeaseName(m.ID), l.renew.UTC().Format(time.RFC3339), l.dur)
+		}
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
