@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/daemon"
+	"github.com/agentbox/agentbox/internal/kube/kubetest"
 )
 
 // A fleet is several agentbox node daemons on this host, each in a network
@@ -51,6 +52,11 @@ type fleetOptions struct {
 	// every namespace), fleet.registry (fleet.registry + "/agentbox") and
 	// every node's [registry] insecure name it.
 	registryPort string
+	// kube, when set, is the cluster the fleet's membership comes from:
+	// nodes claim their ids (node_id = "auto") and register, as the
+	// ServiceAccounts of deploy/rbac.yaml, and the gateway, with no
+	// [[fleet.node]], watches them (TestClusterKubernetes).
+	kube *kubetest.Env
 }
 
 // fleetDaemon is one daemon process of a fleet.
@@ -166,6 +172,16 @@ func (f *fleet) startNode(i int, keyFile string) *fleetNode {
 	}
 	_, gwPort, _ := net.SplitHostPort(f.gwAddr)
 	name := filepath.Base(env.cfg.RunDir) + "-" + nd.id // its run dir and cgroup parent, swept by name
+	nodeID := nd.id
+	var kubeConf string
+	if k := f.opts.kube; k != nil {
+		// The API server as this namespace reaches it: the host's first
+		// veth address (it listens on every address).
+		nodeID = "auto"
+		kc := kubetest.Kubeconfig(t, k.ServiceAccount(t, "agentbox-node"), f.dir, nd.id, f.subnet+".1:"+k.Port())
+		kubeConf = fmt.Sprintf("[kubernetes]\nenabled = true\nkubeconfig = %q\nnamespace = %q\nadvertise_url = %q\nlease_duration = \"3s\"\n",
+			kc, kubetest.Namespace, "https://"+nd.addr)
+	}
 	nd.dataDir = filepath.Join(f.dir, nd.id)
 	nd.runDir = filepath.Join("/run", name)
 	nd.cfgPath = filepath.Join(f.dir, nd.id+".toml")
@@ -195,7 +211,7 @@ pool = "10.202.%d.0/24"
 preview_port = %s
 [fleet]
 gateway_key_file = %q
-`, nd.id, nd.dataDir, nd.runDir, filepath.Join(nd.runDir, "agentbox.sock"), nd.addr, env.cfg.GuestBinary, name, uidBase, i, gwPort, keyFile)
+%s`, nodeID, nd.dataDir, nd.runDir, filepath.Join(nd.runDir, "agentbox.sock"), nd.addr, env.cfg.GuestBinary, name, uidBase, i, gwPort, keyFile, kubeConf)
 	if f.registry != "" {
 		host, _, _ := net.SplitHostPort(f.registry)
 		conf += fmt.Sprintf("[registry]\ninsecure = [%q]\n", host)
@@ -203,9 +219,22 @@ gateway_key_file = %q
 	if err := os.WriteFile(nd.cfgPath, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nd.start(t, "nsenter", "--net=/run/netns/"+nd.ns, env.cliBin, "serve", "--config", nd.cfgPath)
-	nd.client = nd.waitClient(t, "unix://"+filepath.Join(nd.runDir, "agentbox.sock"))
+	f.runNode(nd)
+	if f.opts.kube != nil { // the id it claimed; its dirs keep the slot's name
+		b, err := os.ReadFile(filepath.Join(nd.dataDir, "node_id"))
+		if err != nil {
+			t.Fatalf("a node with node_id = \"auto\" kept no id: %v", err)
+		}
+		nd.id = strings.TrimSpace(string(b))
+	}
 	return nd
+}
+
+// runNode starts (or starts again) node nd's daemon in its namespace and
+// waits for its API.
+func (f *fleet) runNode(nd *fleetNode) {
+	nd.start(f.t, "nsenter", "--net=/run/netns/"+nd.ns, env.cliBin, "serve", "--config", nd.cfgPath)
+	nd.client = nd.waitClient(f.t, "unix://"+filepath.Join(nd.runDir, "agentbox.sock"))
 }
 
 func (f *fleet) startGateway(keyFile string) {
@@ -214,7 +243,14 @@ func (f *fleet) startGateway(keyFile string) {
 		name := filepath.Base(env.cfg.RunDir) + "-gw"
 		f.gw = &fleetDaemon{dataDir: filepath.Join(f.dir, "gw"), runDir: filepath.Join("/run", name), cfgPath: filepath.Join(f.dir, "gw.toml")}
 		var nodes strings.Builder
+		if k := f.opts.kube; k != nil {
+			kc := kubetest.Kubeconfig(t, k.ServiceAccount(t, "agentbox-gateway"), f.dir, "gateway", "127.0.0.1:"+k.Port())
+			fmt.Fprintf(&nodes, "[kubernetes]\nenabled = true\nkubeconfig = %q\nnamespace = %q\n", kc, kubetest.Namespace)
+		}
 		for _, nd := range f.nodes {
+			if f.opts.kube != nil {
+				break // the cluster's
+			}
 			// The gateway trusts exactly each node's self-signed certificate.
 			pemBytes, err := os.ReadFile(filepath.Join(nd.dataDir, "tls", "cert.pem"))
 			if err != nil {

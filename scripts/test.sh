@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 scripts/install-deps.sh
 scripts/install-test-deps.sh # prometheus and promtool for the metrics test
+scripts/install-k8s.sh       # kube-apiserver and etcd for the Kubernetes tests (once per machine)
 make -s build
 # The integration tests build their own templates in their own data dir,
 # except base, python, node and desktop, which they take from the build

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -82,8 +83,17 @@ func Start(t testing.TB, o Options) *Env {
 		ControlPlaneStopTimeout:  time.Minute,
 	}
 	if o.BindAll {
+		// envtest picks a loopback address unless given both address and
+		// port.
+		l, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		l.Close()
 		e.ControlPlane.APIServer = &envtest.APIServer{}
 		e.ControlPlane.APIServer.SecureServing.Address = "0.0.0.0"
+		e.ControlPlane.APIServer.SecureServing.Port = port
 	}
 	cfg, err := e.Start()
 	if err != nil {

@@ -1,0 +1,128 @@
+package integration
+
+import (
+	"context"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/daemon"
+	"github.com/agentbox/agentbox/internal/kube"
+	"github.com/agentbox/agentbox/internal/kube/kubetest"
+)
+
+// TestClusterKubernetes runs a fleet whose membership comes from a real
+// kube-apiserver and etcd (built from the Go module proxy by
+// scripts/install-k8s.sh): the node daemons, in network namespaces of
+// their own, claim their ids and register as the node ServiceAccount of
+// deploy/rbac.yaml; the gateway, with no [[fleet.node]], watches their
+// AgentboxNodes and Leases as the gateway's. Then: sandboxes through the
+// gateway on both nodes; a node killed is held down once its Lease
+// expires and creates go elsewhere; restarted, it keeps its id and its
+// sandboxes; a third node joins a running gateway.
+func TestClusterKubernetes(t *testing.T) {
+	k := kubetest.Start(t, kubetest.Options{BindAll: true})
+	k.Apply(t, filepath.Join(k.Deploy, "namespace.yaml"), false)
+	k.Apply(t, filepath.Join(k.Deploy, "rbac.yaml"), false)
+	f := newFleetWith(t, 2, fleetOptions{kube: k})
+	ctx := context.Background()
+	c := f.client
+
+	rows := f.waitNodes(func(n api.FleetNode) bool { return n.Available && n.Source == "kubernetes" })
+	t.Logf("membership from the cluster: %s, %s", rows[0].ID, rows[1].ID)
+	// What the nodes registered: their claimed ids, URLs and certificates.
+	list, err := k.Dyn.Resource(kube.NodeGVR).List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 2 {
+		t.Fatalf("AgentboxNodes: %v, %v", list, err)
+	}
+	for _, nd := range f.nodes {
+		if nd.id == "na2" || nd.id == "nb3" || len(nd.id) != 3 {
+			t.Fatalf("node kept id %q: not one it claimed", nd.id)
+		}
+		o, err := k.Dyn.Resource(kube.NodeGVR).Get(ctx, nd.id, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url, _, _ := unstructured.NestedString(o.Object, "spec", "url")
+		fp, _, _ := unstructured.NestedString(o.Object, "spec", "fingerprint")
+		b, _ := os.ReadFile(filepath.Join(nd.dataDir, "tls", "cert.pem"))
+		block, _ := pem.Decode(b)
+		if url != "https://"+nd.addr || block == nil || fp != daemon.Fingerprint(block.Bytes) {
+			t.Errorf("AgentboxNode %s: url %q fingerprint %q; want https://%s and its certificate's", nd.id, url, fp, nd.addr)
+		}
+	}
+
+	// Sandboxes through the gateway land on both nodes and answer.
+	perNode := map[string][]string{}
+	for i := 0; i < 4; i++ {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		perNode[sb.Node] = append(perNode[sb.Node], sb.ID)
+		if res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "echo $((6*7))"}); err != nil || strings.TrimSpace(res.Stdout) != "42" {
+			t.Fatalf("exec in %s: %+v, %v", sb.ID, res, err)
+		}
+	}
+	if len(perNode) != 2 {
+		t.Fatalf("4 creates went to %d nodes: %v", len(perNode), perNode)
+	}
+
+	// A node killed: its Lease expires (3 s here) and the gateway holds it
+	// down, says why, and places elsewhere.
+	dead, live := f.nodes[1], f.nodes[0]
+	// (The node's count of its sandboxes is sampled: wait until the
+	// gateway's last poll has them.)
+	f.waitNodes(func(n api.FleetNode) bool {
+		return n.Status != nil && n.Status.Sandboxes == len(perNode[n.ID])
+	})
+	dead.kill(syscall.SIGKILL)
+	rows = f.waitNodes(func(n api.FleetNode) bool {
+		if n.ID == dead.id {
+			return !n.Available && strings.Contains(n.Lease, "expired")
+		}
+		return n.Available
+	})
+	for _, r := range rows {
+		if r.ID == dead.id && r.LostSandboxes != len(perNode[dead.id]) {
+			t.Errorf("the dead node's row: lost_sandboxes %d, want %d", r.LostSandboxes, len(perNode[dead.id]))
+		}
+	}
+	for i := 0; i < 3; i++ {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
+		if err != nil || sb.Node != live.id {
+			t.Fatalf("create with a node down: %+v, %v; want it on %s", sb, err, live.id)
+		}
+		perNode[sb.Node] = append(perNode[sb.Node], sb.ID)
+	}
+
+	// Restarted, it keeps its id (data_dir/node_id), renews its Lease and
+	// has its sandboxes back.
+	f.runNode(dead)
+	f.waitNodes(func(n api.FleetNode) bool { return n.Available && n.Lease == "" })
+	for _, id := range perNode[dead.id] {
+		if res, err := c.Exec(ctx, id, api.ExecRequest{Shell: "echo back"}); err != nil || strings.TrimSpace(res.Stdout) != "back" {
+			t.Fatalf("exec in %s after its node restarted: %+v, %v", id, res, err)
+		}
+	}
+
+	// A third node joins the running gateway: no config change, no restart.
+	third := f.startNode(2, filepath.Join(f.dir, "gateway.key"))
+	f.importBusybox(third)
+	f.nodes = append(f.nodes, third)
+	f.waitNodes(func(n api.FleetNode) bool { return n.Available })
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Node: third.id})
+	if err != nil || sb.Node != third.id {
+		t.Fatalf("create on the node that joined: %+v, %v", sb, err)
+	}
+	if res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "hostname"}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec on the node that joined: %+v, %v", res, err)
+	}
+}
