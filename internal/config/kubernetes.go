@@ -38,6 +38,13 @@ type Kubernetes struct {
 	// node whose Lease has expired out of placement. Default "40s" (the
 	// kubelet's); 2s to 10m.
 	LeaseDuration time.Duration `toml:"lease_duration"`
+	// Tenants (tenants), on a gateway: its tenants and API keys are the
+	// cluster's AgentboxTenant and AgentboxAPIKey objects, which every
+	// gateway replica copies into its store and writes through; the
+	// cluster is the truth (tenants and keys only in the store are
+	// removed at start), but for the gateway's own admin key. Default
+	// false: each gateway's store is its own.
+	Tenants bool `toml:"tenants"`
 }
 
 // k8sNameRE is a DNS-1123 label, what a namespace name must be.
@@ -75,6 +82,9 @@ func (c Config) validateKubernetes(v *validator) {
 	}
 	if k.LeaseDuration < 2*time.Second || k.LeaseDuration > 10*time.Minute {
 		v.addf("kubernetes.lease_duration must be between 2s and 10m, got %s", k.LeaseDuration)
+	}
+	if k.Tenants && c.Role != RoleGateway {
+		v.addf("kubernetes.tenants is a gateway's setting (its tenants and keys from the cluster); remove it from the node's config")
 	}
 	if c.Role == RoleGateway {
 		if k.AdvertiseURL != "" {

@@ -35,10 +35,17 @@ func serveGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) err
 		return fmt.Errorf("opening state: %w", err)
 	}
 	defer st.Close()
-	if _, created, err := auth.EnsureAdminKey(ctx, st, cfg.DataDir); err != nil {
+	secret, created, err := auth.EnsureAdminKey(ctx, st, cfg.DataDir)
+	if err != nil {
 		return fmt.Errorf("admin key: %w", err)
 	} else if created {
 		log.Info("generated the admin API key", "file", cfg.AdminKeyPath())
+	}
+	var shared gateway.SharedTenants
+	if cfg.Kubernetes.Enabled && cfg.Kubernetes.Tenants { // tenants and keys from the cluster (kube.go)
+		if shared, err = syncTenants(ctx, cfg, st, secret, log); err != nil {
+			return err
+		}
 	}
 	authn := auth.New(st, cfg.AdminKeyPath(), log)
 	info := daemonInfo(cfg, nil)
@@ -47,7 +54,7 @@ func serveGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) err
 		Nodes: cfg.Fleet.Nodes, Key: key, PollInterval: cfg.Fleet.PollInterval, Candidates: cfg.Fleet.Candidates, Registry: cfg.Fleet.Registry,
 		Store: st, Auth: authn, MaxBodyBytes: cfg.MaxRequestBodyBytes(), PreviewDomain: cfg.Network.PreviewDomain,
 		RateLimit: cfg.Security.RateLimit, RateBurst: cfg.Security.RateBurst, Info: info, Logger: log.With("role", "gateway"),
-		E2BTemplateAliases: cfg.E2B.TemplateAliases,
+		E2BTemplateAliases: cfg.E2B.TemplateAliases, Shared: shared,
 	})
 	if err != nil {
 		return err

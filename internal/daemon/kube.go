@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentbox/agentbox/internal/auth"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/gateway"
 	"github.com/agentbox/agentbox/internal/kube"
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 // kubeNode is a node's membership in a Kubernetes fleet ([kubernetes],
@@ -111,4 +113,23 @@ func watchKube(ctx context.Context, cfg *config.Config, gw *gateway.Gateway, log
 		}
 		log.Info("fleet membership from kubernetes", "nodes", len(ms))
 	})
+}
+
+// syncTenants makes the gateway's tenants and keys the cluster's and
+// keeps them so; the gateway's own admin key (secret) stays its own.
+func syncTenants(ctx context.Context, cfg *config.Config, st *store.Store, secret string, log *slog.Logger) (gateway.SharedTenants, error) {
+	c, err := kube.New(cfg.Kubernetes, log.With("kubernetes", cfg.Kubernetes.KubeNamespace()))
+	if err != nil {
+		return nil, err
+	}
+	k, err := st.KeyByHash(ctx, auth.Hash(secret))
+	if err != nil {
+		return nil, fmt.Errorf("the gateway's admin key: %w", err)
+	}
+	t, err := c.SyncTenants(ctx, st, k.ID)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("tenants and API keys from kubernetes", "namespace", cfg.Kubernetes.KubeNamespace())
+	return t, nil
 }

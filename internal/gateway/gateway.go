@@ -63,6 +63,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Transport reaches the nodes; nil: a transport of its own.
 	Transport http.RoundTripper
+	// Shared, when set, gets every tenant and key write made in Store:
+	// the cluster that gateway replicas share them through (tenants.go).
+	Shared SharedTenants
 	// Registry is the fleet's OCI registry, HOST:PORT/PREFIX
 	// (fleet.registry): templates pulled on first use, spread forks and
 	// creates from a snapshot elsewhere go through it (move.go). "":
@@ -280,8 +283,11 @@ func (g *Gateway) own() map[string]http.HandlerFunc {
 		"POST /v1/templates/import":   g.templateWrite,
 		"DELETE /v1/templates/{name}": g.deleteTemplate,
 	}
-	// Keys and tenants: internal/server's own handlers, on this store.
-	for pattern, h := range server.AdminRoutes(server.Options{Store: g.o.Store, Logger: g.log, MaxBodyBytes: g.o.MaxBodyBytes}) {
+	// Keys and tenants: internal/server's own handlers, on this store,
+	// and with Shared in the cluster too (tenants.go).
+	admin := server.AdminRoutes(server.Options{Store: g.o.Store, Logger: g.log, MaxBodyBytes: g.o.MaxBodyBytes})
+	g.shareTenants(admin)
+	for pattern, h := range admin {
 		handlers[pattern] = h
 	}
 	for pattern, h := range g.mcpRoutes() { // e2b.go
