@@ -11,6 +11,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -190,6 +191,27 @@ func TestMicrovmSnapshotWithMemory(t *testing.T) {
 	}
 }
 
+// qemuMemory sums the fields of /proc/PID/smaps_rollup (in KiB) over the
+// QEMU processes of sandboxes ids.
+func qemuMemory(t *testing.T, ids []string) map[string]int64 {
+	t.Helper()
+	sum := map[string]int64{}
+	for _, id := range ids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", sandboxPid(t, id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Fields(l)
+			if len(f) == 3 && f[2] == "kB" {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				sum[strings.TrimSuffix(f[0], ":")] += n
+			}
+		}
+	}
+	return sum
+}
+
 // TestMicrovmForkWithMemory: 3 children of a VM running a python3 server
 // each answer with the parent's in-memory value, then change it
 // independently; the parent keeps running with its own.
@@ -225,6 +247,13 @@ func TestMicrovmForkWithMemory(t *testing.T) {
 	if len(kids) != count {
 		t.Fatalf("%d children", len(kids))
 	}
+	var kidIDs []string
+	for _, k := range kids {
+		kidIDs = append(kidIDs, k.ID)
+	}
+	m := qemuMemory(t, kidIDs)
+	t.Logf("microvm fork with memory, %d children's QEMUs: Rss %d MiB, Pss %d MiB, Private_Dirty %d MiB, Shared_Clean %d MiB (sums)",
+		count, m["Rss"]>>10, m["Pss"]>>10, m["Private_Dirty"]>>10, m["Shared_Clean"]>>10)
 	hosts := forkedApart(t, parent, "microvm", v0, kids)
 	if len(hosts) != count || hosts[mustSh(t, parent, "hostname")] {
 		t.Errorf("children's hostnames %v: want %d of their own", hosts, count)
