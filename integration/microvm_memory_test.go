@@ -1,6 +1,7 @@
 package integration
 
-// Memory snapshots on the microvm tier (QEMU's migration to a file and
+// Memory snapshots on the microvm tier (QEMU's migration of the device
+// state to a file plus an image of the guest's RAM, restored with
 // -incoming, drivers/microvm/checkpoint_linux.go): pause to disk across a
 // daemon restart, a snapshot with memory and a create from it (with a
 // network of its own), fork with memory. The python3 server of

@@ -21,9 +21,12 @@
 // pids cover the VMM and the guest). A sandbox with egress joins the
 // namespace the service prepared through a tap (network_linux.go); pause
 // freezes QEMU in its cgroups; reset is the service's full path. Pause to
-// disk, snapshots with memory and fork with memory save the VM with
-// QEMU's migration to a file and restore it (checkpoint_linux.go);
-// snapshots and forks of the files alone are refused (driver.Unsupported).
+// disk, snapshots with memory and fork with memory save the VM's device
+// state with QEMU's migration to a file and its RAM, a memfd the driver
+// gives QEMU, as an image beside it (checkpoint_linux.go); the VMs
+// restored from one image share its unwritten pages copy-on-write
+// (ram_linux.go). Snapshots and forks of the files alone are refused
+// (driver.Unsupported).
 package microvm
 
 import (
