@@ -43,7 +43,12 @@ const ramID = "microvm.ram"
 
 // newRAM returns an empty memfd of size bytes for a VM's RAM.
 func newRAM(size int64) (*os.File, error) {
-	fd, err := unix.MemfdCreate("agentbox-vm-ram", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	// Not executable (kernels from 6.3 refuse an executable memfd where
+	// vm.memfd_noexec is 2); older kernels know no such flag.
+	fd, err := unix.MemfdCreate("agentbox-vm-ram", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_NOEXEC_SEAL)
+	if errors.Is(err, unix.EINVAL) {
+		fd, err = unix.MemfdCreate("agentbox-vm-ram", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("guest RAM: memfd_create: %w", err)
 	}
