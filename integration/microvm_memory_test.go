@@ -1,6 +1,7 @@
 package integration
 
-// Memory snapshots on the microvm tier (QEMU's migration to a file and
+// Memory snapshots on the microvm tier (QEMU's migration of the device
+// state to a file plus an image of the guest's RAM, restored with
 // -incoming, drivers/microvm/checkpoint_linux.go): pause to disk across a
 // daemon restart, a snapshot with memory and a create from it (with a
 // network of its own), fork with memory. The python3 server of
@@ -11,10 +12,12 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,13 +65,15 @@ func TestMicrovmPauseToDisk(t *testing.T) {
 			t.Fatalf("after pause to disk: state %s, paused_to_disk %v", sb.State, sb.PausedToDisk)
 		}
 		if i == 0 {
-			for _, f := range []string{"memory", "disk.img", "microvm.json"} {
+			for _, f := range []string{"state", "ram", "disk.img", "microvm.json"} {
 				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 					t.Errorf("the checkpoint lacks %s: %v", f, err)
 				}
 			}
-			if fi, err := os.Stat(filepath.Join(dir, "memory")); err == nil {
-				t.Logf("the VM's state file: %.1f MiB (RAM %d MiB)", float64(fi.Size())/(1<<20), before.Resources.MemoryMB)
+			var ram syscall.Stat_t
+			if fi, err := os.Stat(filepath.Join(dir, "state")); err == nil && syscall.Stat(filepath.Join(dir, "ram"), &ram) == nil {
+				t.Logf("the VM's device state: %.1f KiB, its RAM image: %.1f MiB allocated (RAM %d MiB)",
+					float64(fi.Size())/(1<<10), float64(ram.Blocks*512)/(1<<20), before.Resources.MemoryMB)
 			}
 			if b, err := os.ReadFile("/proc/" + strconv.Itoa(before.Pid) + "/cmdline"); err == nil && strings.Contains(string(b), "qemu") {
 				t.Errorf("QEMU (pid %d) still runs after pause to disk", before.Pid)
@@ -190,9 +195,61 @@ func TestMicrovmSnapshotWithMemory(t *testing.T) {
 	}
 }
 
+// qemuMemory sums the fields of /proc/PID/smaps_rollup (in KiB) over the
+// QEMU processes of sandboxes ids.
+func qemuMemory(t *testing.T, ids []string) map[string]int64 {
+	t.Helper()
+	sum := map[string]int64{}
+	for _, id := range ids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", sandboxPid(t, id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Fields(l)
+			if len(f) == 3 && f[2] == "kB" {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				sum[strings.TrimSuffix(f[0], ":")] += n
+			}
+		}
+	}
+	return sum
+}
+
+// ramMapping is /proc/pid/smaps's fields (KiB) of the guest RAM mapping
+// of QEMU pid: the memfd the microvm driver gives it
+// (drivers/microvm/ram_linux.go).
+func ramMapping(t *testing.T, pid int) map[string]int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]int64
+	in := false
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			if in = strings.Contains(l, "memfd:agentbox-vm-ram"); in && m == nil {
+				m = map[string]int64{}
+			}
+			continue
+		}
+		if in && len(f) == 3 && f[2] == "kB" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			m[strings.TrimSuffix(f[0], ":")] += n
+		}
+	}
+	if m == nil {
+		t.Fatalf("QEMU %d maps no guest RAM memfd", pid)
+	}
+	return m
+}
+
 // TestMicrovmForkWithMemory: 3 children of a VM running a python3 server
 // each answer with the parent's in-memory value, then change it
-// independently; the parent keeps running with its own.
+// independently; the parent keeps running with its own. The host shows
+// the children sharing the snapshot's RAM pages (Pss well below Rss).
 func TestMicrovmForkWithMemory(t *testing.T) {
 	needMicrovm(t)
 	needBase(t)
@@ -224,6 +281,24 @@ func TestMicrovmForkWithMemory(t *testing.T) {
 	}
 	if len(kids) != count {
 		t.Fatalf("%d children", len(kids))
+	}
+	var kidIDs []string
+	for _, k := range kids {
+		kidIDs = append(kidIDs, k.ID)
+	}
+	m := qemuMemory(t, kidIDs)
+	t.Logf("microvm fork with memory, %d children's QEMUs: Rss %d MiB, Pss %d MiB, Private_Dirty %d MiB, Shared_Clean %d MiB, Shared_Dirty %d MiB (sums)",
+		count, m["Rss"]>>10, m["Pss"]>>10, m["Private_Dirty"]>>10, m["Shared_Clean"]>>10, m["Shared_Dirty"]>>10)
+	// The children map the snapshot's RAM image copy-on-write: the host
+	// counts the pages none has written once for all (a memfd's pages
+	// count as dirty, having no file to be written back to).
+	for _, id := range kidIDs {
+		r := ramMapping(t, sandboxPid(t, id))
+		t.Logf("child %s's guest RAM mapping: Rss %d MiB, Pss %d MiB, shared %d MiB, Private_Dirty %d MiB", id, r["Rss"]>>10, r["Pss"]>>10,
+			(r["Shared_Clean"]+r["Shared_Dirty"])>>10, r["Private_Dirty"]>>10)
+		if shared := r["Shared_Clean"] + r["Shared_Dirty"]; 2*shared < r["Rss"] || 3*r["Pss"] > 2*r["Rss"] {
+			t.Errorf("child %s shares too little of its guest RAM with its siblings: %v", id, r)
+		}
 	}
 	hosts := forkedApart(t, parent, "microvm", v0, kids)
 	if len(hosts) != count || hosts[mustSh(t, parent, "hostname")] {

@@ -20,28 +20,48 @@ import (
 // Checkpoints (driver.Checkpointer: pause to disk, snapshots with memory,
 // fork with memory). A checkpoint directory holds
 //
-//   - memory: the VM's state as QEMU's migration stream (RAM, vCPUs,
-//     devices), written by QEMU into a file the driver opened and passed
+//   - state: the VM's device state (vCPUs, devices) as QEMU's migration
+//     stream, written by QEMU into a file the driver opened and passed
 //     over QMP (its sandbox lets it neither spawn a helper nor open a
 //     path);
+//   - ram: the guest's RAM, copied by the driver from the memfd the VM
+//     maps (ram_linux.go), its holes kept. A VM whose RAM is a
+//     checkpoint's image mapped copy-on-write (a fork's child, a create
+//     from a snapshot) has no file of its own: its state file carries
+//     the RAM as well, and there is no ram (savedVM.RAM says which);
 //   - disk.img: the writable disk at the same instant, a reflink clone
 //     where the file system has them (btrfs, XFS), a sparse copy
 //     elsewhere;
 //   - microvm.json: the VM's shape (savedVM), which a restore repeats:
 //     QEMU loads a state only into the identical device model.
 //
+// Checkpoints of layout 1 (before RAM files) have a file memory, the
+// whole VM's stream; they restore as a state with the RAM in it does.
+//
 // The VM is stopped (QMP stop: vCPUs halted, disk requests drained) while
-// the disk is copied and its state saved, so files and memory are of one
-// instant; left running it goes on (cont), its agent session untouched.
-// A restore starts QEMU with the same devices and -incoming on the state
-// file, on a clone of the saved disk in the new sandbox's work directory,
+// the disk is copied, its state saved and its RAM copied, so files and
+// memory are of one instant; left running it goes on (cont), its agent
+// session untouched. A restore starts QEMU with the same devices and
+// `-incoming defer`, on a clone of the saved disk in the new sandbox's
+// work directory, and with its RAM as ram_linux.go tells; it loads the
+// state (migrate-incoming, x-ignore-shared when the RAM is in the image),
 // then says hello to the agent with the new sandbox's identity and
 // network (vminit takes them on a later hello).
 
 var _ driver.Checkpointer = (*Driver)(nil)
 
-// savedVMVersion is the layout of microvm.json and the files beside it.
-const savedVMVersion = 1
+// savedVMVersion is the layout of microvm.json and the files beside it;
+// a checkpoint of layout 1 (legacyVMVersion) restores too.
+const (
+	savedVMVersion  = 2
+	legacyVMVersion = 1
+)
+
+// Where a checkpoint keeps the guest's RAM (savedVM.RAM).
+const (
+	ramInStream = "stream" // in the state file (and layout 1's)
+	ramInImage  = "ram"    // in the file ram beside it
+)
 
 // savedVM is a checkpoint's description (microvm.json).
 type savedVM struct {
@@ -55,12 +75,23 @@ type savedVM struct {
 	Layers   []string `json:"layers"`
 	Net      bool     `json:"net"`
 	Kernel   string   `json:"kernel"`
+	// RAM is where the guest's RAM is: ramInImage or ramInStream.
+	RAM string `json:"ram,omitempty"`
+	// Stopped: the checkpoint stopped its VM (a pause to disk), so it is
+	// restored once: into RAM of the VM's own, not a shared image.
+	Stopped bool `json:"stopped,omitempty"`
 
 	dir string
 }
 
-func (s *savedVM) memory() string { return filepath.Join(s.dir, "memory") }
-func (s *savedVM) disk() string   { return filepath.Join(s.dir, "disk.img") }
+func (s *savedVM) state() string {
+	if s.Version == legacyVMVersion {
+		return filepath.Join(s.dir, "memory")
+	}
+	return filepath.Join(s.dir, "state")
+}
+func (s *savedVM) ram() string  { return filepath.Join(s.dir, "ram") }
+func (s *savedVM) disk() string { return filepath.Join(s.dir, "disk.img") }
 
 // readSaved reads the checkpoint in dir and checks that this driver can
 // restore it.
@@ -77,8 +108,12 @@ func (d *Driver) readSaved(dir string) (*savedVM, error) {
 		return nil, fmt.Errorf("microvm: checkpoint %s: %w", dir, err)
 	}
 	switch {
-	case s.Version != savedVMVersion:
-		return nil, errdefs.Precondition("microvm: the checkpoint in %s has layout %d; this agentbox reads %d", dir, s.Version, savedVMVersion)
+	case s.Version != savedVMVersion && s.Version != legacyVMVersion:
+		return nil, errdefs.Precondition("microvm: the checkpoint in %s has layout %d; this agentbox reads %d and %d", dir, s.Version, legacyVMVersion, savedVMVersion)
+	case s.Version == legacyVMVersion && s.RAM != "":
+		return nil, fmt.Errorf("microvm: checkpoint %s: layout 1 with RAM %q", dir, s.RAM)
+	case s.Version == savedVMVersion && s.RAM != ramInStream && s.RAM != ramInImage:
+		return nil, fmt.Errorf("microvm: checkpoint %s: RAM kept %q, not %s or %s", dir, s.RAM, ramInStream, ramInImage)
 	case s.Accel != d.Accel:
 		return nil, errdefs.Precondition("microvm: the checkpoint was saved under %s and this host runs VMs under %s: QEMU cannot restore a VM's state under another accelerator", s.Accel, d.Accel)
 	case s.Kernel != KernelRelease:
@@ -128,21 +163,29 @@ func (d *Driver) Checkpoint(ctx context.Context, h *driver.Handle, dir string, o
 			return err
 		}
 	}
+	// RAM of the VM's own is copied to an image; RAM mapped from another
+	// checkpoint's image goes in the state.
 	saved := &savedVM{Version: savedVMVersion, Accel: h.Accelerator, CPUs: p.CPUs, MemoryMB: p.MemoryMB,
-		Layers: p.Layers, Net: p.Net, Kernel: KernelRelease, dir: dir}
+		Layers: p.Layers, Net: p.Net, Kernel: KernelRelease, RAM: ramInStream, Stopped: !opts.LeaveRunning, dir: dir}
+	if p.RAMFD > 0 {
+		saved.RAM = ramInImage
+	}
 	if saved.Accel == "" {
 		saved.Accel = d.Accel
 	}
 	if err := cloneFile(ctx, p.Writable, saved.disk()); err != nil {
 		return fmt.Errorf("microvm: saving the writable disk: %w", err)
 	}
-	f, err := os.OpenFile(saved.memory(), os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	f, err := os.OpenFile(saved.state(), os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("microvm: %w", err)
 	}
-	err = q.migrateTo(ctx, f)
+	err = q.migrateTo(ctx, f, saved.RAM == ramInImage)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && saved.RAM == ramInImage {
+		err = saveRAM(h.Pid, p.RAMFD, saved.ram())
 	}
 	if err != nil {
 		return fmt.Errorf("microvm: %w", err)
@@ -178,6 +221,9 @@ func (d *Driver) Checkpoint(ctx context.Context, h *driver.Handle, dir string, o
 // that reached its old session first goes unacked and is said again, and
 // an ack of such a hello is not taken for a later one's (dialSession).
 func (d *Driver) connectRestored(ctx context.Context, v *vm, hello *proto.VMHello) error {
+	if err := startIncoming(ctx, v.qmp, v.incomingFD, v.ignoreShared); err != nil {
+		return fmt.Errorf("loading the saved VM: %w", err)
+	}
 	if err := runIncoming(ctx, v.qmp, v.exited); err != nil {
 		return fmt.Errorf("loading the saved VM: %w", err)
 	}

@@ -153,11 +153,12 @@ func TestRestoreTakesNetwork(t *testing.T) {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	took := time.Since(t0)
-	fi, err := os.Stat(filepath.Join(dir, "memory"))
+	fi, err := os.Stat(filepath.Join(dir, "state"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("checkpoint, left running: %v (%s), a state file of %.1f MiB for %d MiB of RAM", took.Round(time.Millisecond), d.Accel, float64(fi.Size())/(1<<20), 128)
+	t.Logf("checkpoint, left running: %v (%s), a state file of %.1f KiB and a RAM image of %.1f MiB used for %d MiB of RAM",
+		took.Round(time.Millisecond), d.Accel, float64(fi.Size())/(1<<10), float64(allocated(t, filepath.Join(dir, "ram")))/(1<<20), 128)
 	// The saved clock stands still; the restored agent sets it.
 	time.Sleep(5 * time.Second)
 	t0 = time.Now()

@@ -21,9 +21,12 @@
 // pids cover the VMM and the guest). A sandbox with egress joins the
 // namespace the service prepared through a tap (network_linux.go); pause
 // freezes QEMU in its cgroups; reset is the service's full path. Pause to
-// disk, snapshots with memory and fork with memory save the VM with
-// QEMU's migration to a file and restore it (checkpoint_linux.go);
-// snapshots and forks of the files alone are refused (driver.Unsupported).
+// disk, snapshots with memory and fork with memory save the VM's device
+// state with QEMU's migration to a file and its RAM, a memfd the driver
+// gives QEMU, as an image beside it (checkpoint_linux.go); the VMs
+// restored from one image share its unwritten pages copy-on-write
+// (ram_linux.go). Snapshots and forks of the files alone are refused
+// (driver.Unsupported).
 package microvm
 
 import (
@@ -114,6 +117,8 @@ type Driver struct {
 
 	mu   sync.Mutex
 	mine map[string]*yamux.Session // sessions this instance opened, by socket
+
+	images ramImages // checkpoints' RAM images that running VMs map
 }
 
 // private is the driver's part of a Handle.
@@ -128,6 +133,11 @@ type private struct {
 	CPUs     int      `json:"cpus,omitempty"`
 	MemoryMB int64    `json:"memory_mb,omitempty"`
 	Net      bool     `json:"net,omitempty"`
+	// RAMFD is the VM's RAM's descriptor in QEMU when the VM maps a
+	// memfd of its own (ram_linux.go: its checkpoints save the device
+	// state and copy the RAM); 0 when its RAM is a checkpoint's image,
+	// mapped copy-on-write, or anonymous (from before RAM files).
+	RAMFD int `json:"ram_fd,omitempty"`
 }
 
 // New checks the host and the installed pieces, then boots a trial VM
@@ -303,7 +313,8 @@ func (d *Driver) trial() error {
 	if err != nil {
 		return err
 	}
-	stamp := filepath.Join(d.cache, fmt.Sprintf("trial-%s-%s-%d-%d.ok", d.Accel,
+	// The "ramfd" mark: a trial boots with its RAM in a memfd (ram_linux.go).
+	stamp := filepath.Join(d.cache, fmt.Sprintf("trial-%s-%s-%d-%d-ramfd.ok", d.Accel,
 		strings.TrimSuffix(filepath.Base(d.initramfs), ".cpio"), qfi.Size(), qfi.ModTime().Unix()))
 	if _, err := os.Stat(stamp); err == nil {
 		now := time.Now()
@@ -325,7 +336,12 @@ func (d *Driver) trial() error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	start := time.Now()
-	vm, err := d.launch(ctx, launchSpec{runDir: runDir, id: "trial", cpus: 1, memoryMB: 128})
+	ram, err := newRAM(128 << 20)
+	if err != nil {
+		return err
+	}
+	defer ram.Close()
+	vm, err := d.launch(ctx, launchSpec{runDir: runDir, id: "trial", cpus: 1, memoryMB: 128, ram: ram, ramShared: true})
 	if err != nil {
 		return err
 	}
@@ -350,9 +366,16 @@ type launchSpec struct {
 	uid int
 	// net is the VM's network (a sandbox with egress); nil: none.
 	net *vmNet
+	// ram is the VM's RAM, a memfd (ram_linux.go) QEMU maps shared when
+	// ramShared (the VM's own), else privately, copy-on-write (a shared
+	// image of a checkpoint).
+	ram       *os.File
+	ramShared bool
 	// incoming, when set, is a saved VM state QEMU loads instead of
 	// booting (a restore); the rest of the spec must be the saved VM's.
-	incoming *os.File
+	// ignoreShared: the state leaves out the RAM, which ram holds.
+	incoming     *os.File
+	ignoreShared bool
 }
 
 type disk struct {
@@ -368,6 +391,13 @@ type vm struct {
 	sock   string
 	qmp    string // QEMU's control socket (qmp_linux.go)
 	exited chan struct{}
+	// ramFD is the VM's RAM's descriptor in QEMU when the VM maps it
+	// shared (its own), else 0.
+	ramFD int
+	// incomingFD is the saved state's descriptor in QEMU, which waits
+	// for migrate-incoming (startIncoming); 0 when it boots.
+	incomingFD   int
+	ignoreShared bool
 }
 
 // listenFile listens on the unix socket path (private to root) and
@@ -436,13 +466,24 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 		}
 	}
 	cmdline += fmt.Sprintf(" %s=%d -- %s", proto.VMLowersArg, lowers, proto.VMMode)
+	if s.ram == nil {
+		return nil, errors.New("no guest RAM")
+	}
+	extra = append(extra, s.ram)
+	ramFD := 3 + len(extra) - 1
+	share := "off"
+	if s.ramShared {
+		share = "on"
+	}
 	args := []string{
-		"-M", "microvm", "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-M", "microvm,memory-backend=" + ramID, "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	}
 	args = append(args, accel...)
 	args = append(args,
 		"-m", strconv.FormatInt(s.memoryMB, 10), "-smp", strconv.Itoa(s.cpus),
+		// The backend opens a path read-write: the memfd's, reopened.
+		"-object", fmt.Sprintf("memory-backend-file,id=%s,size=%dM,mem-path=/proc/self/fd/%d,share=%s", ramID, s.memoryMB, ramFD, share),
 		"-kernel", d.kernel, "-initrd", d.initramfs, "-append", cmdline,
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
 		"-device", "virtio-serial-device",
@@ -484,11 +525,14 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 			"-drive", fmt.Sprintf("id=d%d,file=/dev/fdset/%d,file.locking=off,format=raw,if=none,read-only=%s,cache=unsafe", i, set, ro),
 			"-device", fmt.Sprintf("virtio-blk-device,drive=d%d,serial=%s", i, dk.serial))
 	}
+	incomingFD := 0
 	if s.incoming != nil {
 		// The device model above is the saved VM's (checkpoint_linux.go):
-		// QEMU loads its state from the file instead of booting.
+		// QEMU loads its state from the file instead of booting, once
+		// startIncoming has set the migration's capabilities.
 		extra = append(extra, s.incoming)
-		args = append(args, "-incoming", fmt.Sprintf("fd:%d", 3+len(extra)-1))
+		incomingFD = 3 + len(extra) - 1
+		args = append(args, "-incoming", "defer")
 	}
 	// A shell, as root, moves itself into the sandbox's cgroups and execs
 	// setpriv, which drops to the sandbox's QEMU uid with no capabilities
@@ -524,7 +568,11 @@ func (d *Driver) launch(ctx context.Context, s launchSpec) (_ *vm, err error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting qemu: %w", err)
 	}
-	v := &vm{cmd: cmd, pid: cmd.Process.Pid, sock: sock, qmp: qmpSock, exited: make(chan struct{})}
+	v := &vm{cmd: cmd, pid: cmd.Process.Pid, sock: sock, qmp: qmpSock, exited: make(chan struct{}),
+		incomingFD: incomingFD, ignoreShared: s.ignoreShared}
+	if s.ramShared {
+		v.ramFD = ramFD
+	}
 	go func() { _ = cmd.Wait(); close(v.exited) }()
 	undo.Release()
 	return v, nil
@@ -831,8 +879,32 @@ func (d *Driver) start(ctx context.Context, spec *driver.Spec, saved *savedVM) (
 		defer vnet.tap.Close() // QEMU holds its own
 	}
 	ls := launchSpec{runDir: vmDir, id: spec.ID, cpus: cpus, memoryMB: memoryMB, disks: disks, cgroup: cg, uid: qemuUID, net: vnet}
+	// The VM's RAM (ram_linux.go): a snapshot's or fork's image shared
+	// copy-on-write, or a memfd of its own (empty, or filled from the
+	// image of its pause to disk).
+	var img *ramImage
+	switch {
+	case saved != nil && saved.RAM == ramInImage && !saved.Stopped:
+		if img, err = d.images.take(saved.ram(), memoryMB<<20); err != nil {
+			return nil, fmt.Errorf("microvm: %w", err)
+		}
+		undo.Add(func() { d.images.put(img) })
+		ls.ram, ls.ignoreShared = img.f, true
+	case saved != nil && saved.RAM == ramInImage:
+		if ls.ram, err = fillRAM(saved.ram(), memoryMB<<20, false); err != nil {
+			return nil, fmt.Errorf("microvm: %w", err)
+		}
+		defer ls.ram.Close()
+		ls.ramShared, ls.ignoreShared = true, true
+	default:
+		if ls.ram, err = newRAM(memoryMB << 20); err != nil {
+			return nil, fmt.Errorf("microvm: %w", err)
+		}
+		defer ls.ram.Close()
+		ls.ramShared = true
+	}
 	if saved != nil {
-		if ls.incoming, err = os.Open(saved.memory()); err != nil {
+		if ls.incoming, err = os.Open(saved.state()); err != nil {
 			return nil, fmt.Errorf("microvm: %w", err)
 		}
 		defer ls.incoming.Close()
@@ -860,7 +932,7 @@ func (d *Driver) start(ctx context.Context, spec *driver.Spec, saved *savedVM) (
 	if err != nil {
 		return nil, fmt.Errorf("microvm: %w%s", err, consoleTail(vmDir))
 	}
-	pv, _ := json.Marshal(private{RunDir: vmDir, Writable: writable, Layers: layers, CPUs: cpus, MemoryMB: memoryMB, Net: vnet != nil})
+	pv, _ := json.Marshal(private{RunDir: vmDir, Writable: writable, Layers: layers, CPUs: cpus, MemoryMB: memoryMB, Net: vnet != nil, RAMFD: v.ramFD})
 	h := &driver.Handle{ID: spec.ID, Pid: v.pid, Socket: v.sock, Accelerator: d.Accel, Private: pv}
 	if ids != nil {
 		h.UIDBase = ids.Base()
@@ -868,6 +940,9 @@ func (d *Driver) start(ctx context.Context, spec *driver.Spec, saved *savedVM) (
 	h.PidStart, _ = guestconn.PidStartTime(v.pid)
 	d.exits.Set(spec.ID, v.exited)
 	undo.Release()
+	if img != nil {
+		go func() { <-v.exited; d.images.put(img) }()
+	}
 	d.ranges.Set(spec.ID, ids)
 	return h, nil
 }

@@ -126,10 +126,23 @@ func (q *qmpConn) status(ctx context.Context) (string, error) {
 	return st.Status, nil
 }
 
+// setIgnoreShared sets the migration capability x-ignore-shared: RAM
+// QEMU maps shared from a file is left out of the state saved (the
+// driver keeps the file), and on a load is taken as it is.
+func (q *qmpConn) setIgnoreShared(ctx context.Context, on bool) error {
+	_, err := q.exec(ctx, "migrate-set-capabilities", map[string]any{
+		"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": on}}}, nil)
+	return err
+}
+
 // migrateTo saves the VM's state (it should be stopped) into f, a file
 // QEMU gets as a descriptor (its sandbox forbids it to spawn a helper or
-// open a path), and waits until the migration is done.
-func (q *qmpConn) migrateTo(ctx context.Context, f *os.File) error {
+// open a path), and waits until the migration is done; ignoreShared
+// leaves out RAM mapped shared (setIgnoreShared).
+func (q *qmpConn) migrateTo(ctx context.Context, f *os.File, ignoreShared bool) error {
+	if err := q.setIgnoreShared(ctx, ignoreShared); err != nil {
+		return err
+	}
 	// The default bandwidth (128 MiB/s) is for a network; a file takes
 	// what the disk gives.
 	if _, err := q.exec(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(64) << 30}, nil); err != nil {
@@ -166,6 +179,23 @@ func (q *qmpConn) migrateTo(ctx context.Context, f *os.File) error {
 		case <-time.After(delay):
 		}
 	}
+}
+
+// startIncoming has a QEMU started with `-incoming defer` load the
+// saved state from its descriptor fd, with the capability x-ignore-shared
+// as the state was saved (a source's migration capabilities must be the
+// destination's).
+func startIncoming(ctx context.Context, sock string, fd int, ignoreShared bool) error {
+	q, err := dialQMP(ctx, sock)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if err := q.setIgnoreShared(ctx, ignoreShared); err != nil {
+		return err
+	}
+	_, err = q.exec(ctx, "migrate-incoming", map[string]any{"uri": fmt.Sprintf("fd:%d", fd)}, nil)
+	return err
 }
 
 // runIncoming waits until QEMU has loaded an incoming state and runs
