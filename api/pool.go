@@ -4,6 +4,9 @@ package api
 // tier, limits and egress booted ahead of time and handed out on create.
 // See docs/PERFORMANCE.md, "Warm pools".
 type PoolStatus struct {
+	// Node, through a fleet gateway, is the node that keeps the pool
+	// (every node keeps its own pools).
+	Node      string    `json:"node,omitempty"`
 	Template  string    `json:"template"`
 	Isolation string    `json:"isolation"`
 	Size      int       `json:"size"`  // how many it keeps ready

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/daemon"
 	"github.com/agentbox/agentbox/internal/kube"
 	"github.com/agentbox/agentbox/internal/kube/kubetest"
@@ -75,6 +77,29 @@ func TestClusterKubernetes(t *testing.T) {
 		t.Fatalf("4 creates went to %d nodes: %v", len(perNode), perNode)
 	}
 
+	// A warm pool for the whole fleet: every node keeps one ready member,
+	// the gateway lists both, a create is served from one, and deleting
+	// it empties the nodes' pools.
+	pools := k.Dyn.Resource(kube.PoolGVR).Namespace(kubetest.Namespace)
+	wp := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "agentbox.dev/v1alpha1", "kind": "AgentboxWarmPool",
+		"metadata": map[string]any{"name": "busybox"}, "spec": map[string]any{"template": "busybox", "size": int64(1)}}}
+	if _, err := pools.Create(ctx, wp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPools(t, c, func(ps []api.PoolStatus) bool {
+		return len(ps) == 2 && ps[0].Ready == 1 && ps[1].Ready == 1 && ps[0].Node != ps[1].Node
+	})
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "busybox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perNode[sb.Node] = append(perNode[sb.Node], sb.ID)
+	waitPools(t, c, func(ps []api.PoolStatus) bool { return len(ps) == 2 && ps[0].Served+ps[1].Served == 1 })
+	if err := pools.Delete(ctx, "busybox", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPools(t, c, func(ps []api.PoolStatus) bool { return len(ps) == 0 })
+
 	// A node killed: its Lease expires (3 s here) and the gateway holds it
 	// down, says why, and places elsewhere.
 	dead, live := f.nodes[1], f.nodes[0]
@@ -118,11 +143,25 @@ func TestClusterKubernetes(t *testing.T) {
 	f.importBusybox(third)
 	f.nodes = append(f.nodes, third)
 	f.waitNodes(func(n api.FleetNode) bool { return n.Available })
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Node: third.id})
+	sb, err = c.CreateSandbox(ctx, api.CreateSandboxRequest{Node: third.id})
 	if err != nil || sb.Node != third.id {
 		t.Fatalf("create on the node that joined: %+v, %v", sb, err)
 	}
 	if res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "hostname"}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec on the node that joined: %+v, %v", res, err)
 	}
+}
+
+// waitPools waits until the gateway's GET /v1/pools satisfies ok.
+func waitPools(t *testing.T, c *client.Client, ok func([]api.PoolStatus) bool) {
+	t.Helper()
+	var last []api.PoolStatus
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ps, err := c.Pools(context.Background())
+		if err == nil && ok(ps) {
+			return
+		}
+		last = ps
+	}
+	t.Fatalf("the fleet's warm pools never reached the state wanted: %+v", last)
 }

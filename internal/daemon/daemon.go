@@ -211,7 +211,12 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer api.Close() // hosted MCP servers (docs/mcp.md)
 	var ready func(string) error
 	if kn != nil {
-		ready = func(fp string) error { return kn.register(ctx, svc.DriverNames(), fp) }
+		ready = func(fp string) error {
+			if err := kn.register(ctx, svc.DriverNames(), fp); err != nil {
+				return err
+			}
+			return kn.watchPools(ctx, svc, log) // kube.go
+		}
 	}
 	return listenAndServe(ctx, cfg, obs.metrics.Wrap(api), hub.Close, ready, log, // request ids, log lines, GET /metrics
 		"agentbox serving", "drivers", svc.DriverNames())

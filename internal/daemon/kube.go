@@ -13,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/gateway"
 	"github.com/agentbox/agentbox/internal/kube"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -75,6 +76,35 @@ func (k *kubeNode) register(ctx context.Context, tiers []string, fingerprint str
 	n := k.node
 	n.Tiers, n.Fingerprint = tiers, fingerprint
 	return k.c.Register(ctx, n, k.cfg.Kubernetes.LeaseDuration)
+}
+
+// watchPools makes the node's warm pools its config's [[pool]] plus the
+// cluster's AgentboxWarmPools, now and at every change, until ctx is
+// done. A cluster pool the config has already (or that is not a valid
+// pool here) is left out, with a warning.
+func (k *kubeNode) watchPools(ctx context.Context, svc *sandbox.Service, log *slog.Logger) error {
+	return k.c.WatchPools(ctx, func(ps []kube.Pool) {
+		all := k.cfg.WarmPools()
+		seen := map[string]bool{}
+		for _, p := range all {
+			seen[config.PoolKey(p)] = true
+		}
+		for _, cp := range ps {
+			p, err := k.cfg.ResolvePool("AgentboxWarmPool "+cp.Name, cp.Pool)
+			switch {
+			case err != nil:
+				log.Warn("warm pool from kubernetes left out", "pool", cp.Name, "err", err)
+				continue
+			case seen[config.PoolKey(p)]:
+				log.Warn("warm pool from kubernetes left out: the node's config has the same pool", "pool", cp.Name)
+				continue
+			}
+			seen[config.PoolKey(p)] = true
+			all = append(all, p)
+		}
+		svc.SetPools(all)
+		log.Info("warm pools", "config", len(k.cfg.Pools), "kubernetes", len(all)-len(k.cfg.Pools))
+	})
 }
 
 // watchKube makes the gateway's fleet the config's nodes plus the

@@ -162,6 +162,29 @@ func (g *Gateway) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	server.WriteJSON(w, http.StatusOK, out)
 }
 
+// listPools serves GET /v1/pools: every node's warm pools, each with its
+// node.
+func (g *Gateway) listPools(w http.ResponseWriter, r *http.Request) {
+	answers, missing := g.fanout(r.Context(), principal(r), "GET", "/v1/pools", "")
+	if clientError(w, answers) {
+		return
+	}
+	out := api.ListPoolsResponse{Pools: []api.PoolStatus{}}
+	for _, a := range answers {
+		var page api.ListPoolsResponse
+		if err := json.Unmarshal(a.body, &page); err != nil {
+			missing = append(missing, a.n.id)
+			continue
+		}
+		for _, p := range page.Pools {
+			p.Node = a.n.id
+			out.Pools = append(out.Pools, p)
+		}
+	}
+	setPartial(w, missing)
+	server.WriteJSON(w, http.StatusOK, out)
+}
+
 func position(sb api.Sandbox) store.Position {
 	return store.Position{CreatedAt: sb.CreatedAt, ID: sb.ID}
 }

@@ -271,6 +271,7 @@ func (g *Gateway) own() map[string]http.HandlerFunc {
 		"GET /v1/templates":          g.listTemplates,
 		"GET /v1/templates/{name}":   g.getTemplate,
 		"GET /v1/snapshots":          g.listSnapshots,
+		"GET /v1/pools":              g.listPools,
 		"GET /v1/snapshots/{ref}":    g.snapshotByRef,
 		"DELETE /v1/snapshots/{ref}": g.snapshotByRef,
 		// The snapshot's node pushes it (internal/registry).

@@ -550,9 +550,9 @@ func TestGatewayOwnRoutes(t *testing.T) {
 	f := newFleet(t, "n2a", "n3b")
 	f.nodes["n2a"].templates = []string{"base", "python"}
 	f.nodes["n3b"].templates = []string{"base"}
-	resp, body := f.do("GET", "/v1/pools", f.key, "")
-	if resp.StatusCode != 501 || errCode(body) != "unimplemented" || !strings.Contains(body, "GET /v1/pools") {
-		t.Errorf("GET /v1/pools: %d %s, want 501 naming the route", resp.StatusCode, body)
+	resp, body := f.do("GET", "/v1/audit", f.admin, "")
+	if resp.StatusCode != 501 || errCode(body) != "unimplemented" || !strings.Contains(body, "GET /v1/audit") {
+		t.Errorf("GET /v1/audit: %d %s, want 501 naming the route", resp.StatusCode, body)
 	}
 	if resp, body := f.do("GET", "/console/", f.key, ""); resp.StatusCode != 501 {
 		t.Errorf("/console: %d %s", resp.StatusCode, body)
@@ -640,12 +640,12 @@ func TestPreviewHost(t *testing.T) {
 
 func TestNotServedListed(t *testing.T) {
 	ns := NotServed()
-	for _, want := range []string{"GET /v1/pools", "GET /v1/events", "POST /v1/tickets", "GET /v1/node"} {
+	for _, want := range []string{"GET /v1/audit", "GET /v1/events", "POST /v1/tickets", "GET /v1/node"} {
 		if !slices.Contains(ns, want) {
 			t.Errorf("NotServed() lacks %s: %v", want, ns)
 		}
 	}
-	for _, served := range []string{"POST /v1/sandboxes", "GET /v1/keys", "GET /v1/fleet/nodes", "POST /v1/templates/build", "POST /v1/templates/import", "DELETE /v1/templates/{name}", "POST /v1/sandboxes/{id}/fork"} {
+	for _, served := range []string{"POST /v1/sandboxes", "GET /v1/pools", "GET /v1/keys", "GET /v1/fleet/nodes", "POST /v1/templates/build", "POST /v1/templates/import", "DELETE /v1/templates/{name}", "POST /v1/sandboxes/{id}/fork"} {
 		if slices.Contains(ns, served) {
 			t.Errorf("NotServed() lists %s", served)
 		}

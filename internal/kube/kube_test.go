@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
@@ -261,4 +262,56 @@ func TestDeployConfigs(t *testing.T) {
 			t.Errorf("%s: role %q, kubernetes %v", name, c.Role, c.Kubernetes.Enabled)
 		}
 	}
+}
+
+// A node's watch of the fleet's warm pools, as the node's ServiceAccount:
+// a pool made in the cluster comes, changed comes changed, deleted goes.
+func TestWatchPools(t *testing.T) {
+	e := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.Apply(t, filepath.Join(e.Deploy, "namespace.yaml"), false)
+	e.Apply(t, filepath.Join(e.Deploy, "rbac.yaml"), false)
+	c, err := kube.NewForConfig(e.ServiceAccount(t, "agentbox-node"), kubetest.Namespace, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []kube.Pool, 16)
+	if err := c.WatchPools(ctx, func(ps []kube.Pool) { got <- ps }); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(what string, ok func([]kube.Pool) bool) {
+		t.Helper()
+		deadline := time.After(time.Minute)
+		for {
+			select {
+			case ps := <-got:
+				if ok(ps) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("%s: not seen", what)
+			}
+		}
+	}
+	wait("none at first", func(ps []kube.Pool) bool { return len(ps) == 0 })
+	res := e.Dyn.Resource(kube.PoolGVR).Namespace(kubetest.Namespace)
+	pool := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "agentbox.dev/v1alpha1", "kind": "AgentboxWarmPool",
+		"metadata": map[string]any{"name": "py"}, "spec": map[string]any{"template": "python", "isolation": "gvisor", "size": int64(4), "cpu": "0.5", "egress": "internet"}}}
+	if _, err := res.Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("the pool", func(ps []kube.Pool) bool {
+		return len(ps) == 1 && ps[0].Name == "py" && ps[0].Pool == config.WarmPool{Template: "python", Isolation: "gvisor", Size: 4, CPU: 0.5, Egress: "internet"}
+	})
+	bad := pool.DeepCopy()
+	bad.SetName("bad")
+	_ = unstructured.SetNestedField(bad.Object, int64(0), "spec", "size")
+	if _, err := res.Create(ctx, bad, metav1.CreateOptions{}); err == nil {
+		t.Error("the CRD took a pool of size 0")
+	}
+	if err := res.Delete(ctx, "py", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("no pool", func(ps []kube.Pool) bool { return len(ps) == 0 })
 }

@@ -55,7 +55,8 @@ type warmPools struct {
 	claimed map[string]*member
 	closed  bool
 
-	kick chan struct{} // wakes the filler
+	kick    chan struct{} // wakes the filler
+	filling bool          // the filler runs (guarded by mu)
 	// busy counts creates in flight; refills wait for it to be zero, and
 	// the last create to finish wakes the filler.
 	busy atomic.Int64
@@ -81,6 +82,7 @@ var _ warmHost = (*Service)(nil)
 type warmPool struct {
 	cfg   config.WarmPool
 	ready []*member // guarded by warmPools.mu
+	gone  bool      // set removed it (guarded by warmPools.mu)
 
 	// Counters, guarded by warmPools.mu.
 	served, misses, made, failed int64
@@ -111,16 +113,60 @@ func (w *warmPools) start(cfgs []config.WarmPool) {
 	w.mu.Lock()
 	w.kick = make(chan struct{}, 1)
 	w.claimed = map[string]*member{}
-	for _, c := range cfgs {
-		w.pools = append(w.pools, &warmPool{cfg: c})
-	}
-	n := len(w.pools)
 	w.mu.Unlock()
-	if n == 0 {
+	w.set(cfgs)
+}
+
+// set makes cfgs the pools. A pool that stays (the same but for its
+// size, config.PoolKey) keeps its ready members and counters, and drops
+// the members past a smaller size; a pool that goes drops its members.
+// The filler starts with the first pool.
+func (w *warmPools) set(cfgs []config.WarmPool) {
+	w.mu.Lock()
+	if w.closed || w.kick == nil {
+		w.mu.Unlock()
 		return
 	}
-	w.wg.Add(1)
-	go w.fill()
+	old := map[string]*warmPool{}
+	for _, p := range w.pools {
+		old[config.PoolKey(p.cfg)] = p
+	}
+	var drop []*member
+	pools := make([]*warmPool, 0, len(cfgs))
+	for _, c := range cfgs {
+		k := config.PoolKey(c)
+		p := old[k]
+		if p == nil {
+			p = &warmPool{cfg: c}
+		} else {
+			delete(old, k)
+			p.cfg = c
+			if len(p.ready) > c.Size {
+				drop = append(drop, p.ready[c.Size:]...)
+				p.ready = p.ready[:c.Size]
+			}
+		}
+		pools = append(pools, p)
+	}
+	for _, p := range old { // gone
+		p.gone = true
+		drop = append(drop, p.ready...)
+		p.ready = nil
+	}
+	w.pools = pools
+	start := len(pools) > 0 && !w.filling
+	if start {
+		w.filling = true
+		w.wg.Add(1)
+	}
+	w.mu.Unlock()
+	for _, m := range drop {
+		go w.dropMember(m, "its pool was removed or shrunk")
+	}
+	if start {
+		go w.fill()
+	}
+	w.wake()
 }
 
 // close destroys every ready member; the service's Close calls it.
@@ -189,7 +235,7 @@ func (w *warmPools) claim(rec *store.SandboxRecord, tpl *storage.Template, drv d
 			return
 		}
 		delete(w.claimed, m.id)
-		if !w.closed {
+		if !w.closed && !m.pool.gone {
 			m.pool.ready = append(m.pool.ready, m)
 			m.pool.served--
 			w.mu.Unlock()
@@ -426,9 +472,9 @@ func (w *warmPools) fillOne(p *warmPool) {
 		return
 	}
 	m.pool = p
-	if w.closed {
+	if w.closed || p.gone {
 		w.mu.Unlock()
-		w.dropMember(m, "daemon shutting down")
+		w.dropMember(m, "daemon shutting down, or its pool removed")
 		return
 	}
 	p.made++
@@ -570,6 +616,12 @@ func (w *warmPools) sweep() {
 
 // Pools reports the warm pools.
 func (s *Service) Pools() []api.PoolStatus { return s.warm.status() }
+
+// SetPools makes cfgs (with defaults filled in, config.ResolvePool) the
+// warm pools while the service runs: the config's [[pool]] and a
+// cluster's AgentboxWarmPools (internal/kube). A pool that stays keeps
+// its members.
+func (s *Service) SetPools(cfgs []config.WarmPool) { s.warm.set(cfgs) }
 
 // templateVersion is the current version of template name, "" if it is
 // gone (warmHost).

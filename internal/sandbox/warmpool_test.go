@@ -117,3 +117,55 @@ func TestWarmPoolBackoff(t *testing.T) {
 		t.Errorf("status %+v, want nothing ready or booted", st)
 	}
 }
+
+// SetPools changes the pools of a running service: a pool added fills, one
+// grown keeps its members and fills the rest, one shrunk drops the
+// members past its size, one removed drops them all, and nothing of a
+// dropped member is left.
+func TestSetPools(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	s := h.start() // no [[pool]]: no filler yet
+	a := config.WarmPool{Template: "base", Isolation: "fake", Size: 1, CPU: 1, MemoryMB: 512, DiskMB: 1024, Pids: 512, Egress: "none"}
+	readyOf := func(want ...int) func() bool {
+		return func() bool {
+			p := s.Pools()
+			if len(p) != len(want) {
+				return false
+			}
+			for i := range p {
+				if p[i].Ready != want[i] {
+					return false
+				}
+			}
+			return len(h.drv.running()) == total(want)
+		}
+	}
+	s.SetPools([]config.WarmPool{a})
+	waitFor(t, "the added pool to fill", readyOf(1))
+	first := h.drv.running()
+	a.Size = 3
+	s.SetPools([]config.WarmPool{a})
+	waitFor(t, "the grown pool to fill", readyOf(3))
+	if !slices.Contains(h.drv.running(), first[0]) {
+		t.Error("growing the pool dropped its member")
+	}
+	b := a
+	b.Size, b.MemoryMB = 1, 256
+	a.Size = 1
+	s.SetPools([]config.WarmPool{a, b})
+	waitFor(t, "one shrunk, one added", readyOf(1, 1))
+	s.SetPools(nil)
+	waitFor(t, "every pool removed", readyOf())
+	if got := h.pool.layers(t); len(got) != 0 {
+		t.Errorf("layers left by dropped members: %v", got)
+	}
+}
+
+func total(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}

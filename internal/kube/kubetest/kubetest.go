@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -100,8 +101,10 @@ func Start(t testing.TB, o Options) *Env {
 		t.Fatalf("starting kube-apiserver and etcd from %s: %v", dir, err)
 	}
 	t.Cleanup(func() {
+		start := time.Now()
+		conns, _ := exec.Command("ss", "-tnpH", "state", "established", "( sport = :"+e.ControlPlane.APIServer.SecureServing.Port+" )").CombinedOutput()
 		if err := e.Stop(); err != nil {
-			t.Logf("stopping the control plane: %v", err)
+			t.Logf("stopping the control plane: %v (after %s; its connections when asked to stop:\n%s)", err, time.Since(start), conns)
 		}
 	})
 	dyn, err := dynamic.NewForConfig(cfg)
