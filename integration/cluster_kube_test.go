@@ -61,7 +61,10 @@ func TestClusterKubernetes(t *testing.T) {
 		}
 	}
 
-	// Sandboxes through the gateway land on both nodes and answer.
+	// Sandboxes through the gateway land on both nodes and answer, and
+	// none of it writes agentbox's objects in the cluster (nodes renew
+	// only their Leases, on their own clock).
+	before := k.Writes(t)
 	perNode := map[string][]string{}
 	for i := 0; i < 4; i++ {
 		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
@@ -75,6 +78,11 @@ func TestClusterKubernetes(t *testing.T) {
 	}
 	if len(perNode) != 2 {
 		t.Fatalf("4 creates went to %d nodes: %v", len(perNode), perNode)
+	}
+	for r, n := range k.Writes(t) {
+		if n != before[r] {
+			t.Errorf("creates and execs wrote %v times to %q in the cluster", n-before[r], r)
+		}
 	}
 
 	// A warm pool for the whole fleet: every node keeps one ready member,

@@ -112,6 +112,9 @@ func TestRegisterAndWatch(t *testing.T) {
 	if err != nil || id2 == id {
 		t.Fatalf("a second daemon's claim: %q, %v; want an id other than %q", id2, err, id)
 	}
+	if w := e.Writes(t); w["agentboxnodes"] < 2 {
+		t.Errorf("the API server's metrics show %v writes of agentboxnodes after two claims", w["agentboxnodes"])
+	}
 	fp := strings.Repeat("ab", 32)
 	n.ID, n.Fingerprint = id, fp
 	nctx, stopNode := context.WithCancel(ctx)

@@ -6,14 +6,19 @@
 package kubetest
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,3 +231,40 @@ func (e *Env) Apply(t testing.TB, path string, dryRun bool) []*unstructured.Unst
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Writes returns how many writes (create, update, patch, delete) of
+// agentbox's own resources (group agentbox.dev) the API server has
+// served, by resource, from its own metrics (apiserver_request_total): a
+// test reads it before and after requests to show that they wrote none.
+// (The API server's own controllers write other resources now and then.)
+func (e *Env) Writes(t testing.TB) map[string]float64 {
+	t.Helper()
+	rt, err := rest.TransportFor(e.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Transport: rt}).Get(strings.TrimSuffix(e.Admin.Host, "/") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	verb := regexp.MustCompile(`verb="(POST|PUT|PATCH|DELETE|APPLY|CREATE|UPDATE)"`)
+	res := regexp.MustCompile(`resource="([^"]*)"`)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "apiserver_request_total{") || !verb.MatchString(l) || !strings.Contains(l, `group="agentbox.dev"`) {
+			continue
+		}
+		r := ""
+		if m := res.FindStringSubmatch(l); m != nil {
+			r = m[1]
+		}
+		f := strings.Fields(l)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		out[r] += v
+	}
+	return out
+}
