@@ -59,7 +59,8 @@ func (c *Client) WatchMembers(ctx context.Context, set func([]Member)) error {
 	if !cache.WaitForCacheSync(sctx.Done(), nodes.HasSynced, leases.HasSynced) {
 		return fmt.Errorf("kubernetes: the AgentboxNodes and Leases (namespace %s) did not sync within a minute: is the CRD installed (deploy/crds) and may the service account list them (deploy/rbac.yaml)?", c.ns)
 	}
-	last := members(nodes.GetStore().List(), leases.GetStore().List(), time.Now())
+	seen := renewals{}
+	last := seen.members(nodes.GetStore().List(), leases.GetStore().List(), time.Now())
 	set(last)
 	go func() {
 		tick := time.NewTicker(time.Second) // a Lease expires without an event
@@ -71,7 +72,7 @@ func (c *Client) WatchMembers(ctx context.Context, set func([]Member)) error {
 			case <-changed:
 			case <-tick.C:
 			}
-			m := members(nodes.GetStore().List(), leases.GetStore().List(), time.Now())
+			m := seen.members(nodes.GetStore().List(), leases.GetStore().List(), time.Now())
 			if !slices.Equal(m, last) {
 				set(m)
 				last = m
@@ -98,11 +99,25 @@ func informer(ri dynamic.ResourceInterface, selector string) cache.SharedIndexIn
 	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
 }
 
+// renewals is when this gateway saw each node's Lease renewed: the time
+// it read a renewTime it had not seen, by its own clock. A Lease expires
+// a duration after that, as the Kubernetes node lifecycle controller
+// judges kubelets' Leases, so that the nodes' clocks need not agree with
+// the gateway's. (A node dead before the gateway started looks renewed
+// once, at the first read, and is held down a duration later; its failed
+// polls take it down before that.)
+type renewals map[string]renewal
+
+type renewal struct {
+	renewTime string
+	at        time.Time
+}
+
 // members is the fleet from the informers' objects at now.
-func members(nodeObjs, leaseObjs []any, now time.Time) []Member {
+func (seen renewals) members(nodeObjs, leaseObjs []any, now time.Time) []Member {
 	type lease struct {
-		renew time.Time
-		dur   time.Duration
+		renewTime string
+		dur       time.Duration
 	}
 	byID := map[string]lease{}
 	for _, o := range leaseObjs {
@@ -116,11 +131,18 @@ func members(nodeObjs, leaseObjs []any, now time.Time) []Member {
 		}
 		rt, _, _ := unstructured.NestedString(u.Object, "spec", "renewTime")
 		secs, _, _ := unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
-		t, err := time.Parse(time.RFC3339Nano, rt)
-		if err != nil {
+		if rt == "" || secs <= 0 {
 			continue
 		}
-		byID[id] = lease{t, time.Duration(secs) * time.Second}
+		byID[id] = lease{rt, time.Duration(secs) * time.Second}
+		if seen[id].renewTime != rt {
+			seen[id] = renewal{rt, now}
+		}
+	}
+	for id := range seen {
+		if _, ok := byID[id]; !ok {
+			delete(seen, id)
+		}
 	}
 	var out []Member
 	for _, o := range nodeObjs {
@@ -137,8 +159,8 @@ func members(nodeObjs, leaseObjs []any, now time.Time) []Member {
 		switch l, ok := byID[m.ID]; {
 		case !ok:
 			m.Down = fmt.Sprintf("no Lease %s: the node has not registered, or its Lease was deleted", LeaseName(m.ID))
-		case now.After(l.renew.Add(l.dur)):
-			m.Down = fmt.Sprintf("its Lease %s expired: last renewed at %s, held %s", LeaseName(m.ID), l.renew.UTC().Format(time.RFC3339), l.dur)
+		case now.Sub(seen[m.ID].at) > l.dur:
+			m.Down = fmt.Sprintf("its Lease %s expired: not renewed for %s (its renewTime %s, by the node's clock)", LeaseName(m.ID), l.dur, l.renewTime)
 		}
 		out = append(out, m)
 	}
