@@ -86,7 +86,10 @@ func Start(t testing.TB, o Options) *Env {
 		// A wait for the API server to answer, not a verdict on speed: a
 		// loaded 2-core machine starts it in seconds to tens of seconds.
 		ControlPlaneStartTimeout: 3 * time.Minute,
-		ControlPlaneStopTimeout:  time.Minute,
+		// A stop waits this long for the API server to end its requests,
+		// then kills it: a watch from a daemon in a network namespace the
+		// test removed can hold it for minutes (its peer never closes).
+		ControlPlaneStopTimeout: 15 * time.Second,
 	}
 	if o.BindAll {
 		// envtest picks a loopback address unless given both address and
