@@ -5,7 +5,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
 
-.PHONY: bench-fleet build console-assets install deps up test test-under-load test-unit test-integration bench bench-scale soak clean lint fuzz battery
+.PHONY: image bench-fleet build console-assets install deps up test test-under-load test-unit test-integration bench bench-scale soak clean lint fuzz battery
 
 # console-assets copies xterm.js (npm, pinned) where go:embed takes it for
 # the web console (docs/console.md); go build works without it.
@@ -24,6 +24,13 @@ install: build
 
 deps:
 	scripts/install-deps.sh
+
+# `make image IMAGE=HOST:PORT/REPO:TAG` builds agentbox's own OCI image for
+# deploy/ (nodes and gateways on Kubernetes, docs/cluster.md) and pushes it
+# there through the running daemon: no container engine needed.
+image: build
+	@test -n "$(IMAGE)" || { echo "make image: set IMAGE=HOST:PORT/REPO:TAG, the registry to push to"; exit 2; }
+	scripts/build-image.sh $(IMAGE)
 
 up:
 	scripts/setup.sh

@@ -18,6 +18,11 @@
 #            suites (754 MB).
 #   node     base plus Debian's nodejs, npm and node-typescript (`tsc`),
 #            built the same way as python from base's cached rootfs.
+#   node-image  the userland of agentbox's own image for Kubernetes
+#            (scripts/build-image.sh adds the binaries and pushes it;
+#            docs/cluster.md): debootstrap minbase with what a node
+#            needs on its host (btrfs-progs, nftables, iproute2, lxcfs,
+#            busybox-static, debootstrap, ...); --no-import only.
 #   desktop  base plus a graphical desktop for computer-use agents: Xvfb,
 #            openbox, x11vnc, Chromium, st and xterm, xdotool, scrot, fonts
 #            (CJK and emoji too) and noVNC's static files, built the
@@ -34,7 +39,7 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: $0 base|busybox|python|node|desktop [--force] [--no-import]" >&2
+	echo "usage: $0 base|busybox|python|node|desktop|node-image [--force] [--no-import]" >&2
 	exit 2
 }
 
@@ -78,6 +83,7 @@ for arg in "$@"; do
 done
 case $NAME in
 base | busybox | python | node | desktop) ;;
+node-image) [[ $IMPORT -eq 0 ]] || die "node-image is the userland of scripts/build-image.sh, which adds the binaries: run that, or pass --no-import" ;;
 *) die "unknown template \"$NAME\": this script builds \"base\", \"busybox\", \"python\", \"node\" or \"desktop\"" ;;
 esac
 [[ $(id -u) -eq 0 ]] || die "run as root (debootstrap, chroot and file ownership need it)"
@@ -114,7 +120,7 @@ flock 9
 # and node, base's) changes what the rootfs holds, so that a machine's
 # cached rootfs from an older recipe is rebuilt (CI keeps its cache).
 # NAME.recipe beside the rootfs says which version built it; none is 1.
-declare -A RECIPE=([busybox]=1 [base]=1 [python]=3 [node]=1 [desktop]=2)
+declare -A RECIPE=([busybox]=1 [base]=1 [python]=3 [node]=1 [desktop]=2 [node-image]=1)
 # python 2: python3-munkres instead of scipy (1.7 -> 1.1 GB), and R's kernel.
 # python 3: slim (no npm, docs, man pages, translations or Python test
 # suites): 1.1 GB -> under 800 MB.
@@ -433,6 +439,24 @@ build_desktop() {
 	chroot_kill "$NEW"
 	umount "$NEW/dev" "$NEW/proc"
 	rm -rf "$NEW"/tmp/* "$NEW"/root/.cache "$NEW"/root/.config "$NEW"/root/.pki
+}
+
+build_node-image() {
+	command -v debootstrap >/dev/null || die "debootstrap is not installed: apt-get install debootstrap"
+	local mirror
+	mirror=$(debian_mirror) || die "no Debian bookworm mirror found in /etc/apt/sources.list{,.d}: set DEBIAN_MIRROR=http://your.mirror/debian"
+	# What scripts/install-deps.sh installs on a host for the daemon, less
+	# what only tests and the web console's build use.
+	local pkgs=ca-certificates,busybox-static,btrfs-progs,nftables,iproute2,util-linux,procps,lxcfs,kmod,debootstrap,curl
+	log "debootstrap bookworm from $mirror into $NEW (packages: $pkgs)"
+	: >"$BUILD_ROOT/$NAME.debootstrap.log"
+	progress "$BUILD_ROOT/$NAME.debootstrap.log" debootstrap --variant=minbase --include="$pkgs" bookworm "$NEW" "$mirror" ||
+		die "debootstrap failed; see $BUILD_ROOT/$NAME.debootstrap.log"
+	slim_dpkg "$NEW"
+	chroot "$NEW" /usr/bin/apt-get clean
+	rm -rf "$NEW"/var/lib/apt/lists/* "$NEW"/var/cache/apt/*.bin "$NEW"/var/log/*.log \
+		"$NEW"/var/log/apt/* "$NEW"/tmp/* "$NEW"/var/tmp/* "$NEW"/root/.cache
+	echo '# managed by the container runtime' >"$NEW/etc/resolv.conf"
 }
 
 build_busybox() {

@@ -20,6 +20,7 @@ scripts/build-template.sh base --no-import
 scripts/build-template.sh python --no-import
 scripts/build-template.sh node --no-import
 scripts/build-template.sh desktop --no-import
+scripts/build-template.sh node-image --no-import # the userland of agentbox's own image (TestNodeImage)
 echo "==> go vet"
 go vet ./...
 echo "==> go test"
