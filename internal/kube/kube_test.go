@@ -232,7 +232,7 @@ func TestDeployManifestsDryRun(t *testing.T) {
 			kinds[o.GetKind()]++
 		}
 	}
-	for _, want := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "Role", "ConfigMap", "DaemonSet", "Deployment", "Service"} {
+	for _, want := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "Role", "ConfigMap", "DaemonSet", "Deployment", "Service", "NetworkPolicy"} {
 		if kinds[want] == 0 {
 			t.Errorf("no %s passed the dry run (got %v)", want, kinds)
 		}
