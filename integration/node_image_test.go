@@ -80,7 +80,7 @@ func TestNodeImage(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = env.client.DestroySandbox(context.Background(), sb.ID) })
 	res, err := env.client.Exec(ctx, sb.ID, api.ExecRequest{Shell: "agentbox version && agentboxd --help >/dev/null && " +
-		"/usr/local/lib/agentbox/runsc --version | head -1 && nft --version && ip -V && btrfs --version && lxcfs --version && debootstrap --version"})
+		"/usr/local/lib/agentbox/runsc --version | head -1 && command -v nft && ip -V && btrfs --version && lxcfs --version && debootstrap --version"})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("the image's tools: %+v, %v", res, err)
 	}

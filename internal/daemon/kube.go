@@ -108,8 +108,9 @@ func (k *kubeNode) watchPools(ctx context.Context, svc *sandbox.Service, log *sl
 }
 
 // watchKube makes the gateway's fleet the config's nodes plus the
-// cluster's, now and at every change, until ctx is done. A node in both
-// is the config's.
+// cluster's, and its template catalog the cluster's AgentboxTemplates,
+// now and at every change, until ctx is done. A node in both is the
+// config's.
 func watchKube(ctx context.Context, cfg *config.Config, gw *gateway.Gateway, log *slog.Logger) error {
 	c, err := kube.New(cfg.Kubernetes, log.With("kubernetes", cfg.Kubernetes.KubeNamespace()))
 	if err != nil {
@@ -118,6 +119,12 @@ func watchKube(ctx context.Context, cfg *config.Config, gw *gateway.Gateway, log
 	static := map[string]bool{}
 	for _, n := range cfg.Fleet.Nodes {
 		static[n.ID] = true
+	}
+	if err := c.WatchTemplates(ctx, func(refs map[string]string) {
+		gw.SetTemplateCatalog(refs)
+		log.Info("template catalog from kubernetes", "templates", len(refs))
+	}); err != nil {
+		return err
 	}
 	return c.WatchMembers(ctx, func(ms []kube.Member) {
 		all := make([]gateway.Member, 0, len(cfg.Fleet.Nodes)+len(ms))

@@ -76,9 +76,10 @@ type Options struct {
 // Gateway is the fleet gateway's HTTP handler.
 type Gateway struct {
 	o       Options
-	mem     atomic.Pointer[membership] // members.go
-	memMu   sync.Mutex                 // serialises SetMembers
-	ctx     context.Context            // Start's, for polling new members
+	mem     atomic.Pointer[membership]        // members.go
+	catalog atomic.Pointer[map[string]string] // catalog.go
+	memMu   sync.Mutex                        // serialises SetMembers
+	ctx     context.Context                   // Start's, for polling new members
 	rt      http.RoundTripper
 	client  *http.Client
 	fr      fronts // E2B and MCP (e2b.go)

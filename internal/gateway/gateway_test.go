@@ -52,6 +52,7 @@ type fakeNode struct {
 	lastReqID  string
 	lastPath   string
 	snapshots  map[string]string // name -> id
+	pulls      []api.PullRequest // POST /v1/templates/pull bodies
 	// release ends the streamed route's answer.
 	release chan struct{}
 }
@@ -108,6 +109,14 @@ func (f *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(sb)
 	case r.Method == "GET" && r.URL.Path == "/v1/sandboxes":
 		f.list(w, r)
+	case r.Method == "POST" && r.URL.Path == "/v1/templates/pull":
+		var req api.PullRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		f.mu.Lock()
+		f.pulls = append(f.pulls, req)
+		f.templates = append(f.templates, req.Name)
+		f.mu.Unlock()
+		writeJSON(w, api.Template{Name: req.Name})
 	case strings.HasSuffix(r.URL.Path, "/exec/stream"):
 		fl := w.(http.Flusher)
 		w.Header().Set("Content-Type", "application/x-ndjson")
@@ -783,5 +792,29 @@ func TestSetMembers(t *testing.T) {
 	bad := []Member{{FleetNode: config.FleetNode{ID: "n2a", URL: "ftp://x"}, Source: SourceKubernetes}}
 	if err := f.g.SetMembers(bad); err == nil || f.g.members().byID["n2a"] != a {
 		t.Errorf("a bad member: err %v, and the fleet must stay as it was", err)
+	}
+}
+
+// A template of the cluster's catalog that no node has is pulled from its
+// image onto the node a create goes to, once, as a public template; a
+// template a node has is not pulled.
+func TestTemplateCatalog(t *testing.T) {
+	f := newFleet(t, "n2a")
+	f.nodes["n2a"].templates = []string{"base"}
+	f.g.pollAll(context.Background())
+	f.g.SetTemplateCatalog(map[string]string{"cat": "198.19.250.1:5000/agentbox/cat:1", "base": "198.19.250.1:5000/agentbox/base:1"})
+	for i := 0; i < 2; i++ {
+		if resp, body := f.do("POST", "/v1/sandboxes", f.key, `{"template":"cat"}`); resp.StatusCode != 201 {
+			t.Fatalf("create %d from the catalog: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if resp, body := f.do("POST", "/v1/sandboxes", f.key, `{"template":"base"}`); resp.StatusCode != 201 {
+		t.Fatalf("create of a template the node has: %d %s", resp.StatusCode, body)
+	}
+	n := f.nodes["n2a"]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.pulls) != 1 || n.pulls[0] != (api.PullRequest{Ref: "198.19.250.1:5000/agentbox/cat:1", Name: "cat"}) {
+		t.Errorf("pulls = %+v, want one of cat's image", n.pulls)
 	}
 }

@@ -247,12 +247,19 @@ func (g *Gateway) snapshotRef(id, tenant string) string {
 	return g.repo("snapshots", id) + ":t-" + tenant
 }
 
-// ensureTemplate makes template name ready on n for p: when the fleet
+// ensureTemplate makes template name ready on n for p: from the
+// cluster's catalog when it names the template; else when the fleet
 // has a registry, n lacks it and another available node has it, that
 // node pushes it (once per version) and n pulls it (once, however many
 // creates wait). Otherwise it does nothing and n answers for itself.
 func (g *Gateway) ensureTemplate(ctx context.Context, n *node, p auth.Principal, name string) error {
-	if g.o.Registry == "" || name == "" || n.hasTemplate(name) {
+	if name == "" || n.hasTemplate(name) {
+		return nil
+	}
+	if ok, err := g.pullFromCatalog(ctx, n, name); ok { // catalog.go
+		return err
+	}
+	if g.o.Registry == "" {
 		return nil
 	}
 	var holder *node

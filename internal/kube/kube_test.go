@@ -318,3 +318,42 @@ func TestWatchPools(t *testing.T) {
 	}
 	wait("no pool", func(ps []kube.Pool) bool { return len(ps) == 0 })
 }
+
+// The gateway's watch of the template catalog, as its ServiceAccount.
+func TestWatchTemplates(t *testing.T) {
+	e := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.Apply(t, filepath.Join(e.Deploy, "namespace.yaml"), false)
+	e.Apply(t, filepath.Join(e.Deploy, "rbac.yaml"), false)
+	c, err := kube.NewForConfig(e.ServiceAccount(t, "agentbox-gateway"), kubetest.Namespace, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan map[string]string, 16)
+	if err := c.WatchTemplates(ctx, func(m map[string]string) { got <- m }); err != nil {
+		t.Fatal(err)
+	}
+	res := e.Dyn.Resource(kube.TemplateGVR).Namespace(kubetest.Namespace)
+	mk := func(obj, name, ref string) {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "agentbox.dev/v1alpha1", "kind": "AgentboxTemplate",
+			"metadata": map[string]any{"name": obj}, "spec": map[string]any{"name": name, "ref": ref}}}
+		if _, err := res.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("py-b", "py", "198.19.250.1:5000/agentbox/py:2")
+	mk("py-a", "py", "198.19.250.1:5000/agentbox/py:1") // the same template: the first object by name wins
+	mk("busybox", "busybox", "198.19.250.1:5000/agentbox/busybox@sha256:"+strings.Repeat("ab", 32))
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case m := <-got:
+			if len(m) == 2 && m["py"] == "198.19.250.1:5000/agentbox/py:1" && strings.HasSuffix(m["busybox"], strings.Repeat("ab", 32)) {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the catalog never held both templates")
+		}
+	}
+}
