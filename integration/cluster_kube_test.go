@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/pem"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,7 +34,9 @@ func TestClusterKubernetes(t *testing.T) {
 	k := kubetest.Start(t, kubetest.Options{BindAll: true})
 	k.Apply(t, filepath.Join(k.Deploy, "namespace.yaml"), false)
 	k.Apply(t, filepath.Join(k.Deploy, "rbac.yaml"), false)
-	f := newFleetWith(t, 2, fleetOptions{kube: k})
+	regAddr := startRegistryAt(t, "0.0.0.0")
+	_, regPort, _ := net.SplitHostPort(regAddr)
+	f := newFleetWith(t, 2, fleetOptions{kube: k, registryPort: regPort})
 	ctx := context.Background()
 	c := f.client
 
@@ -83,6 +86,34 @@ func TestClusterKubernetes(t *testing.T) {
 		if n != before[r] {
 			t.Errorf("creates and execs wrote %v times to %q in the cluster", n-before[r], r)
 		}
+	}
+
+	// The cluster's template catalog: an image no node has as a template
+	// yet is pulled onto the node a create goes to.
+	ref := f.registry + "/agentbox/catalog/busybox:1"
+	if _, err := f.nodes[0].client.PushTemplate(ctx, "busybox", ref); err != nil {
+		t.Fatal(err)
+	}
+	tplObj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "agentbox.dev/v1alpha1", "kind": "AgentboxTemplate",
+		"metadata": map[string]any{"name": "bbcat"}, "spec": map[string]any{"name": "bbcat", "ref": ref}}}
+	if _, err := k.Dyn.Resource(kube.TemplateGVR).Namespace(kubetest.Namespace).Create(ctx, tplObj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var fromCatalog *api.Sandbox
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		// (until the gateway's watch has brought the catalog entry)
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "bbcat"})
+		if err == nil {
+			fromCatalog = sb
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create from the catalog's template: %v", err)
+		}
+	}
+	perNode[fromCatalog.Node] = append(perNode[fromCatalog.Node], fromCatalog.ID)
+	if res, err := c.Exec(ctx, fromCatalog.ID, api.ExecRequest{Shell: "echo catalog"}); err != nil || strings.TrimSpace(res.Stdout) != "catalog" {
+		t.Fatalf("exec in a sandbox of the catalog's template: %+v, %v", res, err)
 	}
 
 	// A warm pool for the whole fleet: every node keeps one ready member,
