@@ -65,10 +65,11 @@ class PoolStatus:
     booted: int = 0
     failures: int = 0
     last_error: str = ""
+    node: str = ""  # through a fleet gateway: the node that keeps the pool
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "PoolStatus":
-        return cls(template=d.get("template", ""), isolation=d.get("isolation", ""),
+        return cls(template=d.get("template", ""), isolation=d.get("isolation", ""), node=d.get("node", ""),
                    size=int(d.get("size", 0)), ready=int(d.get("ready", 0)),
                    resources=Resources.from_dict(d.get("resources")), egress=d.get("egress", "none"),
                    served=int(d.get("served", 0)), misses=int(d.get("misses", 0)),
@@ -388,10 +389,14 @@ class FleetNode:
     last_poll: Optional[datetime] = None
     in_flight: int = 0
     status: Optional[NodeStatus] = None
+    source: str = ""  # "config" ([[fleet.node]]) or "kubernetes"
+    lease: str = ""  # from Kubernetes: why its Lease holds it down
+    lost_sandboxes: int = 0  # unavailable: what it ran at its last poll
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "FleetNode":
         st = d.get("status")
         return cls(id=d.get("id", ""), url=d.get("url", ""), available=bool(d.get("available", False)),
+                   source=d.get("source", ""), lease=d.get("lease", ""), lost_sandboxes=int(d.get("lost_sandboxes", 0)),
                    last_error=d.get("last_error", ""), last_poll=parse_time(d.get("last_poll")),
                    in_flight=int(d.get("in_flight", 0)), status=NodeStatus.from_dict(st) if st else None)

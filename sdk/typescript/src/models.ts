@@ -104,6 +104,8 @@ export interface Health {
 
 /** A warm pool (GET /v1/pools). */
 export interface PoolStatus {
+  /** Through a fleet gateway: the node that keeps the pool ("" on a node). */
+  node: string;
   template: string;
   isolation: string;
   size: number;
@@ -193,8 +195,14 @@ export interface NodeStatus {
 export interface FleetNode {
   id: string;
   url: string;
-  /** The last poll succeeded and no request has failed to connect since. */
+  /** Where the gateway learned of the node: "config" or "kubernetes". */
+  source: string;
+  /** For a node from Kubernetes: why its Lease holds it down ("" while renewed). */
+  lease: string;
+  /** The last poll succeeded, no request has failed to connect since, and its Lease (if any) is renewed. */
   available: boolean;
+  /** On an unavailable node: the sandboxes it ran at its last successful poll. */
+  lostSandboxes: number;
   lastError: string;
   lastPoll?: Date;
   /** Creates sent to the node and not answered yet. */
@@ -299,6 +307,7 @@ export function health(d: Json): Health {
 
 export function poolStatus(d: Json): PoolStatus {
   return {
+    node: d.node ?? "",
     template: d.template ?? "",
     isolation: d.isolation ?? "",
     size: d.size ?? 0,
@@ -387,7 +396,10 @@ export function fleetNode(d: Json): FleetNode {
   return {
     id: d.id ?? "",
     url: d.url ?? "",
+    source: d.source ?? "",
+    lease: d.lease ?? "",
     available: !!d.available,
+    lostSandboxes: d.lost_sandboxes ?? 0,
     lastError: d.last_error ?? "",
     lastPoll: time(d.last_poll),
     inFlight: d.in_flight ?? 0,
