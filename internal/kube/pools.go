@@ -2,14 +2,11 @@ package kube
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strconv"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/agentbox/agentbox/internal/config"
 )
@@ -30,35 +27,7 @@ type Pool struct {
 // change until ctx is done.
 func (c *Client) WatchPools(ctx context.Context, set func([]Pool)) error {
 	inf := informer(c.dyn.Resource(PoolGVR).Namespace(c.ns), "")
-	changed := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() }, DeleteFunc: func(any) { poke() }}); err != nil {
-		return err
-	}
-	go inf.RunWithContext(ctx)
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
-		return fmt.Errorf("kubernetes: the AgentboxWarmPools (namespace %s) did not sync within a minute: is the CRD installed (deploy/crds) and may the node's service account list them (deploy/rbac.yaml)?", c.ns)
-	}
-	set(pools(inf.GetStore().List()))
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-				set(pools(inf.GetStore().List()))
-			}
-		}
-	}()
-	return nil
+	return c.follow(ctx, "AgentboxWarmPools", 0, func() { set(pools(inf.GetStore().List())) }, inf)
 }
 
 func pools(objs []any) []Pool {

@@ -54,40 +54,23 @@ func (c *Client) SyncTenants(ctx context.Context, st *store.Store, localKeyID st
 	t := &Tenants{c: c, st: st, localID: localKeyID,
 		tenants: informer(c.dyn.Resource(TenantGVR).Namespace(c.ns), ""),
 		keys:    informer(c.dyn.Resource(KeyGVR).Namespace(c.ns), "")}
-	changed := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
+	var ready bool
+	var first error
+	err := c.follow(ctx, "AgentboxTenants and AgentboxAPIKeys", 0, func() {
+		err := t.reconcile(ctx)
+		switch {
+		case !ready:
+			first, ready = err, true
+		case err != nil && ctx.Err() == nil:
+			c.log.Warn("copying the cluster's tenants and keys", "err", err)
 		}
+	}, t.tenants, t.keys)
+	if err == nil {
+		err = first
 	}
-	h := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { poke() }, UpdateFunc: func(any, any) { poke() }, DeleteFunc: func(any) { poke() }}
-	for _, inf := range []cache.SharedIndexInformer{t.tenants, t.keys} {
-		if _, err := inf.AddEventHandler(h); err != nil {
-			return nil, err
-		}
-		go inf.RunWithContext(ctx)
-	}
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(sctx.Done(), t.tenants.HasSynced, t.keys.HasSynced) {
-		return nil, fmt.Errorf("kubernetes: the AgentboxTenants and AgentboxAPIKeys (namespace %s) did not sync within a minute: are the CRDs installed (deploy/crds) and may the gateway's service account list them (deploy/rbac.yaml)?", c.ns)
-	}
-	if err := t.reconcile(ctx); err != nil {
+	if err != nil {
 		return nil, err
 	}
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			}
-			if err := t.reconcile(ctx); err != nil && ctx.Err() == nil {
-				c.log.Warn("copying the cluster's tenants and keys", "err", err)
-			}
-		}
-	}()
 	return t, nil
 }
 

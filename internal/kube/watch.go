@@ -7,12 +7,7 @@ import (
 	"sort"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
 )
 
 // Member is one node of the fleet as the cluster has it.
@@ -33,70 +28,17 @@ type Member struct {
 func (c *Client) WatchMembers(ctx context.Context, set func([]Member)) error {
 	nodes := informer(c.dyn.Resource(NodeGVR), "")
 	leases := informer(c.dyn.Resource(LeaseGVR).Namespace(c.ns), NodeIDLabel)
-	changed := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{nodes, leases} {
-		if _, err := inf.AddEventHandler(h); err != nil {
-			return err
-		}
-		_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-			c.log.Warn("kubernetes watch failed; retrying", "err", err)
-		})
-		go inf.RunWithContext(ctx)
-	}
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(sctx.Done(), nodes.HasSynced, leases.HasSynced) {
-		return fmt.Errorf("kubernetes: the AgentboxNodes and Leases (namespace %s) did not sync within a minute: is the CRD installed (deploy/crds) and may the service account list them (deploy/rbac.yaml)?", c.ns)
-	}
 	seen := renewals{}
-	last := seen.members(nodes.GetStore().List(), leases.GetStore().List(), time.Now())
-	set(last)
-	go func() {
-		tick := time.NewTicker(time.Second) // a Lease expires without an event
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			case <-tick.C:
-			}
-			m := seen.members(nodes.GetStore().List(), leases.GetStore().List(), time.Now())
-			if !slices.Equal(m, last) {
-				set(m)
-				last = m
-			}
+	var last []Member
+	first := true
+	// A second's tick: a Lease expires without an event.
+	return c.follow(ctx, "AgentboxNodes and Leases", time.Second, func() {
+		m := seen.members(nodes.GetStore().List(), leases.GetStore().List(), time.Now())
+		if first || !slices.Equal(m, last) {
+			set(m)
+			first, last = false, m
 		}
-	}()
-	return nil
-}
-
-// informer lists and watches ri's objects that match selector.
-// (client-go's dynamicinformer would do it too, but links every typed
-// informer of the Kubernetes API into the daemon: 16 MB more.)
-func informer(ri dynamic.ResourceInterface, selector string) cache.SharedIndexInformer {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return ri.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return ri.Watch(ctx, o)
-		},
-	}
-	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
+	}, nodes, leases)
 }
 
 // renewals is when this gateway saw each node's Lease renewed: the time
