@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -284,6 +285,21 @@ func (d *Driver) startInitIn(ids *idrange.Range, owns bool) (_ *initProc, err er
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{theirs, d.guestExe} // fd 3: proto.BootChannelFD, fd 4: proto.BootExeFD
+	if ids != nil {
+		// The range's views, from fd 5 (proto.BootViewFD): the init
+		// attaches them in its own mount namespace; the host's holds none.
+		views, paths, err := ids.Views()
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			for _, v := range views {
+				v.Close()
+			}
+		}()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, views...)
+		cmd.Env = append(cmd.Env, proto.BootViewsEnv+"="+strings.Join(paths, "\n"))
+	}
 	base, count := uid, d.opts.UIDCount
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setsid: true,

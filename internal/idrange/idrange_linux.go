@@ -10,13 +10,16 @@
 // and a process that escaped one sandbox's namespaces owns no other
 // sandbox's processes, files or per-user kernel counts.
 //
-// A range's views are mounted the first time it is used and kept: a
+// A range's views are made the first time it is used and kept: a
 // released range goes back on a free list and is handed out again first,
-// so in steady state an acquire is a few instructions. The views live in
-// a private mount at Dir (0711: the inits pass through it on their way to
-// their layers, and list nothing), so they propagate nowhere; a
-// process cloned into a new mount namespace after they exist (a
-// sandbox's init) sees them there until it pivots into its root.
+// so in steady state an acquire is a few instructions. The views are
+// detached mounts (open_tree), held open by the pool and in no mount
+// namespace: the host's mount table does not grow with the ranges in
+// use, so neither does the copy of it every new mount namespace (each
+// sandbox init's) makes. A process of the range gets fresh copies of its
+// range's views (Views) and attaches them at their paths under Dir in
+// its own mount namespace (Attach): a sandbox's init sees its range's
+// views there, and no other range's, until it pivots into its root.
 package idrange
 
 import (
@@ -49,9 +52,9 @@ type Options struct {
 	// filesystem that supports id-mapped mounts (btrfs, ext4, xfs, tmpfs);
 	// a view of one is a bind mount of it (its submounts not included).
 	Roots []string
-	// Dir is where the views are mounted (Dir/<k>/<i> for Roots[i]). A
-	// view is the storage itself: never remove a Dir whole while views
-	// may be mounted below it.
+	// Dir holds the directories a range's processes attach its views
+	// on, in their own mount namespaces (Dir/<k>/<i> for Roots[i]);
+	// nothing is mounted there in the host's.
 	Dir    string
 	Logger *slog.Logger
 }
@@ -70,10 +73,12 @@ type Pool struct {
 	reserved map[int]bool
 	// gen counts the hand-outs of each range: a Range of an earlier one
 	// (a claim for the same sandbox replaced it) releases nothing.
-	gen   map[int]uint64
-	free  []int // released ranges, their views mounted; reused last in, first out
-	next  int   // the lowest range never handed out
-	views map[int]bool
+	gen  map[int]uint64
+	free []int // released ranges, their views made; reused last in, first out
+	next int   // the lowest range never handed out
+	// views holds each range's views made so far: a detached mount of
+	// each root, id-mapped for the range (an fd each).
+	views map[int][]int
 }
 
 // Range is one sandbox's range.
@@ -84,10 +89,11 @@ type Range struct {
 	released bool // under p.mu
 }
 
-// New checks that id-mapped views of every root can be made (mounting
-// range 0's) and returns the pool. Views an earlier daemon left under
-// Dir are detached first (a running sandbox's root does not need them:
-// its overlay holds its own copies of its layers' mounts).
+// New checks that id-mapped views of every root can be made (making
+// range 0's) and returns the pool. An earlier daemon's views mounted
+// under Dir (its layout before views were detached mounts) are detached
+// first (a running sandbox's root does not need them: its overlay holds
+// its own copies of its layers' mounts).
 func New(o Options) (*Pool, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -102,39 +108,32 @@ func New(o Options) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idrange: %w", err)
 	}
-	p := &Pool{o: o, sleep: sleep, used: map[int]bool{}, views: map[int]bool{}, owner: map[int]string{}, reserved: map[int]bool{}, gen: map[int]uint64{}}
+	p := &Pool{o: o, sleep: sleep, used: map[int]bool{}, views: map[int][]int{}, owner: map[int]string{}, reserved: map[int]bool{}, gen: map[int]uint64{}}
+	for unix.Unmount(o.Dir, unix.MNT_DETACH) == nil {
+	}
 	if err := os.MkdirAll(o.Dir, 0o711); err != nil {
 		return nil, fmt.Errorf("idrange: %w", err)
 	}
 	_ = os.Chmod(o.Dir, 0o711)
-	// Dir becomes a private mount of its own: what is mounted below it
-	// propagates to no other namespace. An earlier daemon's Dir (and its
-	// views with it) is detached first.
-	for unix.Unmount(o.Dir, unix.MNT_DETACH) == nil {
-	}
-	if err := unix.Mount(o.Dir, o.Dir, "", unix.MS_BIND, ""); err != nil {
-		return nil, fmt.Errorf("idrange: binding %s: %w", o.Dir, err)
-	}
-	if err := unix.Mount("", o.Dir, "", unix.MS_PRIVATE, ""); err != nil {
-		_ = unix.Unmount(o.Dir, unix.MNT_DETACH)
-		return nil, fmt.Errorf("idrange: making %s private: %w", o.Dir, err)
-	}
-	if err := p.mountViews(0); err != nil {
-		_ = unix.Unmount(o.Dir, unix.MNT_DETACH)
+	if err := p.ensureViewsLocked(0); err != nil {
 		return nil, err
 	}
-	p.views[0] = true
 	p.free, p.next = []int{0}, 1
 	return p, nil
 }
 
-// Close detaches every view. Sandboxes keep running: their roots hold
+// Close closes every view. Sandboxes keep running: their roots hold
 // their own copies of the mounts they use.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.views = map[int]bool{}
-	return unix.Unmount(p.o.Dir, unix.MNT_DETACH)
+	for _, fds := range p.views {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
+	p.views = map[int][]int{}
+	return nil
 }
 
 // Acquire hands out a free range.
@@ -257,7 +256,8 @@ func (r *Range) Base() int { return r.p.o.Base + (r.k+1)*r.p.o.Count }
 // Count is the range's size.
 func (r *Range) Count() int { return r.p.o.Count }
 
-// Path is host path seen through the range's view: what the range's
+// Path is host path seen through the range's view attached where a
+// process of the range attaches it (Views, Attach): what the range's
 // processes must be given instead of it. A path under no root is an
 // error.
 func (r *Range) Path(host string) (string, error) {
@@ -308,65 +308,106 @@ func (r *Range) Release() {
 }
 
 func (p *Pool) ensureViewsLocked(k int) error {
-	if p.views[k] {
+	if p.views[k] != nil {
 		return nil
 	}
-	if err := p.mountViews(k); err != nil {
+	fds, err := p.makeViews(k)
+	if err != nil {
 		return err
 	}
-	p.views[k] = true
+	p.views[k] = fds
 	return nil
 }
 
-// mountViews mounts range k's view of every root: a clone of the root's
-// mount, id-mapped through a user namespace in which the canonical range
-// is range k's.
-func (p *Pool) mountViews(k int) (err error) {
+// makeViews makes range k's view of every root, a detached clone of the
+// root's mount id-mapped through a user namespace in which the canonical
+// range is range k's, and the directories they are attached on.
+func (p *Pool) makeViews(k int) (fds []int, err error) {
 	base := p.o.Base + (k+1)*p.o.Count
 	ns, err := p.userns(base)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer unix.Close(ns) // each view holds it
-	dir := filepath.Join(p.o.Dir, strconv.Itoa(k))
 	defer func() {
 		if err != nil {
-			for i := range p.o.Roots {
-				_ = unix.Unmount(filepath.Join(dir, strconv.Itoa(i)), unix.MNT_DETACH)
+			for _, fd := range fds {
+				unix.Close(fd)
 			}
+			fds = nil
 		}
 	}()
 	for i, root := range p.o.Roots {
-		target := filepath.Join(dir, strconv.Itoa(i))
-		if err := os.MkdirAll(target, 0o711); err != nil {
-			return fmt.Errorf("idrange: %w", err)
+		if err := os.MkdirAll(filepath.Join(p.o.Dir, strconv.Itoa(k), strconv.Itoa(i)), 0o711); err != nil {
+			return fds, fmt.Errorf("idrange: %w", err)
 		}
-		if err := idmapMount(root, target, ns); err != nil {
-			return err
+		fd, err := idmapClone(root, ns)
+		if err != nil {
+			return fds, err
 		}
+		fds = append(fds, fd)
 	}
-	return nil
+	return fds, nil
 }
 
-// idmapMount mounts at target an id-mapped clone (through user namespace
-// ns) of the mount at src, without its submounts.
-func idmapMount(src, target string, ns int) error {
+// idmapClone returns a detached clone of the mount at src (without its
+// submounts), id-mapped through user namespace ns.
+func idmapClone(src string, ns int) (int, error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("idrange: cloning the mount of %s: %w", src, err)
+		return -1, fmt.Errorf("idrange: cloning the mount of %s: %w", src, err)
 	}
-	defer unix.Close(fd)
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns)}); err != nil {
-		return fmt.Errorf("idrange: id-mapping the mount of %s (its filesystem must support id-mapped mounts: btrfs, ext4, xfs, tmpfs or overlay, Linux 6.3 or later): %w", src, err)
+		unix.Close(fd)
+		return -1, fmt.Errorf("idrange: id-mapping the mount of %s (its filesystem must support id-mapped mounts: btrfs, ext4, xfs, tmpfs or overlay, Linux 6.3 or later): %w", src, err)
 	}
-	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("idrange: mounting the id-mapped %s at %s: %w", src, target, err)
+	return fd, nil
+}
+
+// Views returns fresh copies of the range's views, detached mounts (one
+// per root, cloned from those the pool keeps), and the paths under Dir a
+// process of the range attaches them at (Attach) in its own mount
+// namespace; Path and Overlay name paths below them. The caller closes
+// the files: a copy attached nowhere goes with its last descriptor.
+func (r *Range) Views() (files []*os.File, paths []string, err error) {
+	p := r.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.ensureViewsLocked(r.k); err != nil {
+		return nil, nil, err
+	}
+	for i, v := range p.views[r.k] {
+		fd, err := unix.OpenTree(v, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, nil, fmt.Errorf("idrange: copying range %d's view of %s: %w", r.Base(), p.o.Roots[i], err)
+		}
+		dir := filepath.Join(p.o.Dir, strconv.Itoa(r.k), strconv.Itoa(i))
+		files = append(files, os.NewFile(uintptr(fd), "idmap-view"))
+		paths = append(paths, dir)
+	}
+	return files, paths, nil
+}
+
+// Attach attaches views (detached mounts, as Views returns) at paths, in
+// the calling thread's mount namespace: a process of the range's, never
+// the host's.
+func Attach(fds []int, paths []string) error {
+	if len(fds) != len(paths) {
+		return fmt.Errorf("idrange: %d views for %d paths", len(fds), len(paths))
+	}
+	for i, fd := range fds {
+		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, paths[i], unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("idrange: attaching a uid range's view at %s: %w", paths[i], err)
+		}
 	}
 	return nil
 }
 
 // MountOverlay mounts at target, from the host's side, an overlay of the
-// range's views of lower, upper and work (host paths under the roots)
+// range's views (copies attached nowhere) of lower, upper and work (host paths under the roots)
 // with extra mount flags, for a root a process of the range's reaches
 // from the host's side (the gvisor tier's, which its gofer serves). An
 // overlay works in the layers with its mounter's credentials, which the
@@ -374,9 +415,41 @@ func idmapMount(src, target string, ns int) error {
 // filesystem uid and gid are the range's root's (its capabilities kept:
 // SECBIT_NO_SETUID_FIXUP), and which then ends.
 func (r *Range) MountOverlay(lower []string, upper, work, target string, flags uintptr) error {
-	l, u, w, err := r.Overlay(lower, upper, work)
+	// The layers are named through copies of the range's views, open
+	// here and attached nowhere (/proc/self/fd/N/...).
+	views, _, err := r.Views()
 	if err != nil {
 		return err
+	}
+	defer func() {
+		for _, f := range views {
+			f.Close()
+		}
+	}()
+	via := func(host string) (string, error) {
+		for i, root := range r.p.o.Roots {
+			rel, err := filepath.Rel(root, host)
+			if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				return filepath.Join("/proc/self/fd", strconv.Itoa(int(views[i].Fd())), rel), nil
+			}
+		}
+		return "", fmt.Errorf("%s is under none of the id-mapped roots %v", host, r.p.o.Roots)
+	}
+	var l []string
+	for _, d := range lower {
+		v, err := via(d)
+		if err != nil {
+			return fmt.Errorf("template layer: %w", err)
+		}
+		l = append(l, v)
+	}
+	u, err := via(upper)
+	if err != nil {
+		return fmt.Errorf("writable layer: %w", err)
+	}
+	w, err := via(work)
+	if err != nil {
+		return fmt.Errorf("writable layer: %w", err)
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(l, ":"), u, w)
 	done := make(chan error, 1)

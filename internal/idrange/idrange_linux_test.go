@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -68,32 +70,39 @@ func TestRanges(t *testing.T) {
 	if a.Base() != 1065536 || b.Base() != 1131072 {
 		t.Fatalf("bases %d %d", a.Base(), b.Base())
 	}
-	for _, r := range []*Range{a, b} {
-		v, err := r.Path(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if u, g := owner(t, v); int(u) != r.Base()+5 || int(g) != r.Base()+6 {
-			t.Errorf("range %d sees %d:%d, want %d:%d", r.Base(), u, g, r.Base()+5, r.Base()+6)
-		}
-	}
-	// A file a range's root hands its uid 7 is canonical on disk.
 	if err := os.WriteFile(filepath.Join(filepath.Dir(f), "new"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chown(filepath.Join(filepath.Dir(f), "new"), 1000000, 1000000); err != nil {
 		t.Fatal(err)
 	}
-	v, _ := a.Path(filepath.Join(filepath.Dir(f), "new"))
-	if err := os.Chown(v, a.Base()+7, a.Base()+7); err != nil {
-		t.Fatal(err)
-	}
+	inViews(t, []*Range{a, b}, func() {
+		for _, r := range []*Range{a, b} {
+			v, err := r.Path(f)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if u, g := owner(t, v); int(u) != r.Base()+5 || int(g) != r.Base()+6 {
+				t.Errorf("range %d sees %d:%d, want %d:%d", r.Base(), u, g, r.Base()+5, r.Base()+6)
+			}
+		}
+		// A file a range's root hands its uid 7 is canonical on disk.
+		v, _ := a.Path(filepath.Join(filepath.Dir(f), "new"))
+		if err := os.Chown(v, a.Base()+7, a.Base()+7); err != nil {
+			t.Error(err)
+		}
+		// Ids outside the range cannot be written through the view.
+		if err := os.Chown(v, 1000007, 1000007); err == nil {
+			t.Error("chown to an unmapped id through a view worked")
+		}
+	})
 	if u, _ := owner(t, filepath.Join(filepath.Dir(f), "new")); u != 1000007 {
 		t.Errorf("on disk: uid %d, want 1000007", u)
 	}
-	// Ids outside the range cannot be written through the view.
-	if err := os.Chown(v, 1000007, 1000007); err == nil {
-		t.Error("chown to an unmapped id through a view worked")
+	// The host's mount table holds no view.
+	if n := mountsUnder(t, p.o.Dir); n != 0 {
+		t.Errorf("%d mounts under %s in the host's table, want none", n, p.o.Dir)
 	}
 	if _, err := a.Path("/etc/passwd"); err == nil {
 		t.Error("a path under no root was translated")
@@ -174,10 +183,14 @@ func TestReserve(t *testing.T) {
 }
 
 // TestNewDetachesOldViews: a second pool on the same directory (a daemon
-// restart) starts from a clean one.
+// restart) works, and detaches what an earlier daemon of the old layout
+// mounted there (its views, in the host's table).
 func TestNewDetachesOldViews(t *testing.T) {
 	p, f := pool(t, 2)
 	if _, err := p.Acquire(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(p.o.Dir, p.o.Dir, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}
 	q, err := New(p.o)
@@ -185,18 +198,144 @@ func TestNewDetachesOldViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
+	if n := mountsUnder(t, p.o.Dir); n != 0 {
+		t.Errorf("%d mounts left under %s", n, p.o.Dir)
+	}
 	r, err := q.Acquire()
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, _ := r.Path(f)
-	if u, _ := owner(t, v); int(u) != r.Base()+5 {
-		t.Errorf("uid %d", u)
+	inViews(t, []*Range{r}, func() {
+		v, _ := r.Path(f)
+		if u, _ := owner(t, v); int(u) != r.Base()+5 {
+			t.Errorf("uid %d", u)
+		}
+	})
+}
+
+// TestMountOverlay: an overlay mounted from the host's side (the gvisor
+// tier's root) works in the range's ids through views attached nowhere,
+// and stores what it writes canonical.
+func TestMountOverlay(t *testing.T) {
+	p, f := pool(t, 2)
+	r, err := p.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := p.o.Roots[0]
+	for _, d := range []string{"upper", "work"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(root, d), 1000000, 1000000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(root, "upper"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	target := t.TempDir()
+	if err := r.MountOverlay([]string{filepath.Dir(f)}, filepath.Join(root, "upper"), filepath.Join(root, "work"), target, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(target, unix.MNT_DETACH)
+	if u, _ := owner(t, filepath.Join(target, "file")); int(u) != r.Base()+5 {
+		t.Errorf("through the overlay: uid %d, want %d", u, r.Base()+5)
+	}
+	// Written by the range's uid 3 (a thread of that filesystem uid).
+	dir, err := unix.Open(target, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) // the temp dir's parents are root's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dir)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: its ids changed
+		id := uintptr(r.Base() + 3)
+		unix.RawSyscall(unix.SYS_SETFSGID, id, 0, 0)
+		unix.RawSyscall(unix.SYS_SETFSUID, id, 0, 0)
+		fd, err := unix.Openat(dir, "written", unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err == nil {
+			unix.Close(fd)
+		}
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := owner(t, filepath.Join(root, "upper", "written")); u != 1000003 {
+		t.Errorf("on disk: uid %d, want 1000003", u)
+	}
+	if n := mountsUnder(t, p.o.Dir); n != 0 {
+		t.Errorf("%d mounts under %s in the host's table, want none", n, p.o.Dir)
 	}
 }
 
-// BenchmarkAcquire: a range never used before (its views mounted: a user
-// namespace made and one id-mapped mount per root) and a released one
+// inViews runs fn on a thread of its own in a mount namespace of its own,
+// in which rs' views are attached (as a sandbox's init attaches its
+// range's): the host's table never sees them.
+func inViews(t *testing.T, rs []*Range, fn func()) {
+	t.Helper()
+	// Copied here, in the host's namespace, where the pool made them: a
+	// detached mount is copied only from the namespace it came from.
+	var fds []int
+	var paths []string
+	for _, r := range rs {
+		files, p, err := r.Views()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			defer f.Close()
+			fds = append(fds, int(f.Fd()))
+		}
+		paths = append(paths, p...)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Never unlocked: the thread, in a mount namespace of its own,
+		// ends with the goroutine.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := Attach(fds, paths); err != nil {
+			t.Error(err)
+			return
+		}
+		fn()
+	}()
+	<-done
+}
+
+// mountsUnder counts the host's mounts at or below dir: those of this
+// thread's mount namespace (not /proc/self's, the main thread's, which a
+// locked goroutine that ended may have left in another: inViews).
+func mountsUnder(t testing.TB, dir string) int {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			n++
+		}
+	}
+	return n
+}
+
+// BenchmarkAcquire: a range never used before (its views made: a user
+// namespace and one id-mapped detached mount per root) and a released one
 // handed out again (the steady state).
 func BenchmarkAcquire(b *testing.B) {
 	b.Run("fresh", func(b *testing.B) {

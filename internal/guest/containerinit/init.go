@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/boot"
 	"github.com/agentbox/agentbox/internal/guest/harden"
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -44,11 +46,28 @@ func Run() error {
 	if err != nil {
 		return err
 	}
-	stage, lxcfs := os.Getenv(proto.BootStageEnv), os.Getenv(proto.BootLxcfsEnv)
+	stage, lxcfs, views := os.Getenv(proto.BootStageEnv), os.Getenv(proto.BootLxcfsEnv), os.Getenv(proto.BootViewsEnv)
 	os.Unsetenv(proto.BootStageEnv)
 	os.Unsetenv(proto.BootLxcfsEnv)
+	os.Unsetenv(proto.BootViewsEnv)
 	if err := boot.Stage(stage, lxcfs); err != nil {
 		return err
+	}
+	// Our uid range's views, attached in our mount namespace only (now
+	// private: Stage); the pivot detaches them with the host's tree.
+	if views != "" {
+		paths := strings.Split(views, "\n")
+		var fds []int
+		for i := range paths {
+			fds = append(fds, proto.BootViewFD+i)
+		}
+		err := idrange.Attach(fds, paths)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if err := boot.Announce(proto.BootChannelFD); err != nil {
 		return err

@@ -36,6 +36,12 @@ const (
 	// growing with the host's mount table (docs/PERFORMANCE.md, "Cost
 	// curves").
 	BootExeFD = 4
+	// BootViewFD is the first of the init's uid range's views
+	// (internal/idrange): detached mounts, one per storage root, which
+	// the init attaches at the paths BootViewsEnv lists, in its own mount
+	// namespace, before it waits. The views are in no other mount
+	// namespace: the host's table does not grow with the ranges in use.
+	BootViewFD = 5
 )
 
 // The environment of `agentbox-guest init` (container tier), set by the
@@ -50,6 +56,10 @@ const (
 	// binds over its sandbox's /proc (docs/sandbox-view.md); unset for
 	// none.
 	BootLxcfsEnv = "AGENTBOX_LXCFS_DIR"
+	// BootViewsEnv lists, one a line, where the init attaches the views
+	// it was given from BootViewFD on; unset for none (the canonical
+	// range).
+	BootViewsEnv = "AGENTBOX_VIEWS"
 )
 
 // The environment of `agentbox-guest serve` (gvisor tier: runsc builds the
