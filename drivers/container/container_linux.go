@@ -21,11 +21,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -84,6 +86,10 @@ type Driver struct {
 
 	launchState          // the pre-forked launcher (launch_linux.go)
 	pre         prespawn // inits waiting for a sandbox (prespawn_linux.go)
+	// cpuHint is the latest create's CPU limit (math.Float64bits; v1):
+	// the next waiting inits' cgroups get it while they wait, so a
+	// create asking the same writes no CPU limit.
+	cpuHint atomic.Uint64
 }
 
 // New checks the host and returns the driver.
@@ -179,10 +185,13 @@ func (d *Driver) Create(ctx context.Context, spec *driver.Spec) (_ *driver.Handl
 	if placed {
 		// v1: the init waits in cgroups made like a sandbox's; they
 		// become this sandbox's.
+		d.cpuHint.Store(math.Float64bits(agent.CPU)) // for the next inits
 		if cg, err = d.cg.Rename(p.cg, spec.ID); err == nil {
 			p.cg = ""
 			home, work = cg, cg.Sub("workload")
-			if err = cg.Set(agent); err == nil {
+			set := agent
+			set.KeepCPU = p.cpu == agent.CPU // written while it waited
+			if err = cg.Set(set); err == nil {
 				err = work.Set(workload)
 			}
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -63,6 +64,9 @@ type initProc struct {
 	ids  *idrange.Range
 	uid  int
 	owns bool
+	// cpu is the CPU limit its cgroup (cg) has: the latest create's, so
+	// that a create asking the same writes none (Driver.cpuHint).
+	cpu float64
 }
 
 // output is what p printed before it was given a sandbox, for errors.
@@ -323,11 +327,15 @@ func (d *Driver) startInitIn(ids *idrange.Range, owns bool) (_ *initProc, err er
 	p := &initProc{pid: pid, exited: exited, boot: fds[0], out: out, ids: ids, uid: uid, owns: owns}
 	p.pidStart, _ = guestconn.PidStartTime(pid)
 	if d.cg.Version() == 1 {
-		// Its own cgroups, as a sandbox's but unlimited: a create renames
+		// Its own cgroups, as a sandbox's but unlimited (but for the CPU
+		// limit the latest create asked for): a create renames
 		// them (one rename per hierarchy) and writes the limits. The init
 		// only waits meanwhile; its memory is charged there from the start.
 		p.cg = d.initPrefix + strconv.FormatUint(d.pre.seq.Add(1), 10)
-		cg, home, _, err := d.makeCgroups(p.cg, cgroups.Resources{}, cgroups.Resources{}, uid)
+		// With the CPU limit the latest create asked for, written now,
+		// off the create path (a CPU limit write walks every CPU cgroup).
+		p.cpu = math.Float64frombits(d.cpuHint.Load())
+		cg, home, _, err := d.makeCgroups(p.cg, cgroups.Resources{CPU: p.cpu}, cgroups.Resources{}, uid)
 		if err == nil {
 			if err = home.AddProc(pid); err != nil {
 				_ = cg.Destroy()

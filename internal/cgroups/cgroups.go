@@ -33,6 +33,11 @@ type Resources struct {
 	CPU         float64 // cores, e.g. 0.5
 	MemoryBytes int64
 	Pids        int64
+	// KeepCPU leaves the CPU limit as it is (CPU is ignored): for a
+	// cgroup known to have it already. Writing a CPU limit walks every
+	// CPU cgroup of the host (the kernel's schedulability check), a cost
+	// that grows with the number of sandboxes.
+	KeepCPU bool
 }
 
 // Stats is a snapshot of a cgroup's counters.

@@ -225,7 +225,9 @@ func (c *v1Cgroup) apply(r Resources, fresh bool) error {
 		return fmt.Errorf("%w: resource limits must not be negative: %+v", errdefs.ErrInvalidArgument, r)
 	}
 	cpu := c.paths["cpu"]
-	if r.CPU > 0 {
+	if r.KeepCPU {
+		// as it is
+	} else if r.CPU > 0 {
 		if err := writeFile(cpu+"/cpu.cfs_period_us", "100000"); err != nil {
 			return classify(err, "setting cpu period")
 		}

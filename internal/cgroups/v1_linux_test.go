@@ -118,6 +118,20 @@ func TestV1Limits(t *testing.T) {
 			t.Errorf("pids.max = %s, want max", got)
 		}
 	})
+	t.Run("keep cpu", func(t *testing.T) {
+		if err := cg.Set(Resources{CPU: 0.25}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cg.Set(Resources{CPU: 3, KeepCPU: true, Pids: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if got := readTrim(t, p["cpu"]+"/cpu.cfs_quota_us"); got != "25000" {
+			t.Errorf("cfs_quota_us = %s, want 25000 (kept)", got)
+		}
+		if got := readTrim(t, p["pids"]+"/pids.max"); got != "7" {
+			t.Errorf("pids.max = %s, want 7", got)
+		}
+	})
 	if err := cg.Set(Resources{CPU: -1}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Set(CPU: -1) = %v, want invalid argument", err)
 	}

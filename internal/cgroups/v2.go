@@ -106,7 +106,7 @@ func (c *v2Cgroup) apply(r Resources, fresh bool) error {
 	if r.CPU < 0 || r.MemoryBytes < 0 || r.Pids < 0 {
 		return fmt.Errorf("%w: resource limits must not be negative: %+v", errdefs.ErrInvalidArgument, r)
 	}
-	if r.CPU > 0 || !fresh {
+	if !r.KeepCPU && (r.CPU > 0 || !fresh) {
 		v := "max 100000"
 		if r.CPU > 0 {
 			v = strconv.FormatInt(max(1000, int64(r.CPU*100000)), 10) + " 100000"
