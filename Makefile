@@ -5,7 +5,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
 
-.PHONY: image bench-fleet build console-assets install deps up test test-under-load test-unit test-integration bench bench-scale soak clean lint fuzz battery
+.PHONY: image bench-fleet bench-density build console-assets install deps up test test-under-load test-unit test-integration bench bench-scale soak clean lint fuzz battery
 
 # console-assets copies xterm.js (npm, pinned) where go:embed takes it for
 # the web console (docs/console.md); go build works without it.
@@ -79,6 +79,14 @@ bench-scale: install
 	AGENTBOX=$(BIN)/agentbox scripts/build-template.sh busybox
 	$(BIN)/agentbox bench --templates busybox --only '^scale' --scale $(SCALE) --n 40 --json $(BIN)/scale.json $(BENCH_FLAGS)
 	$(GO) run ./cmd/agentbox-benchchart -json $(BIN)/scale.json -o $(SCALE_PNG)
+
+# `make bench-density` fills a daemon the script starts beside the host's
+# with idle busybox sandboxes up to $(DENSITY) (or until MemAvailable is
+# under 3 GiB), printing the host's counts after each 100, then destroys
+# them (docs/PERFORMANCE.md, "Density at 5,000"; scripts/bench-density.sh).
+DENSITY     ?= 5000
+bench-density: install
+	BIN=$(BIN) scripts/bench-density.sh $(DENSITY)
 
 # `make battery` runs only the hostile battery and the posture check
 # (docs/SECURITY.md) against a test daemon, on every isolation tier it
