@@ -39,6 +39,7 @@ targets="
 ./internal/build FuzzParseBuildSpec 2000x
 ./internal/storage FuzzApplyLayer 30x
 ./internal/storage FuzzSnapshotStream 10000x
+./internal/storage FuzzSnapshotStreamFiles 5000x
 ./internal/storage FuzzApplyOverlayLayer 30x
 ./internal/e2b FuzzReadStreamRequest 10000x
 ./internal/auth FuzzGatewayPrincipal 2000x

@@ -3,16 +3,18 @@ package storage
 import (
 	"bufio"
 	"context"
-	"encoding/hex"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/errdefs"
@@ -28,12 +30,18 @@ import (
 const (
 	SnapshotConfigType types.MediaType = "application/vnd.agentbox.snapshot.config.v1+json"
 	SnapshotLayerType  types.MediaType = "application/vnd.agentbox.snapshot.upper.v1.tar+zstd"
+	// SnapshotFileType is a snapshot file's layer (snapshot_files.go):
+	// the file's bytes, zstd; its diff id is their sha256. They follow
+	// the upper directories' layers, in the config's file list's order.
+	SnapshotFileType types.MediaType = "application/vnd.agentbox.snapshot.file.v1+zstd"
 )
 
 // SnapshotImage packs the overlay upper directories dirs (bottom first)
-// as a snapshot artifact with config; the packed layers are files under
-// tmpDir, which the caller removes once the artifact is pushed.
-func (p *Pool) SnapshotImage(ctx context.Context, dirs []string, config []byte, tmpDir string) (v1.Image, []v1.Hash, error) {
+// as a snapshot artifact with config, and after them files (from
+// fileDir), one layer each; the packed layers are files under tmpDir,
+// which the caller removes once the artifact is pushed. It returns the
+// upper directories' diff ids.
+func (p *Pool) SnapshotImage(ctx context.Context, dirs []string, config []byte, tmpDir, fileDir string, files []SnapshotFile) (v1.Image, []v1.Hash, error) {
 	var layers []*fileLayer
 	var diffIDs []v1.Hash
 	for _, d := range dirs {
@@ -44,8 +52,88 @@ func (p *Pool) SnapshotImage(ctx context.Context, dirs []string, config []byte, 
 		layers = append(layers, l)
 		diffIDs = append(diffIDs, l.diffID)
 	}
+	for _, f := range files {
+		l, err := packFile(filepath.Join(fileDir, f.Name), tmpDir)
+		if err != nil {
+			return nil, nil, err
+		}
+		if l.diffID.String() != f.Digest {
+			return nil, nil, fmt.Errorf("snapshot file %s changed while it was packed", f.Name)
+		}
+		layers = append(layers, l)
+	}
 	img, err := newOCIImage(config, SnapshotConfigType, layers, nil)
 	return img, diffIDs, err
+}
+
+// packFile writes the file at path, zstd, into a new file under tmpDir
+// and returns it as a layer of SnapshotFileType.
+func packFile(path, tmpDir string) (*fileLayer, error) {
+	src, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	f, err := os.CreateTemp(tmpDir, "file-")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	digest, diffID := sha256.New(), sha256.New()
+	cw := &countWriter{}
+	zw, err := zstd.NewWriter(io.MultiWriter(f, digest, cw), zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.Copy(io.MultiWriter(zw, diffID), src); err != nil {
+		zw.Close()
+		return nil, fmt.Errorf("packing %s: %w", path, err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	return &fileLayer{path: f.Name(), digest: sha256Hash(digest), diffID: sha256Hash(diffID), size: cw.n, mediaType: SnapshotFileType, comp: compressZstd}, nil
+}
+
+// ReceiveSnapshotFileLayer writes file f of a pulled snapshot artifact,
+// layer l, into dir as ReceiveSnapshotFile does (f.Digest is required:
+// the file's sha256 from the config).
+func ReceiveSnapshotFileLayer(dir string, f SnapshotFile, l v1.Layer) error {
+	what := "snapshot file " + f.Name
+	if d, err := l.Digest(); err == nil {
+		what += " (" + d.String() + ")"
+	}
+	if f.Digest == "" {
+		return errdefs.Invalid("%s: the snapshot config gives it no digest", what)
+	}
+	mt, err := l.MediaType()
+	if err != nil {
+		return errdefs.Invalid("%s: %v", what, err)
+	}
+	if mt != SnapshotFileType {
+		return errdefs.Invalid("%s has media type %s, not %s: not an agentbox snapshot file", what, mt, SnapshotFileType)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return errdefs.Unavailable("%s: fetching it: %v", what, err)
+	}
+	defer rc.Close()
+	zr, err := decompress(rc, compressZstd)
+	if err != nil {
+		return errdefs.Invalid("%s: %v", what, err)
+	}
+	defer zr.Close()
+	if err := ReceiveSnapshotFile(dir, f, zr); err != nil {
+		var e *errdefs.Error
+		if errors.As(err, &e) {
+			return err
+		}
+		return errdefs.Invalid("%s: %v", what, err)
+	}
+	return nil
 }
 
 // SnapshotLayerDirs are the directories of snapshot snapID that hold n
@@ -184,37 +272,19 @@ func (p *Pool) importSnapshot(ctx context.Context, snapID string, n int, apply f
 // ExportSnapshot writes the overlay upper directories dirs (bottom
 // first) as a snapshot stream with config (snapshot_stream.go) to w,
 // read straight from the (read-only) directories: nothing is packed
-// ahead. It returns the layers' diff ids.
-func (p *Pool) ExportSnapshot(ctx context.Context, dirs []string, config []byte, w io.Writer) ([]string, error) {
-	if len(config) > MaxStreamConfig {
-		return nil, errdefs.Invalid("the snapshot config is %d bytes, more than a stream carries (%d)", len(config), MaxStreamConfig)
-	}
-	sw := &streamWriter{w: w, h: newSHA()}
-	if _, err := io.WriteString(w, streamMagic); err != nil {
-		return nil, err
-	}
-	if err := sw.frame(frameConfig, config); err != nil {
-		return nil, err
-	}
-	// Tar headers are small writes: gathered into frames of up to 1 MiB;
-	// a file's data goes through in the tar writer's own chunks.
-	bw := bufio.NewWriterSize(sw, 1<<20)
-	var diffIDs []string
-	for _, d := range dirs {
-		sw.h.Reset()
-		if _, err := writeLayerTar(ctx, bw, d, p.uidBase, p.uidCount, tarOverlay); err != nil {
-			return nil, fmt.Errorf("reading snapshot layer %s: %w", filepath.Base(d), err)
+// ahead; then files, read from fileDir (snapshot_files.go). It returns
+// the layers' diff ids.
+func (p *Pool) ExportSnapshot(ctx context.Context, dirs []string, config []byte, fileDir string, files []SnapshotFile, w io.Writer) ([]string, error) {
+	return writeSnapshotStream(w, config, len(dirs), func(i int, sw io.Writer) error {
+		// Tar headers are small writes: gathered into frames of up to
+		// 1 MiB; a file's data goes through in the tar writer's own
+		// chunks.
+		bw := bufio.NewWriterSize(sw, 1<<20)
+		if _, err := writeLayerTar(ctx, bw, dirs[i], p.uidBase, p.uidCount, tarOverlay); err != nil {
+			return fmt.Errorf("reading snapshot layer %s: %w", filepath.Base(dirs[i]), err)
 		}
-		if err := bw.Flush(); err != nil {
-			return nil, err
-		}
-		sum := sw.h.Sum(nil)
-		if err := sw.frame(frameEnd, sum); err != nil {
-			return nil, err
-		}
-		diffIDs = append(diffIDs, "sha256:"+hex.EncodeToString(sum))
-	}
-	return diffIDs, sw.frame(frameLast, nil)
+		return bw.Flush()
+	}, fileDir, files)
 }
 
 // applyOverlayLayer applies one snapshot layer (zstd, or gzip) and checks

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash"
 	"io"
 
@@ -17,7 +18,8 @@ import (
 // uncompressed stream (GET /v1/snapshots/{ref}/export into POST
 // /v1/snapshots/import), with no registry and no temp file on the way.
 // It carries what the OCI artifact carries (snapshot_oci_linux.go): the
-// config, then each layer's overlay-format tar, bottom first.
+// config, then each layer's overlay-format tar, bottom first, then the
+// snapshot's files (a memory checkpoint's; snapshot_files.go).
 //
 //	stream = magic frame*
 //	magic  = "AGBXSNAP" 0x00 0x01          (10 bytes; version 1)
@@ -30,6 +32,8 @@ import (
 //	     the first layer starts after 'C', each next one after an 'E'
 //	'E'  end of the current layer: the 32-byte sha256 of its tar (the
 //	     layer's diff id, as in the OCI artifact's config)
+//	'F'  after the last layer, each snapshot file's start (its name),
+//	     then its 'D' frames and an 'E' with its sha256 (snapshot_files.go)
 //	'Z'  end of the stream, empty; nothing may follow it
 //
 // A stream cut short (no 'Z') is not a snapshot: the import fails.
@@ -89,14 +93,16 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 // Pool.ExportSnapshot), checking its framing; every error is an
 // errdefs.Invalid that says the stream is corrupt or cut short.
 type SnapshotStreamReader struct {
-	r      *bufio.Reader
-	left   uint32 // bytes left of the current 'D' frame
-	inLyr  bool   // a layer is being read
-	done   bool   // 'Z' seen
-	layers int    // layers ended
-	h      hash.Hash
-	hdr    [5]byte
-	Config []byte
+	r     *bufio.Reader
+	left  uint32 // bytes left of the current 'D' frame
+	inLyr bool   // a layer is being read
+	done  bool   // 'Z' seen
+	// inFiles: the files section (snapshot_files.go) has begun.
+	inFiles bool
+	layers  int // layers ended
+	h       hash.Hash
+	hdr     [5]byte
+	Config  []byte
 }
 
 // NewSnapshotStreamReader checks the magic and reads the config frame.
@@ -137,7 +143,7 @@ func (s *SnapshotStreamReader) header() (byte, uint32, error) {
 // NextLayer starts the next layer; its data is then read with Read,
 // which answers io.EOF at the layer's end once its sha256 matched. It
 // reports false at the stream's end ('Z'), after which nothing may
-// follow.
+// follow, and before its files section ('F': NextFile).
 func (s *SnapshotStreamReader) NextLayer() (bool, error) {
 	if s.inLyr {
 		// The rest of the layer (a tar's padding) is read and checked.
@@ -152,6 +158,9 @@ func (s *SnapshotStreamReader) NextLayer() (bool, error) {
 	if err != nil {
 		return false, cutShort(err)
 	}
+	if b[0] == frameFile {
+		return false, nil // the files section: no more layers
+	}
 	if b[0] == frameLast {
 		typ, n, err := s.header()
 		if err != nil {
@@ -165,6 +174,9 @@ func (s *SnapshotStreamReader) NextLayer() (bool, error) {
 		}
 		s.done = true
 		return false, nil
+	}
+	if s.inFiles {
+		return false, errdefs.Invalid("snapshot stream: a layer after its files")
 	}
 	s.inLyr = true
 	s.h.Reset()
@@ -199,10 +211,16 @@ func (s *SnapshotStreamReader) Read(p []byte) (int, error) {
 				return 0, cutShort(err)
 			}
 			if !bytes.Equal(sum[:], s.h.Sum(nil)) {
-				return 0, errdefs.Invalid("snapshot stream: layer %d does not match its sha256 %s (the stream is corrupt)", s.layers+1, hex.EncodeToString(sum[:]))
+				what := fmt.Sprintf("layer %d", s.layers+1)
+				if s.inFiles {
+					what = "a file"
+				}
+				return 0, errdefs.Invalid("snapshot stream: %s does not match its sha256 %s (the stream is corrupt)", what, hex.EncodeToString(sum[:]))
 			}
 			s.inLyr = false
-			s.layers++
+			if !s.inFiles {
+				s.layers++
+			}
 			return 0, io.EOF
 		default:
 			return 0, errdefs.Invalid("snapshot stream: a frame of type %q inside a layer", typ)

@@ -49,7 +49,7 @@ func TestSnapshotStreamRoundTrip(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	config := []byte(`{"id":"x","layers":2}`)
-	diffIDs, err := p.ExportSnapshot(testCtx(), []string{bottom, top}, config, &buf)
+	diffIDs, err := p.ExportSnapshot(testCtx(), []string{bottom, top}, config, "", nil, &buf)
 	if err != nil {
 		t.Fatal(err)
 	}
