@@ -51,6 +51,18 @@ type Checkpointer interface {
 	Restore(ctx context.Context, spec *Spec, dir string) (*Handle, error)
 }
 
+// CheckpointChecker is a Checkpointer that can tell whether this host
+// restores a checkpoint that was taken elsewhere (a memory snapshot moved
+// from another node): what its checkpoints record of the host they were
+// taken on (the runsc version; QEMU's accelerator and guest kernel, the
+// VM's shape) against this host. The sandbox service asks it when a
+// snapshot with memory lands, before it is recorded.
+type CheckpointChecker interface {
+	// CheckCheckpoint checks the checkpoint in dir; a mismatch is an
+	// errdefs.Precondition error that names what differs.
+	CheckCheckpoint(dir string) error
+}
+
 // CheckpointOptions tune Checkpoint.
 type CheckpointOptions struct {
 	// LeaveRunning: the sandbox goes on running after the checkpoint.

@@ -38,16 +38,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/guestclient"
 )
 
-var _ driver.Checkpointer = (*Driver)(nil) // memory snapshots, pause to disk, fork with memory
+var (
+	_ driver.Checkpointer      = (*Driver)(nil) // memory snapshots, pause to disk, fork with memory
+	_ driver.CheckpointChecker = (*Driver)(nil) // memory snapshots from other nodes
+)
 
 // hooked: sandboxes whose gVisor kernel has the hook configured (by a
 // checkpoint of this daemon, or restored from one), by id.
@@ -59,8 +64,8 @@ const hookArgv = guestPath + " hook"
 
 // Restore implements driver.Checkpointer.
 func (d *Driver) Restore(ctx context.Context, spec *driver.Spec, dir string) (*driver.Handle, error) {
-	if _, err := os.Stat(dir + "/checkpoint.img"); err != nil {
-		return nil, fmt.Errorf("gvisor: no checkpoint in %s: %w", dir, err)
+	if err := d.CheckCheckpoint(dir); err != nil {
+		return nil, err
 	}
 	h, err := d.create(ctx, spec, dir)
 	if err == nil {
@@ -129,6 +134,9 @@ func (d *Driver) Checkpoint(ctx context.Context, h *driver.Handle, dir string, o
 		return fmt.Errorf("gvisor: %w", err)
 	}
 	if err := saveShmMB(root, dir); err != nil {
+		return err
+	}
+	if err := saveHost(dir); err != nil {
 		return err
 	}
 	if !opts.LeaveRunning {
@@ -259,4 +267,76 @@ func checkpointShmMB(dir string, def int64) (int64, error) {
 		return 0, fmt.Errorf("gvisor: the checkpoint's /dev/shm size %q is not a size in MiB", b)
 	}
 	return mb, nil
+}
+
+// hostFile records, in a checkpoint, what of its host a restore needs
+// the same (savedHost): runsc restores only its own version's kernel
+// state, on the same CPU architecture.
+const hostFile = "agentbox-host.json"
+
+// savedHost is a checkpoint's hostFile.
+type savedHost struct {
+	Runsc string `json:"runsc"` // the first line of `runsc --version`
+	Arch  string `json:"arch"`  // GOARCH
+}
+
+var runscVersion = sync.OnceValues(func() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, runscPath(), "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("gvisor: runsc --version: %w", err)
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line, nil
+})
+
+func thisHost() (savedHost, error) {
+	v, err := runscVersion()
+	return savedHost{Runsc: v, Arch: runtime.GOARCH}, err
+}
+
+// saveHost writes this host's savedHost into dir.
+func saveHost(dir string) error {
+	h, err := thisHost()
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(h)
+	return os.WriteFile(filepath.Join(dir, hostFile), b, 0o600)
+}
+
+// CheckCheckpoint implements driver.CheckpointChecker: dir holds a runsc
+// checkpoint, taken by this runsc version on this architecture (a
+// checkpoint without the record was taken on this node by an earlier
+// agentbox, and is left to runsc).
+func (d *Driver) CheckCheckpoint(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
+		if _, merr := os.Stat(filepath.Join(dir, "microvm.json")); merr == nil {
+			return errdefs.Precondition("gvisor: the checkpoint is a microvm's: it restores only on the microvm tier")
+		}
+		return fmt.Errorf("gvisor: no checkpoint in %s: %w", dir, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, hostFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("gvisor: the checkpoint's host record: %w", err)
+	}
+	var saved savedHost
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return errdefs.Invalid("gvisor: the checkpoint's host record %s is not valid: %v", hostFile, err)
+	}
+	here, err := thisHost()
+	if err != nil {
+		return err
+	}
+	switch {
+	case saved.Arch != here.Arch:
+		return errdefs.Precondition("gvisor: the checkpoint was taken on %s and this host is %s: runsc restores only on the same architecture", saved.Arch, here.Arch)
+	case saved.Runsc != here.Runsc:
+		return errdefs.Precondition("gvisor: the checkpoint was taken by %q and this host runs %q: runsc restores only its own version's checkpoints (install the same runsc on both nodes: scripts/install-runsc.sh)", saved.Runsc, here.Runsc)
+	}
+	return nil
 }

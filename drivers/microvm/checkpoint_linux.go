@@ -48,7 +48,10 @@ import (
 // then says hello to the agent with the new sandbox's identity and
 // network (vminit takes them on a later hello).
 
-var _ driver.Checkpointer = (*Driver)(nil)
+var (
+	_ driver.Checkpointer      = (*Driver)(nil)
+	_ driver.CheckpointChecker = (*Driver)(nil)
+)
 
 // savedVMVersion is the layout of microvm.json and the files beside it;
 // a checkpoint of layout 1 (legacyVMVersion) restores too.
@@ -122,6 +125,26 @@ func (d *Driver) readSaved(dir string) (*savedVM, error) {
 		return nil, fmt.Errorf("microvm: checkpoint %s: no VM shape", dir)
 	}
 	return s, nil
+}
+
+// CheckCheckpoint implements driver.CheckpointChecker: the checkpoint's
+// layout, accelerator and guest kernel are what this driver restores
+// (readSaved), and its files are there.
+func (d *Driver) CheckCheckpoint(dir string) error {
+	s, err := d.readSaved(dir)
+	if err != nil {
+		return err
+	}
+	need := []string{s.state(), s.disk()}
+	if s.Version == savedVMVersion && s.RAM == ramInImage {
+		need = append(need, s.ram())
+	}
+	for _, f := range need {
+		if _, err := os.Stat(f); err != nil {
+			return errdefs.Invalid("microvm: the checkpoint lacks %s", filepath.Base(f))
+		}
+	}
+	return nil
 }
 
 // Restore implements driver.Checkpointer.

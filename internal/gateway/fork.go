@@ -23,7 +23,10 @@ import (
 // Cross-host fork: POST /v1/sandboxes/{id}/fork with "spread": true.
 //
 //  1. The parent's node A takes a snapshot of it (as the node's own fork
-//     does: frozen for the capture, the parent keeps running).
+//     does: frozen for the capture, the parent keeps running), with its
+//     memory for a fork with memory (gvisor: the snapshot's checkpoint
+//     travels with it, and each child restores it; a tier whose memory
+//     cannot leave its node, microvm for now, keeps every child on A).
 //  2. Each child is placed best of K (place.go), counting the children
 //     placed before it, on the parent's tier and template.
 //  3. On every other target node, in this order: the template is made
@@ -63,11 +66,7 @@ func (g *Gateway) fork(w http.ResponseWriter, r *http.Request) {
 		g.forwardSandbox(w, r)
 		return
 	}
-	switch {
-	case req.Memory:
-		server.WriteError(w, errdefs.Invalid("spread does not work with memory yet: a snapshot with memory cannot move between nodes; fork with memory without spread (every child on the parent's node)"))
-		return
-	case req.Count == 0:
+	if req.Count == 0 {
 		req.Count = 1
 	}
 	if req.Count < 1 || req.Count > maxForkCount {
@@ -75,7 +74,7 @@ func (g *Gateway) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	out, err := g.spreadFork(r.Context(), principal(r), r.PathValue("id"), req.Count)
+	out, err := g.spreadFork(r.Context(), principal(r), r.PathValue("id"), req.Count, req.Memory)
 	if err != nil {
 		server.WriteError(w, err)
 		return
@@ -84,8 +83,9 @@ func (g *Gateway) fork(w http.ResponseWriter, r *http.Request) {
 	server.WriteJSON(w, http.StatusCreated, api.ForkResponse{Sandboxes: out})
 }
 
-// spreadFork forks sandbox id into count children placed over the fleet.
-func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, count int) ([]api.Sandbox, error) {
+// spreadFork forks sandbox id into count children placed over the fleet,
+// with memory: each child goes on running the parent's processes.
+func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, count int, memory bool) ([]api.Sandbox, error) {
 	src, err := g.nodeOf(id, "sandbox")
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, c
 		return nil, err
 	}
 	var snap api.Snapshot
-	if err := g.call(ctx, src, p, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/snapshots", api.CreateSnapshotRequest{}, &snap); err != nil {
+	if err := g.call(ctx, src, p, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/snapshots", api.CreateSnapshotRequest{Memory: memory}, &snap); err != nil {
 		return nil, fmt.Errorf("snapshotting sandbox %s: %w", id, err)
 	}
 	targets := g.placeMany(parent.Isolation, parent.Template, count)

@@ -44,18 +44,13 @@ func TestFlightsSingle(t *testing.T) {
 	}
 }
 
-// A fork without spread goes to the parent's node as it came; spread
-// with memory is refused.
+// A fork without spread goes to the parent's node as it came.
 func TestSpreadForkRequests(t *testing.T) {
 	f := newFleet(t, "n2a", "n3b")
 	sb := f.nodes["n2a"].add(time.Now())
 	f.do("POST", "/v1/sandboxes/"+sb.ID+"/fork", f.key, `{"count":2}`)
 	if p := f.nodes["n2a"].lastPath; p != "/v1/sandboxes/"+sb.ID+"/fork" {
 		t.Errorf("a fork without spread reached %q on the parent's node", p)
-	}
-	// Memory and spread together are refused.
-	if resp, body := f.do("POST", "/v1/sandboxes/"+sb.ID+"/fork", f.key, `{"spread":true,"memory":true}`); resp.StatusCode != 400 {
-		t.Errorf("spread with memory: %d %s", resp.StatusCode, body)
 	}
 	// A named node that is not in the fleet.
 	if resp, body := f.do("POST", "/v1/sandboxes", f.key, `{"node":"zzz"}`); resp.StatusCode != 400 {

@@ -27,7 +27,8 @@ import (
 // node finds that template (pulling it from its ref when this node lacks
 // it), unpacks the layers into a new snapshot (storage.ImportSnapshot)
 // and records it, so that a create from it works as from a snapshot
-// taken here. Files only: a snapshot with memory is refused.
+// taken here. A snapshot with memory carries its checkpoint's files too
+// (memmove.go).
 
 // SnapshotConfig is the config blob of a snapshot artifact
 // (storage.SnapshotConfigType).
@@ -48,6 +49,10 @@ type SnapshotConfig struct {
 	// Layers is the number of layers of a snapshot stream
 	// (snapshotstream.go); unset in an OCI artifact.
 	Layers int `json:"layers,omitempty"`
+	// Memory is the snapshot's memory (memmove.go), nil for a snapshot
+	// of files: its files follow the layers, in this order (in an OCI
+	// artifact, one layer each after the upper directories').
+	Memory *SnapshotMemory `json:"memory,omitempty"`
 }
 
 // SnapshotTemplate names the template version a snapshot stacks on.
@@ -136,6 +141,14 @@ func (s *Service) PushSnapshot(ctx context.Context, scope tenancy.Scope, ref, de
 	if err != nil {
 		return nil, err
 	}
+	mem, memDir, err := s.exportMemory(rec, true)
+	if err != nil {
+		return nil, err
+	}
+	var memFiles []storage.SnapshotFile
+	if mem != nil {
+		cfg.Memory, memFiles = mem, mem.Files
+	}
 	tmp, err := pool.TempDir()
 	if err != nil {
 		return nil, err
@@ -144,7 +157,7 @@ func (s *Service) PushSnapshot(ctx context.Context, scope tenancy.Scope, ref, de
 	start := time.Now()
 	// The layers are packed once (the config needs their diff ids), then
 	// the artifact is made around them.
-	img, diffIDs, err := pool.SnapshotImage(ctx, dirs, []byte("{}"), tmp)
+	img, diffIDs, err := pool.SnapshotImage(ctx, dirs, []byte("{}"), tmp, memDir, memFiles)
 	if err != nil {
 		return nil, fmt.Errorf("packing snapshot %s: %w", rec.ID, err)
 	}
@@ -163,22 +176,20 @@ func (s *Service) PushSnapshot(ctx context.Context, scope tenancy.Scope, ref, de
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("pushed snapshot", "snapshot", rec.ID, "ref", r.String(), "digest", d.String(), "layers", len(dirs),
+	s.log.Info("pushed snapshot", "snapshot", rec.ID, "ref", r.String(), "digest", d.String(), "layers", len(dirs), "memory", mem != nil,
 		"packed_in", packed.Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
 	return &api.PushResponse{Ref: r.String(), Digest: d.String()}, nil
 }
 
 // exportable checks that snapshot rec (asked for as ref) can leave this
-// node (ready, files only, stacked on its template as recorded) and
+// node (ready, stacked on its template as recorded; its memory is
+// exportMemory's) and
 // returns its own layer directories, bottom first, and its config
 // (without diff ids).
 func (s *Service) exportable(ctx context.Context, pool *storage.Pool, rec *store.SnapshotRecord, ref string) ([]string, SnapshotConfig, error) {
 	var cfg SnapshotConfig
 	if rec.State != store.SnapshotReady {
 		return nil, cfg, errdefs.Precondition("snapshot %q is still being taken; retry in a moment", ref)
-	}
-	if s.ckpt.hasMemory(rec.ID) {
-		return nil, cfg, errdefs.Precondition("snapshot %s holds memory (a checkpoint of its processes): moving memory snapshots to another node is not supported yet; use a snapshot of the files (POST /v1/sandboxes/{id}/snapshots without memory)", rec.ID)
 	}
 	tpl, err := pool.TemplateVersion(rec.Template, rec.TemplateVersion)
 	if err != nil {
@@ -250,26 +261,52 @@ func (s *Service) PullSnapshot(ctx context.Context, tenant string, req api.PullR
 	if err != nil {
 		return nil, registry.Wrap(err, "listing the layers of "+r.String())
 	}
-	if len(layers) == 0 || len(layers) != len(cfg.DiffIDs) {
-		return nil, errdefs.Invalid("%s: %d layers but %d diff ids in its config", r, len(layers), len(cfg.DiffIDs))
+	nf := 0
+	if cfg.Memory != nil {
+		nf = len(cfg.Memory.Files)
 	}
+	if len(cfg.DiffIDs) == 0 || len(layers) != len(cfg.DiffIDs)+nf {
+		return nil, errdefs.Invalid("%s: %d layers but %d diff ids and %d memory files in its config", r, len(layers), len(cfg.DiffIDs), nf)
+	}
+	memDrv, err := s.memoryTier(cfg.Memory, cfg.Isolation)
+	if err != nil {
+		return nil, err
+	}
+	fileLayers := layers[len(cfg.DiffIDs):]
+	layers = layers[:len(cfg.DiffIDs)]
 	diffIDs := make([]v1.Hash, len(cfg.DiffIDs))
 	for i, d := range cfg.DiffIDs {
 		if diffIDs[i], err = v1.NewHash(d); err != nil {
 			return nil, errdefs.Invalid("%s: diff id %q: %v", r, d, err)
 		}
 	}
-	rec, tpl, err := s.landSnapshot(ctx, pool, tenant, req.Name, &cfg, len(layers), pullTemplate, func(ctx context.Context, snapID string) error {
-		if _, err := pool.ImportSnapshot(ctx, snapID, layers, diffIDs); err != nil {
-			return fmt.Errorf("pulling snapshot %s: %w", r, err)
+	rec, tpl, err := s.landSnapshot(ctx, pool, tenant, req.Name, &cfg, len(layers), pullTemplate, func(ctx context.Context, snapID string) (int64, error) {
+		n, err := pool.ImportSnapshot(ctx, snapID, layers, diffIDs)
+		if err != nil {
+			return 0, fmt.Errorf("pulling snapshot %s: %w", r, err)
 		}
-		return nil
+		if cfg.Memory == nil {
+			return 0, nil
+		}
+		m, err := s.landMemory(ctx, snapID, cfg.Memory, memDrv, n, func(dir string) error {
+			for i, f := range cfg.Memory.Files {
+				if err := storage.ReceiveSnapshotFileLayer(dir, f, fileLayers[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			_ = pool.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
+			return 0, fmt.Errorf("pulling snapshot %s: %w", r, err)
+		}
+		return m, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.log.Info("pulled snapshot", "snapshot", rec.ID, "ref", r.String(), "template", tpl.Name+"@"+tpl.Version,
-		"layers", len(layers), "size", rec.SizeBytes, "took", time.Since(start).Round(time.Millisecond))
+		"layers", len(layers), "memory", cfg.Memory != nil, "size", rec.SizeBytes, "took", time.Since(start).Round(time.Millisecond))
 	out := s.snapshotOut(rec)
 	return &out, nil
 }
@@ -277,11 +314,13 @@ func (s *Service) PullSnapshot(ctx context.Context, tenant string, req api.PullR
 // landSnapshot records the snapshot a pull or a stream import brings to
 // this node: it finds (or pulls, with pullTemplate) the template cfg
 // names, records a creating snapshot of tenant named name that stacks n
-// layers on it, has fill write those layers into snapshot snapID under
-// a context that carries the tenant's disk quota, and marks the
-// snapshot ready. It returns the ready record and its template; on an
-// error nothing is left (fill leaves nothing on disk when it fails).
-func (s *Service) landSnapshot(ctx context.Context, pool *storage.Pool, tenant, name string, cfg *SnapshotConfig, n int, pullTemplate PullTemplateFunc, fill func(ctx context.Context, snapID string) error) (*store.SnapshotRecord, *storage.Template, error) {
+// layers on it, has fill write those layers (and its memory) into
+// snapshot snapID under a context that carries the tenant's disk quota,
+// and marks the snapshot ready, its size the layers' and the bytes fill
+// returns (its memory's). It returns the ready record and its template;
+// on an error nothing is left (fill leaves nothing on disk when it
+// fails).
+func (s *Service) landSnapshot(ctx context.Context, pool *storage.Pool, tenant, name string, cfg *SnapshotConfig, n int, pullTemplate PullTemplateFunc, fill func(ctx context.Context, snapID string) (int64, error)) (*store.SnapshotRecord, *storage.Template, error) {
 	tpl, err := s.snapshotTemplate(ctx, pool, cfg.Template, pullTemplate)
 	if err != nil {
 		return nil, nil, err
@@ -302,7 +341,7 @@ func (s *Service) landSnapshot(ctx context.Context, pool *storage.Pool, tenant, 
 		Lowers:          append(pool.SnapshotLayerDirs(snapID, n), tl...),
 		Env:             cfg.Env,
 	}
-	if _, ok := s.drivers[rec.Isolation]; !ok {
+	if _, ok := s.drivers[rec.Isolation]; !ok && cfg.Memory == nil {
 		rec.Isolation = "" // a tier this node lacks: the create's own
 	}
 	// The intent comes first: recovery removes a snapshot left creating.
@@ -316,13 +355,16 @@ func (s *Service) landSnapshot(ctx context.Context, pool *storage.Pool, tenant, 
 	} else if left > 0 {
 		ictx = storage.WithMaxBytes(ctx, left)
 	}
-	if err := fill(ictx, snapID); err != nil {
+	memBytes, err := fill(ictx, snapID)
+	if err != nil {
 		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
 		return nil, nil, err
 	}
 	size, _ := pool.SnapshotSize(snapID)
+	size += memBytes
 	if err := s.st.FinishSnapshot(ctx, snapID, size); err != nil {
 		_ = pool.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
+		_ = os.RemoveAll(s.ckpt.snapshotDir(snapID))
 		_ = s.st.DeleteSnapshot(context.WithoutCancel(ctx), snapID)
 		return nil, nil, err
 	}

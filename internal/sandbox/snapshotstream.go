@@ -17,7 +17,8 @@ import (
 // /v1/snapshots/{ref}/export writes a snapshot as one uncompressed
 // snapshot stream (storage/snapshot_stream.go: the config an OCI push
 // writes, with the layer count, then each layer's overlay tar, bottom
-// first), read straight from the snapshot's read-only layers; POST
+// first), then a memory snapshot's checkpoint files (memmove.go), read
+// straight from the snapshot's read-only layers; POST
 // /v1/snapshots/import reads one into a new snapshot as a pull does
 // (the template found by digest or version, or a 412; the tenant's disk
 // quota; every check of an image import). A fleet gateway pipes one
@@ -50,6 +51,14 @@ func (s *Service) ExportSnapshot(ctx context.Context, scope tenancy.Scope, ref s
 	if err != nil {
 		return nil, err
 	}
+	mem, memDir, err := s.exportMemory(rec, false)
+	if err != nil {
+		return nil, err
+	}
+	var memFiles []storage.SnapshotFile
+	if mem != nil {
+		cfg.Memory, memFiles = mem, mem.Files
+	}
 	cfg.Layers = len(dirs)
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -57,11 +66,11 @@ func (s *Service) ExportSnapshot(ctx context.Context, scope tenancy.Scope, ref s
 	}
 	return func(w io.Writer) error {
 		start := time.Now()
-		if _, err := pool.ExportSnapshot(ctx, dirs, raw, w); err != nil {
+		if _, err := pool.ExportSnapshot(ctx, dirs, raw, memDir, memFiles, w); err != nil {
 			s.log.Warn("exporting snapshot", "snapshot", rec.ID, "err", err)
 			return err
 		}
-		s.log.Info("exported snapshot", "snapshot", rec.ID, "layers", len(dirs), "took", time.Since(start).Round(time.Millisecond))
+		s.log.Info("exported snapshot", "snapshot", rec.ID, "layers", len(dirs), "memory", mem != nil, "took", time.Since(start).Round(time.Millisecond))
 		return nil
 	}, nil
 }
@@ -90,20 +99,38 @@ func (s *Service) ImportSnapshot(ctx context.Context, tenant, name string, r io.
 	if cfg.Layers < 1 || cfg.Layers > maxLowers {
 		return nil, errdefs.Invalid("the snapshot stream's config names %d layers; 1 to %d", cfg.Layers, maxLowers)
 	}
+	memDrv, err := s.memoryTier(cfg.Memory, cfg.Isolation)
+	if err != nil {
+		return nil, err
+	}
 	if s.reg == nil {
 		pullTemplate = nil // no registry here: the template must be
 	}
-	rec, tpl, err := s.landSnapshot(ctx, pool, tenant, name, &cfg, cfg.Layers, pullTemplate, func(ctx context.Context, snapID string) error {
-		if _, err := pool.ImportSnapshotStream(ctx, snapID, sr, cfg.Layers); err != nil {
-			return fmt.Errorf("importing snapshot %s from a stream: %w", cfg.ID, err)
+	rec, tpl, err := s.landSnapshot(ctx, pool, tenant, name, &cfg, cfg.Layers, pullTemplate, func(ctx context.Context, snapID string) (int64, error) {
+		n, err := pool.ImportSnapshotStream(ctx, snapID, sr, cfg.Layers)
+		if err != nil {
+			return 0, fmt.Errorf("importing snapshot %s from a stream: %w", cfg.ID, err)
 		}
-		return nil
+		var m int64
+		if cfg.Memory == nil {
+			// The stream must end after the layers: no files.
+			err = storage.ReceiveSnapshotStreamFiles(sr, "", nil)
+		} else {
+			m, err = s.landMemory(ctx, snapID, cfg.Memory, memDrv, n, func(dir string) error {
+				return storage.ReceiveSnapshotStreamFiles(sr, dir, cfg.Memory.Files)
+			})
+		}
+		if err != nil {
+			_ = pool.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
+			return 0, fmt.Errorf("importing snapshot %s from a stream: %w", cfg.ID, err)
+		}
+		return m, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.log.Info("imported snapshot", "snapshot", rec.ID, "from", cfg.ID, "template", tpl.Name+"@"+tpl.Version,
-		"layers", cfg.Layers, "size", rec.SizeBytes, "took", time.Since(start).Round(time.Millisecond))
+		"layers", cfg.Layers, "memory", cfg.Memory != nil, "size", rec.SizeBytes, "took", time.Since(start).Round(time.Millisecond))
 	out := s.snapshotOut(rec)
 	return &out, nil
 }

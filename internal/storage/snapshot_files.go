@@ -104,9 +104,10 @@ func cutPrefix(s, p string) (string, bool) {
 }
 
 // SnapshotFilesOf lists the regular files of dir (a checkpoint) but those
-// named in skip, with their sizes and sha256: what a snapshot's config
-// lists. Anything else in dir (a directory, a link) is an error.
-func SnapshotFilesOf(dir string, skip ...string) ([]SnapshotFile, error) {
+// named in skip, with their sizes and, withDigests, their sha256 (read
+// whole): what a snapshot's config lists. Anything else in dir (a
+// directory, a link) is an error.
+func SnapshotFilesOf(dir string, withDigests bool, skip ...string) ([]SnapshotFile, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -121,6 +122,14 @@ next:
 		}
 		if !e.Type().IsRegular() || !snapshotFileRE.MatchString(e.Name()) {
 			return nil, fmt.Errorf("%s: %s is not a file a snapshot carries", dir, e.Name())
+		}
+		if !withDigests {
+			fi, err := e.Info()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, SnapshotFile{Name: e.Name(), Size: fi.Size()})
+			continue
 		}
 		f, err := os.Open(filepath.Join(dir, e.Name()))
 		if err != nil {

@@ -38,7 +38,7 @@ func testFiles(t *testing.T) (string, []SnapshotFile) {
 			t.Fatal(err)
 		}
 	}
-	files, err := SnapshotFilesOf(dir, "complete")
+	files, err := SnapshotFilesOf(dir, true, "complete")
 	if err != nil {
 		t.Fatal(err)
 	}
