@@ -62,8 +62,10 @@ type ForkRequest struct {
 	// fork), places each child on the best of a few nodes, not only the
 	// parent's: the parent's files go to the other nodes as a snapshot
 	// streamed from node to node (and pushed to the fleet's registry, when
-	// it has one, afterwards). Not with Memory. A node alone ignores it
-	// (every child is on the node).
+	// it has one, afterwards). With Memory (gvisor) the snapshot carries
+	// the parent's processes, restored in every child wherever it is (a
+	// microvm parent keeps every child on its node). A node alone
+	// ignores it (every child is on the node).
 	Spread bool `json:"spread,omitempty"`
 }
 

@@ -2,6 +2,8 @@ package gvisor
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/driver/drivertest"
+	"github.com/agentbox/agentbox/errdefs"
 )
 
 // TestCheckpointRestore drives runsc checkpoint/restore through the
@@ -201,5 +204,51 @@ func TestCheckpointShm(t *testing.T) {
 	}
 	if _, err := checkpointShmMB(dir, 256); err == nil {
 		t.Fatal("a damaged record was accepted")
+	}
+}
+
+// TestCheckCheckpointHost: a checkpoint records its host's runsc version
+// and architecture; one from another runsc version or architecture is
+// refused with failed_precondition naming both, one without the record
+// (an earlier agentbox's, on this node) passes, and a microvm's
+// checkpoint is said to be one.
+func TestCheckCheckpointHost(t *testing.T) {
+	if _, err := os.Stat(runscPath()); err != nil {
+		t.Fatalf("runsc is not installed at %s: run scripts/install-runsc.sh", runscPath())
+	}
+	d := &Driver{}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CheckCheckpoint(dir); err != nil {
+		t.Fatalf("without a record: %v", err)
+	}
+	if err := saveHost(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CheckCheckpoint(dir); err != nil {
+		t.Fatalf("this host's own: %v", err)
+	}
+	here, _ := thisHost()
+	for what, h := range map[string]savedHost{
+		"runsc": {Runsc: "runsc version release-20200101.0", Arch: here.Arch},
+		"arch":  {Runsc: here.Runsc, Arch: "riscv64"},
+	} {
+		b, _ := json.Marshal(h)
+		if err := os.WriteFile(filepath.Join(dir, hostFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := d.CheckCheckpoint(dir)
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "release-20200101.0") && what == "runsc" || !strings.Contains(err.Error(), "riscv64") && what == "arch" {
+			t.Errorf("a checkpoint of another %s: %v; want failed_precondition naming it", what, err)
+		}
+	}
+	mv := t.TempDir()
+	if err := os.WriteFile(filepath.Join(mv, "microvm.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CheckCheckpoint(mv); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "microvm") {
+		t.Errorf("a microvm checkpoint: %v", err)
 	}
 }
