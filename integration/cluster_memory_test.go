@@ -24,8 +24,8 @@ import (
 // memLoop is a busybox shell loop that holds a random value and a
 // counter only in its memory: asked (a file /root/ask appears), it writes
 // both to /root/answer.
-const memLoop = `nohup sh -c 'v=$(head -c 6 /dev/urandom | od -An -tx1 | tr -d " \n"); i=0; ` +
-	`while :; do i=$((i+1)); if [ -e /root/ask ]; then rm -f /root/ask; echo "$v $i" > /root/answer.tmp; mv /root/answer.tmp /root/answer; fi; sleep 0.1; done' >/dev/null 2>&1 &`
+const memLoop = `sh -c 'v=$(head -c 6 /dev/urandom | od -An -tx1 | tr -d " \n"); i=0; ` +
+	`while :; do i=$((i+1)); if [ -e /root/ask ]; then rm -f /root/ask; echo "$v $i" > /root/answer.tmp; mv /root/answer.tmp /root/answer; fi; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`
 
 // askLoop asks sandbox id's memLoop (through c) for its value and count.
 func askLoop(t *testing.T, c *client.Client, id string) (string, int) {
