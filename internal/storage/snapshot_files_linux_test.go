@@ -107,6 +107,15 @@ func TestSnapshotStreamFiles(t *testing.T) {
 		t.Errorf("ram came back without its hole: %d blocks for %d bytes", blocks, fi.Size())
 	}
 
+	// A stream without files ends after its layers; one with files is
+	// refused where the config lists none.
+	if _, err := receiveStream(t, testStream(t, dir, nil), nil); err != nil {
+		t.Errorf("a stream without files: %v", err)
+	}
+	if _, err := receiveStream(t, good, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("files the config does not list: %v", err)
+	}
+
 	flipped := bytes.Clone(good)
 	flipped[len(good)-40] ^= 1 // in the last file's data or end frame
 	renamed := slices.Clone(files)
