@@ -33,7 +33,7 @@ func newTemplatePullCommand(g *globals) *cobra.Command {
 
 func newSnapshotPushCommand(g *globals) *cobra.Command {
 	return newPushCommand(g, "push SNAPSHOT DEST",
-		"Push a snapshot's files to an OCI registry (DEST: HOST[:PORT]/REPO[:TAG]); prints the digest",
+		"Push a snapshot's files (and its memory, gvisor) to an OCI registry (DEST: HOST[:PORT]/REPO[:TAG]); prints the digest",
 		(*client.Client).PushSnapshot)
 }
 
