@@ -21,11 +21,12 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 )
 
-// memLoop is a busybox shell loop that holds a random value and a
-// counter only in its memory: asked (a file /root/ask appears), it writes
-// both to /root/answer.
-const memLoop = `sh -c 'v=$(head -c 6 /dev/urandom | od -An -tx1 | tr -d " \n"); i=0; ` +
-	`while :; do i=$((i+1)); if [ -e /root/ask ]; then rm -f /root/ask; echo "$v $i" > /root/answer.tmp; mv /root/answer.tmp /root/answer; fi; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`
+// memLoop is a busybox shell loop that holds a random value, a counter
+// and 32 MiB of random base64 only in its memory: asked (a file /root/ask
+// appears), it writes the value with the big string's length, and the
+// count, to /root/answer.
+const memLoop = `sh -c 'v=$(head -c 6 /dev/urandom | od -An -tx1 | tr -d " \n"); big=$(head -c 25165824 /dev/urandom | base64); i=0; ` +
+	`while :; do i=$((i+1)); if [ -e /root/ask ]; then rm -f /root/ask; echo "$v-${#big} $i" > /root/answer.tmp; mv /root/answer.tmp /root/answer; fi; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`
 
 // askLoop asks sandbox id's memLoop (through c) for its value and count.
 func askLoop(t *testing.T, c *client.Client, id string) (string, int) {
@@ -114,6 +115,9 @@ func TestClusterMemorySnapshot(t *testing.T) {
 	}
 	mustShVia(t, c, src.ID, memLoop)
 	v0, i0 := askLoop(t, c, src.ID)
+	if _, l, _ := strings.Cut(v0, "-"); len(l) < 8 {
+		t.Fatalf("the loop answers %q: not holding its 32 MiB", v0)
+	}
 	snap, err := c.CreateMemorySnapshot(ctx, src.ID, "")
 	if err != nil {
 		t.Fatalf("snapshot with memory on A: %v", err)
@@ -215,10 +219,13 @@ func TestClusterMemorySnapshot(t *testing.T) {
 		if err != nil {
 			t.Fatalf("spread fork with memory: %v", err)
 		}
+		var nodes []string
 		for _, k := range kids {
 			// The fork's snapshot is newer: its count is higher.
 			restored(t, c, k.ID, "a spread fork's child on "+k.Node)
+			nodes = append(nodes, k.Node)
 		}
+		t.Logf("spread fork with memory: children on %v", nodes)
 	})
 
 	t.Run("after A is killed", func(t *testing.T) {
