@@ -232,6 +232,41 @@ func (s *Service) DeleteSnapshot(ctx context.Context, scope tenancy.Scope, ref s
 	return s.removeSnapshot(context.WithoutCancel(ctx), rec)
 }
 
+// ReleaseSnapshot removes a tenant's snapshot when nothing stacks on it,
+// and otherwise makes it internal: removed with the last sandbox or
+// snapshot that stacks on it (collect), as a fork's own snapshot is. It
+// returns the snapshot when it stays, nil when it is gone. A fleet
+// gateway releases the snapshots a spread fork makes and copies
+// (docs/cluster.md).
+func (s *Service) ReleaseSnapshot(ctx context.Context, scope tenancy.Scope, ref string) (*api.Snapshot, error) {
+	rec, err := s.st.GetSnapshot(ctx, scope, ref)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != store.SnapshotReady {
+		return nil, errdefs.Precondition("snapshot %q is still being taken; retry in a moment", ref)
+	}
+	ctx = context.WithoutCancel(ctx)
+	// Internal first, then the attempt: a dependent that ends meanwhile
+	// either is gone before the attempt (which then removes it) or ends
+	// after it and finds the snapshot internal (its collect removes it).
+	if !rec.Internal {
+		if err := s.st.MarkSnapshotInternal(ctx, rec.ID); err != nil {
+			return nil, err
+		}
+		rec.Internal = true
+	}
+	switch err := s.removeSnapshot(ctx, rec); {
+	case err == nil, errors.Is(err, errdefs.ErrNotFound):
+		return nil, nil
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		out := s.snapshotOut(rec)
+		return &out, nil
+	default:
+		return nil, err
+	}
+}
+
 // removeSnapshot deletes the record (checking dependents in the same
 // transaction), then the subvolume; a crash in between leaves a subvolume
 // with no record, which recovery removes.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/storage"
 )
 
@@ -89,6 +90,22 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	if q := r.URL.Query().Get("when_unused"); q != "" {
+		if q != "true" {
+			writeError(w, errdefs.Invalid("when_unused must be true, got %q", q))
+			return
+		}
+		kept, err := s.svc.ReleaseSnapshot(r.Context(), scope(r), r.PathValue("ref"))
+		switch {
+		case err != nil:
+			writeError(w, err)
+		case kept != nil: // internal now: removed with its last dependent
+			writeJSON(w, http.StatusOK, kept)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+		return
+	}
 	if err := s.svc.DeleteSnapshot(r.Context(), scope(r), r.PathValue("ref")); err != nil {
 		writeError(w, err)
 		return

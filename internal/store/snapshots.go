@@ -191,6 +191,20 @@ func (s *Store) FinishSnapshot(ctx context.Context, id string, size int64) error
 	return nil
 }
 
+// MarkSnapshotInternal makes snapshot id internal: removed with its last
+// dependent (DELETE /v1/snapshots/{ref}?when_unused=true).
+func (s *Store) MarkSnapshotInternal(ctx context.Context, id string) error {
+	defer s.changed()
+	res, err := s.w.ExecContext(ctx, `UPDATE snapshots SET internal = 1 WHERE id = ?`, id)
+	if err != nil {
+		return dbErr("updating snapshot "+id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.NotFound("snapshot %s not found", id)
+	}
+	return nil
+}
+
 // SnapshotDependents returns the sandboxes (not destroyed or failed) and
 // the snapshots whose layers stack on snapshot id.
 func (s *Store) SnapshotDependents(ctx context.Context, id string) (sandboxes, snapshots []string, err error) {
