@@ -139,7 +139,7 @@ func writeLayerTar(ctx context.Context, w io.Writer, dir string, uidBase, uidCou
 				return err
 			}
 			f := os.NewFile(uintptr(fd), path)
-			n, err := io.CopyBuffer(tw, io.LimitReader(f, st.Size), buf)
+			n, err := io.CopyBuffer(tw, ctxReader{ctx, io.LimitReader(f, st.Size)}, buf)
 			f.Close()
 			if err != nil {
 				return fmt.Errorf("reading %s: %w", rel, err)
@@ -160,6 +160,21 @@ func writeLayerTar(ctx context.Context, w io.Writer, dir string, uidBase, uidCou
 		return entries, err
 	}
 	return entries, tw.Close()
+}
+
+// ctxReader reads r until ctx is done, then fails with ctx's error: a
+// push or export called off (a background push giving way to a fork,
+// docs/cluster.md) stops inside a large file, not at its end.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // userXattrs returns the user.* extended attributes of path (a regular

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -238,5 +239,52 @@ func TestLayerTarOCI(t *testing.T) {
 	}
 	if v, err := unix.Getxattr(filepath.Join(dst, "etc/a"), "user.note", make([]byte, 16)); err != nil || v != 4 {
 		t.Errorf("user.note not kept: %d %v", v, err)
+	}
+}
+
+// cancelAfter is a writer that cancels its context once n bytes went
+// through it.
+type cancelAfter struct {
+	n, seen int
+	cancel  context.CancelFunc
+}
+
+func (c *cancelAfter) Write(p []byte) (int, error) {
+	c.seen += len(p)
+	if c.seen >= c.n {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// A tar called off stops inside a large file, not at its end: a
+// background push giving way to a fork frees the node at once.
+func TestLayerTarCancelInsideFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: owners")
+	}
+	dir := filepath.Join(t.TempDir(), "upper")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const size = 16 << 20
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, make([]byte, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, big} {
+		if err := os.Lchown(p, testUIDBase, testUIDBase); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &cancelAfter{n: 1 << 20, cancel: cancel}
+	_, err := writeLayerTar(ctx, w, dir, testUIDBase, 65536, tarOverlay)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a tar called off: %v, want context.Canceled", err)
+	}
+	if w.seen >= size {
+		t.Errorf("a tar called off after 1 MiB wrote %d bytes: the whole %d-byte file", w.seen, size)
 	}
 }
