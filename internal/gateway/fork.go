@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,12 +44,18 @@ import (
 //  5. All or nothing: if a child cannot be created, the children made are
 //     destroyed and the answer is the error.
 //  6. With a fleet registry, A then pushes the snapshot there in the
-//     background (pushLater): the durable copy a restore elsewhere pulls
-//     once A is gone (a restore while the push runs waits for it).
+//     background (pushLater, pushq.go: one push at a time, only while no
+//     spread fork is in flight): the durable copy a restore elsewhere
+//     pulls once A is gone (a restore before the push ends pushes it or
+//     waits for it).
 //
-// The snapshot stays on A (and its copies on the targets): the children
-// stack on it, and it is the copy a create can restore from while A is
-// down.
+// Lifetime: the snapshot and its copies belong to the fork. Each copy on
+// a target is released once the children are made (releaseSnapshot:
+// internal on its node, removed with the last child there), and A's
+// snapshot once it is pushed (at once without a registry): removed then
+// if no child on A stacks on it, else with the last of them. A fork that
+// fails releases them all at once. The answer's Server-Timing header
+// (and the gateway's log line) has the time of each step.
 
 // maxForkCount is a node's (internal/sandbox.MaxForkCount).
 const maxForkCount = 100
@@ -74,18 +81,41 @@ func (g *Gateway) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	out, err := g.spreadFork(r.Context(), principal(r), r.PathValue("id"), req.Count, req.Memory)
+	g.pushes.forkStarted() // background pushes give way (pushq.go)
+	var sp forkSpans
+	out, err := g.spreadFork(r.Context(), principal(r), r.PathValue("id"), req.Count, req.Memory, &sp)
+	g.pushes.forkEnded()
+	sp.total = time.Since(start)
+	w.Header().Set("Server-Timing", sp.header())
 	if err != nil {
 		server.WriteError(w, err)
 		return
 	}
-	g.log.Info("spread fork", "sandbox", r.PathValue("id"), "children", len(out), "took", time.Since(start).Round(time.Millisecond))
+	g.log.Info("spread fork", "sandbox", r.PathValue("id"), "children", len(out), "took", sp.total.Round(time.Millisecond),
+		"snapshot", sp.snapshot.Round(time.Millisecond), "template", sp.template.Round(time.Millisecond),
+		"stream", sp.stream.Round(time.Millisecond), "create", sp.create.Round(time.Millisecond))
 	server.WriteJSON(w, http.StatusCreated, api.ForkResponse{Sandboxes: out})
 }
 
+// forkSpans are the times of a spread fork's steps: the snapshot on the
+// parent's node, the templates made ready on the targets, the snapshot's
+// streams to them (each step's targets at once), the children's creates,
+// and the whole.
+type forkSpans struct {
+	snapshot, template, stream, create, total time.Duration
+}
+
+// header is the spans as a Server-Timing header (milliseconds).
+func (s *forkSpans) header() string {
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
+	return "snapshot;dur=" + ms(s.snapshot) + ", template;dur=" + ms(s.template) + ", stream;dur=" + ms(s.stream) +
+		", create;dur=" + ms(s.create) + ", total;dur=" + ms(s.total)
+}
+
 // spreadFork forks sandbox id into count children placed over the fleet,
-// with memory: each child goes on running the parent's processes.
-func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, count int, memory bool) ([]api.Sandbox, error) {
+// with memory: each child goes on running the parent's processes. sp
+// gets the time of each step.
+func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, count int, memory bool, sp *forkSpans) ([]api.Sandbox, error) {
 	src, err := g.nodeOf(id, "sandbox")
 	if err != nil {
 		return nil, err
@@ -95,9 +125,11 @@ func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, c
 		return nil, err
 	}
 	var snap api.Snapshot
+	t0 := time.Now()
 	if err := g.call(ctx, src, p, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/snapshots", api.CreateSnapshotRequest{Memory: memory}, &snap); err != nil {
 		return nil, fmt.Errorf("snapshotting sandbox %s: %w", id, err)
 	}
+	sp.snapshot = time.Since(t0)
 	targets := g.placeMany(parent.Isolation, parent.Template, count)
 	for i := range targets {
 		if targets[i] == nil {
@@ -118,7 +150,10 @@ func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, c
 		}
 		// Templates first: a template pushed now is named by the
 		// snapshot's config, so the targets find it by digest.
+		t0 := time.Now()
 		errs := parallel(need, func(t *node) error { return g.ensureTemplate(ctx, t, p, snap.Template) })
+		sp.template += time.Since(t0)
+		t0 = time.Now()
 		ids := make([]string, len(need))
 		pullErrs := parallel(need, func(t *node) error {
 			i := indexNode(need, t)
@@ -129,6 +164,7 @@ func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, c
 			ids[i] = v
 			return err
 		})
+		sp.stream += time.Since(t0)
 		for i, t := range need {
 			if pullErrs[i] != nil {
 				failed[t] = pullErrs[i]
@@ -153,6 +189,7 @@ func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, c
 			}
 		}
 	}
+	t0 = time.Now()
 	children := make([]api.Sandbox, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
@@ -167,6 +204,7 @@ func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, c
 		}()
 	}
 	wg.Wait()
+	sp.create = time.Since(t0)
 	if err := errors.Join(errs...); err != nil {
 		for i, c := range children {
 			if errs[i] == nil && c.ID != "" {
@@ -175,9 +213,25 @@ func (g *Gateway) spreadFork(ctx context.Context, p auth.Principal, id string, c
 				}
 			}
 		}
+		for n, sid := range local { // nothing of the fork stacks on them now
+			if n != src {
+				g.mv.set(&g.mv.pulled, n.id+"/"+snap.ID+"/"+p.Tenant, "")
+			}
+			g.releaseSnapshot(n, p, sid)
+		}
 		return nil, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
-	g.pushLater(ctx, src, p, snap.ID)
+	// The copies go with their last child (a restore elsewhere pulls its
+	// own copy from the registry); A's snapshot once pushed.
+	go func() {
+		for n, sid := range local {
+			if n != src {
+				g.mv.set(&g.mv.pulled, n.id+"/"+snap.ID+"/"+p.Tenant, "")
+				g.releaseSnapshot(n, p, sid)
+			}
+		}
+	}()
+	g.pushLater(src, p, snap.ID)
 	return children, nil
 }
 

@@ -87,6 +87,7 @@ type Gateway struct {
 	limiter *server.RateLimiter
 	log     *slog.Logger
 	mv      moves
+	pushes  pushQueue // background pushes (pushq.go)
 
 	stop context.CancelFunc
 	done chan struct{}

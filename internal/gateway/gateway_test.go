@@ -53,6 +53,7 @@ type fakeNode struct {
 	lastPath   string
 	snapshots  map[string]string // name -> id
 	pulls      []api.PullRequest // POST /v1/templates/pull bodies
+	calls      []string          // the snapshot calls of a spread fork, in order
 	// release ends the streamed route's answer.
 	release chan struct{}
 }
@@ -139,6 +140,23 @@ func (f *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 		line, _ := brw.ReadString('\n')
 		fmt.Fprintf(brw, "echo from %s: %s", f.id, line)
 		brw.Flush()
+	case r.Method == "POST" && strings.HasPrefix(r.URL.Path, "/v1/sandboxes/") && strings.HasSuffix(r.URL.Path, "/snapshots"):
+		f.note(r)
+		writeJSON(w, api.Snapshot{ID: f.id + "snapaaaaaaaa", Node: f.id})
+	case r.Method == "GET" && strings.HasPrefix(r.URL.Path, "/v1/snapshots/") && strings.HasSuffix(r.URL.Path, "/export"):
+		f.note(r)
+		fmt.Fprint(w, "a snapshot stream")
+	case r.Method == "POST" && r.URL.Path == "/v1/snapshots/import":
+		b, _ := io.ReadAll(r.Body)
+		if string(b) != "a snapshot stream" {
+			http.Error(w, `{"error":{"code":"invalid_argument","message":"not the export"}}`, 400)
+			return
+		}
+		f.note(r)
+		writeJSON(w, api.Snapshot{ID: f.id + "copyaaaaaaaa", Node: f.id})
+	case r.Method == "DELETE" && strings.HasPrefix(r.URL.Path, "/v1/snapshots/"):
+		f.note(r)
+		w.WriteHeader(http.StatusNoContent)
 	case strings.HasPrefix(r.URL.Path, "/v1/sandboxes/"):
 		id := strings.Split(strings.TrimPrefix(r.URL.Path, "/v1/sandboxes/"), "/")[0]
 		f.mu.Lock()
@@ -152,7 +170,10 @@ func (f *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(404)
 		fmt.Fprintf(w, `{"error":{"code":"not_found","message":"sandbox %s not found on %s"}}`, id, f.id)
 	case strings.HasPrefix(r.URL.Path, "/v1/snapshots/") && strings.HasSuffix(r.URL.Path, "/push"):
+		f.note(r)
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(202)
+		fmt.Fprint(w, `{"ref":"r","digest":"sha256:00"}`)
 	case strings.HasPrefix(r.URL.Path, "/v1/snapshots/"):
 		ref := strings.TrimPrefix(r.URL.Path, "/v1/snapshots/")
 		f.mu.Lock()
@@ -177,6 +198,24 @@ func (f *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(404)
 		fmt.Fprintf(w, `{"error":{"code":"not_found","message":"no route %s"}}`, r.URL.Path)
 	}
+}
+
+// note records a call as "METHOD PATH[?QUERY]".
+func (f *fakeNode) note(r *http.Request) {
+	c := r.Method + " " + r.URL.Path
+	if r.URL.RawQuery != "" {
+		c += "?" + r.URL.RawQuery
+	}
+	f.mu.Lock()
+	f.calls = append(f.calls, c)
+	f.mu.Unlock()
+}
+
+// callLog returns the calls noted so far.
+func (f *fakeNode) callLog() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

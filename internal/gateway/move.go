@@ -148,9 +148,13 @@ func (g *Gateway) actAs(h http.Header, p auth.Principal) {
 	auth.SetGatewayHeaders(h, p)
 }
 
-// nodeRequest returns a request for path on n acting for p (actAs).
+// nodeRequest returns a request for path (with its query after a "?")
+// on n acting for p (actAs).
 func (g *Gateway) nodeRequest(ctx context.Context, n *node, p auth.Principal, method, path string, body io.Reader) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, n.base.JoinPath(path).String(), body)
+	path, query, _ := strings.Cut(path, "?")
+	u := n.base.JoinPath(path)
+	u.RawQuery = query
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return nil, err
 	}
@@ -333,8 +337,20 @@ func (g *Gateway) pushTemplate(ctx context.Context, holder *node, t api.Template
 // pushSnapshot has src push snapshot id (which p may see) to the fleet
 // registry for p's tenant, and returns the manifest digest: once per
 // (snapshot, tenant) while the gateway runs (a push running, such as a
-// spread fork's in the background, is waited for).
+// spread fork's in the background, is waited for; one that gives way to
+// a fork meanwhile is made again at once for this caller).
 func (g *Gateway) pushSnapshot(ctx context.Context, src *node, p auth.Principal, id string) (string, error) {
+	for {
+		d, err := g.pushSnapshotOnce(ctx, src, p, id)
+		if err == nil || !gaveWay(err) || ctx.Err() != nil || gaveWay(context.Cause(ctx)) {
+			return d, err
+		}
+	}
+}
+
+// pushSnapshotOnce is pushSnapshot's one try: a push running for another
+// caller is waited for, and its error (errGaveWay too) is this one's.
+func (g *Gateway) pushSnapshotOnce(ctx context.Context, src *node, p auth.Principal, id string) (string, error) {
 	key := id + "/" + p.Tenant
 	if d, ok := g.mv.get(g.mv.snapPushed, key); ok {
 		return d, nil
@@ -347,6 +363,9 @@ func (g *Gateway) pushSnapshot(ctx context.Context, src *node, p auth.Principal,
 		ref := g.snapshotRef(id, p.Tenant)
 		start := time.Now()
 		if err := g.call(ctx, src, adminFor(p), "POST", "/v1/snapshots/"+url.PathEscape(id)+"/push", api.PushRequest{Ref: ref}, &out); err != nil {
+			if cause := context.Cause(ctx); gaveWay(cause) {
+				return "", fmt.Errorf("pushing snapshot %s from node %s: %w", id, src.id, cause)
+			}
 			return "", fmt.Errorf("pushing snapshot %s from node %s to the fleet registry (%s): %w", id, src.id, ref, err)
 		}
 		g.mv.set(&g.mv.snapPushed, key, out.Digest)
@@ -357,20 +376,51 @@ func (g *Gateway) pushSnapshot(ctx context.Context, src *node, p auth.Principal,
 
 func snapPushKey(id, tenant string) string { return "snappush/" + id + "/" + tenant }
 
-// pushLater pushes snapshot id of src to the fleet registry in the
-// background (a spread fork's durable copy, for a restore elsewhere once
-// src is gone); a failure is logged.
-func (g *Gateway) pushLater(ctx context.Context, src *node, p auth.Principal, id string) {
+// pushLater queues the push of spread fork snapshot id of src to the
+// fleet registry (pushq.go: one at a time, giving way to spread forks),
+// then releases the snapshot on src (releaseSnapshot: it goes with the
+// last child there, at once if none). A push that fails is logged and
+// the snapshot stays on src, where a restore elsewhere pushes it again;
+// one the node refuses to push (412: it cannot leave the node) is
+// released. Without a registry the snapshot is released at once.
+func (g *Gateway) pushLater(src *node, p auth.Principal, id string) {
 	if g.o.Registry == "" {
+		go g.releaseSnapshot(src, p, id)
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pullTimeout)
+	queued := time.Now()
+	g.pushes.add(func(ctx context.Context, yields int) error {
+		ctx, cancel := context.WithTimeout(ctx, pullTimeout)
 		defer cancel()
-		if _, err := g.pushSnapshot(ctx, src, p, id); err != nil {
-			g.log.Warn("spread fork: pushing the snapshot to the fleet registry in the background failed; a restore elsewhere needs its node up", "snapshot", id, "node", src.id, "err", err)
+		if _, err := g.pushSnapshotOnce(ctx, src, p, id); err != nil {
+			if gaveWay(err) {
+				return err // queued again
+			}
+			if errors.Is(err, errdefs.ErrFailedPrecondition) { // it cannot leave its node (a microvm memory snapshot)
+				g.log.Info("spread fork: the snapshot cannot go to the fleet registry; released", "snapshot", id, "node", src.id, "err", err)
+				g.releaseSnapshot(src, p, id)
+				return nil
+			}
+			g.log.Warn("spread fork: pushing the snapshot to the fleet registry in the background failed; it stays on its node, and a restore elsewhere pushes it then", "snapshot", id, "node", src.id, "err", err)
+			return nil
 		}
-	}()
+		g.log.Info("spread fork: snapshot pushed in the background", "snapshot", id, "node", src.id, "since_fork", time.Since(queued).Round(time.Millisecond), "gave_way", yields)
+		g.releaseSnapshot(src, p, id)
+		return nil
+	})
+}
+
+// releaseSnapshot asks n to remove snapshot id once nothing stacks on it
+// (DELETE /v1/snapshots/{id}?when_unused=true: at once when no sandbox
+// or snapshot does, otherwise with the last of them); a failure is
+// logged.
+func (g *Gateway) releaseSnapshot(n *node, p auth.Principal, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := g.call(ctx, n, adminFor(p), "DELETE", "/v1/snapshots/"+url.PathEscape(id)+"?when_unused=true", nil, nil)
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		g.log.Warn("releasing a spread fork's snapshot failed; it stays on its node until removed (DELETE /v1/snapshots/ID)", "snapshot", id, "node", n.id, "err", err)
+	}
 }
 
 // streamSnapshot makes a copy of snapshot id (which p may see) of src on

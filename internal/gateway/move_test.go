@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,5 +78,56 @@ func TestLostSandboxes(t *testing.T) {
 		if n.ID == "n2a" && n.LostSandboxes != 0 {
 			t.Errorf("n2a up: lost %d", n.LostSandboxes)
 		}
+	}
+}
+
+// waitFor polls cond until it holds (or fails the test after 10 s).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s", what)
+		}
+	}
+}
+
+// A spread fork streams the snapshot to the target, creates the children
+// there, then releases the copy (gone with its last child), pushes the
+// parent's node's snapshot to the registry and releases it only then;
+// its answer has each step's time.
+func TestSpreadForkReleasesSnapshots(t *testing.T) {
+	for _, registry := range []string{"127.0.0.1:5000/agentbox", ""} {
+		t.Run("registry="+registry, func(t *testing.T) {
+			f := newFleet(t, "n2a", "n3b")
+			f.g.o.Registry = registry
+			a, b := f.nodes["n2a"], f.nodes["n3b"]
+			parent := a.add(time.Now())
+			a.mu.Lock()
+			a.memoryMB = 1 // every child goes to n3b
+			a.mu.Unlock()
+			f.g.pollAll(context.Background())
+			resp, body := f.do("POST", "/v1/sandboxes/"+parent.ID+"/fork", f.key, `{"count":2,"spread":true}`)
+			if resp.StatusCode != 201 || strings.Count(body, `"id":"n3b`) != 2 {
+				t.Fatalf("spread fork: %d %s", resp.StatusCode, body)
+			}
+			if st := resp.Header.Get("Server-Timing"); !strings.Contains(st, "stream;dur=") || !strings.Contains(st, "total;dur=") {
+				t.Errorf("Server-Timing %q: want the steps", st)
+			}
+			snap, cp := "/v1/snapshots/n2asnapaaaaaaaa", "/v1/snapshots/n3bcopyaaaaaaaa"
+			waitFor(t, "the copy's release on n3b", func() bool { return slices.Contains(b.callLog(), "DELETE "+cp+"?when_unused=true") })
+			wantB := []string{"POST /v1/snapshots/import", "DELETE " + cp + "?when_unused=true"}
+			if got := b.callLog(); !slices.Equal(got, wantB) {
+				t.Errorf("n3b's calls %v, want %v", got, wantB)
+			}
+			wantA := []string{"POST /v1/sandboxes/" + parent.ID + "/snapshots", "GET " + snap + "/export"}
+			if registry != "" {
+				wantA = append(wantA, "POST "+snap+"/push")
+			}
+			wantA = append(wantA, "DELETE "+snap+"?when_unused=true")
+			waitFor(t, "the snapshot's release on n2a", func() bool { return len(a.callLog()) == len(wantA) })
+			if got := a.callLog(); !slices.Equal(got, wantA) {
+				t.Errorf("n2a's calls %v, want %v", got, wantA)
+			}
+		})
 	}
 }
