@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -103,21 +104,35 @@ func TestClusterFork(t *testing.T) {
 	sum := strings.TrimSpace(res.Stdout)
 
 	t.Run("spread fork", func(t *testing.T) {
+		before := f.snapshotsLeft(ctx)
 		var took []time.Duration // the rounds with a child on the other node
+		var steps []string       // their Server-Timing
+		var forkSnaps []string   // each fork's snapshot on A
 		onB := 0
 		for round := 0; round < 5; round++ {
 			start := time.Now()
-			kids, err := f.client.ForkSandboxWith(ctx, parent.ID, api.ForkRequest{Count: 2, Spread: true})
+			var out api.ForkResponse
+			hdr, err := f.gatewayJSONHeader(ctx, "POST", "/v1/sandboxes/"+parent.ID+"/fork", api.ForkRequest{Count: 2, Spread: true}, &out)
 			if err != nil {
 				t.Fatalf("spread fork: %v", err)
 			}
-			out := api.ForkResponse{Sandboxes: kids}
 			d := time.Since(start)
 			if len(out.Sandboxes) != 2 {
 				t.Fatalf("spread fork gave %d children", len(out.Sandboxes))
 			}
 			if out.Sandboxes[0].Node == b.id || out.Sandboxes[1].Node == b.id {
 				took = append(took, d)
+				steps = append(steps, hdr.Get("Server-Timing"))
+			}
+			// A keeps the fork's snapshot until it is pushed: it is there now.
+			snaps, err := a.client.ListSnapshots(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range snaps {
+				if s.SandboxID == parent.ID && !slices.Contains(forkSnaps, s.ID) && !before[a.id]["api "+s.ID] {
+					forkSnaps = append(forkSnaps, s.ID)
+				}
 			}
 			for _, ch := range out.Sandboxes {
 				if ch.Node == b.id {
@@ -138,9 +153,35 @@ func TestClusterFork(t *testing.T) {
 		if onB == 0 {
 			t.Fatalf("no child of 10 landed on node %s", b.id)
 		}
+		for i, st := range steps {
+			t.Logf("fork with a child on the other node, %v: %s", took[i].Round(time.Millisecond), st)
+		}
 		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
 		t.Logf("cross-host fork of a sandbox that wrote 100 MB, 2 children (%d of 10 on the other node), the rounds with a child there: p50 %v, all %v (PandaStack publishes 1.2-3.5 s)",
 			onB, took[len(took)/2].Round(time.Millisecond), took)
+
+		// Lifetime: with the children gone and the background pushes
+		// done, no snapshot of the forks is left on either node (in the
+		// API, internal ones too, and in storage), and the registry has
+		// each fork's snapshot.
+		if len(forkSnaps) != 5 {
+			t.Errorf("node A showed %d fork snapshots after 5 forks: %v", len(forkSnaps), forkSnaps)
+		}
+		var left map[string]map[string]bool
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			left = f.snapshotsLeft(ctx)
+			if maps.EqualFunc(left, before, maps.Equal) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if !maps.EqualFunc(left, before, maps.Equal) {
+			t.Errorf("snapshots on the nodes (API and storage) after the children were destroyed: %v, want those before the forks: %v", left, before)
+		}
+		for _, id := range forkSnaps {
+			if !registryHas(t, regAddr, "agentbox/snapshots/"+id, "t-default") {
+				t.Errorf("fork snapshot %s is not in the fleet registry", id)
+			}
+		}
 	})
 
 	t.Run("restore elsewhere", func(t *testing.T) {
@@ -193,24 +234,71 @@ func TestClusterFork(t *testing.T) {
 // gatewayJSON sends a JSON request to the gateway with its admin key and
 // decodes the answer into out.
 func (f *fleet) gatewayJSON(ctx context.Context, method, path string, in, out any) error {
+	_, err := f.gatewayJSONHeader(ctx, method, path, in, out)
+	return err
+}
+
+// gatewayJSONHeader is gatewayJSON, and returns the answer's header.
+func (f *fleet) gatewayJSONHeader(ctx context.Context, method, path string, in, out any) (http.Header, error) {
 	b, _ := json.Marshal(in)
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+f.gwAddr+path, bytes.NewReader(b))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+f.gw.key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, body)
+		return resp.Header, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, body)
 	}
 	if out != nil {
-		return json.Unmarshal(body, out)
+		return resp.Header, json.Unmarshal(body, out)
 	}
-	return nil
+	return resp.Header, nil
+}
+
+// snapshotsLeft reads, on every node, the snapshots its API lists
+// (internal ones too: the admin sees every tenant's) and the snapshot
+// directories of its storage, as "api ID" and "dir ID" per node id.
+func (f *fleet) snapshotsLeft(ctx context.Context) map[string]map[string]bool {
+	f.t.Helper()
+	out := map[string]map[string]bool{}
+	for _, nd := range f.nodes {
+		m := map[string]bool{}
+		snaps, err := nd.client.ListSnapshots(ctx)
+		if err != nil {
+			f.t.Fatalf("listing node %s's snapshots: %v", nd.id, err)
+		}
+		for _, s := range snaps {
+			m["api "+s.ID] = true
+		}
+		dir := filepath.Join(nd.dataDir, "storage", "snapshots")
+		entries, err := os.ReadDir(dir)
+		if err != nil && !os.IsNotExist(err) {
+			f.t.Fatalf("reading node %s's %s: %v", nd.id, dir, err)
+		}
+		for _, e := range entries {
+			m["dir "+e.Name()] = true
+		}
+		out[nd.id] = m
+	}
+	return out
+}
+
+// registryHas reports whether the registry at addr has repo:tag.
+func registryHas(t *testing.T, addr, repo, tag string) bool {
+	t.Helper()
+	req, _ := http.NewRequest("HEAD", "http://"+addr+"/v2/"+repo+"/manifests/"+tag, nil)
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
