@@ -182,6 +182,14 @@ func TestClusterFork(t *testing.T) {
 				t.Errorf("fork snapshot %s is not in the fleet registry", id)
 			}
 		}
+		// The background pushes, from the gateway's log: how long after
+		// its fork each was done, and how often it gave way to a fork.
+		gwLog, _ := os.ReadFile(f.gw.cfgPath + ".log")
+		for _, line := range strings.Split(string(gwLog), "\n") {
+			if strings.Contains(line, "pushed in the background") || strings.Contains(line, `msg="snapshot pushed"`) {
+				t.Logf("gateway: %s", line[strings.Index(line, "msg="):])
+			}
+		}
 	})
 
 	t.Run("restore elsewhere", func(t *testing.T) {

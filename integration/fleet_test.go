@@ -267,7 +267,7 @@ data_dir = %q
 run_dir = %q
 socket = %q
 listen = %q
-log_level = "warn"
+log_level = "info"
 [fleet]
 key_file = %q
 poll_interval = "250ms"
