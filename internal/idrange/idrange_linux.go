@@ -18,7 +18,7 @@
 // use, so neither does the copy of it every new mount namespace (each
 // sandbox init's) makes. A process of the range gets fresh copies of its
 // range's views (Views) and attaches them at their paths under Dir in
-// its own mount namespace (Attach): a sandbox's init sees its range's
+// its own mount namespace (internal/guest/boot.AttachViews): a sandbox's init sees its range's
 // views there, and no other range's, until it pivots into its root.
 package idrange
 
@@ -257,7 +257,7 @@ func (r *Range) Base() int { return r.p.o.Base + (r.k+1)*r.p.o.Count }
 func (r *Range) Count() int { return r.p.o.Count }
 
 // Path is host path seen through the range's view attached where a
-// process of the range attaches it (Views, Attach): what the range's
+// process of the range attaches it (Views; internal/guest/boot.AttachViews): what the range's
 // processes must be given instead of it. A path under no root is an
 // error.
 func (r *Range) Path(host string) (string, error) {
@@ -366,7 +366,7 @@ func idmapClone(src string, ns int) (int, error) {
 
 // Views returns fresh copies of the range's views, detached mounts (one
 // per root, cloned from those the pool keeps), and the paths under Dir a
-// process of the range attaches them at (Attach) in its own mount
+// process of the range attaches them at (internal/guest/boot.AttachViews) in its own mount
 // namespace; Path and Overlay name paths below them. The caller closes
 // the files: a copy attached nowhere goes with its last descriptor.
 func (r *Range) Views() (files []*os.File, paths []string, err error) {
@@ -389,21 +389,6 @@ func (r *Range) Views() (files []*os.File, paths []string, err error) {
 		paths = append(paths, dir)
 	}
 	return files, paths, nil
-}
-
-// Attach attaches views (detached mounts, as Views returns) at paths, in
-// the calling thread's mount namespace: a process of the range's, never
-// the host's.
-func Attach(fds []int, paths []string) error {
-	if len(fds) != len(paths) {
-		return fmt.Errorf("idrange: %d views for %d paths", len(fds), len(paths))
-	}
-	for i, fd := range fds {
-		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, paths[i], unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("idrange: attaching a uid range's view at %s: %w", paths[i], err)
-		}
-	}
-	return nil
 }
 
 // MountOverlay mounts at target, from the host's side, an overlay of the

@@ -2,6 +2,7 @@ package idrange
 
 import (
 	"errors"
+	"github.com/agentbox/agentbox/internal/guest/boot"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -305,7 +306,7 @@ func inViews(t *testing.T, rs []*Range, fn func()) {
 			t.Error(err)
 			return
 		}
-		if err := Attach(fds, paths); err != nil {
+		if err := boot.AttachViews(fds, paths); err != nil {
 			t.Error(err)
 			return
 		}

@@ -22,7 +22,6 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/boot"
 	"github.com/agentbox/agentbox/internal/guest/harden"
 	"github.com/agentbox/agentbox/internal/guest/proto"
-	"github.com/agentbox/agentbox/internal/idrange"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -61,7 +60,7 @@ func Run() error {
 		for i := range paths {
 			fds = append(fds, proto.BootViewFD+i)
 		}
-		err := idrange.Attach(fds, paths)
+		err := boot.AttachViews(fds, paths)
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
