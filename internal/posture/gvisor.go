@@ -40,10 +40,14 @@ var gvisorNamespaces = []string{"ipc", "mnt", "net", "pid", "user", "uts"}
 
 // CheckTier is Check for a sandbox of the named isolation tier: the
 // container tier's processes are the sandbox's own, the gvisor tier's are
-// gVisor's (see CheckGvisor).
+// gVisor's (see CheckGvisor), the microvm tier's is QEMU (see
+// CheckMicrovm).
 func CheckTier(tier, id string, initPid int, o Options) api.SecurityReport {
-	if tier == "gvisor" {
+	switch tier {
+	case "gvisor":
 		return CheckGvisor(id, initPid, o)
+	case "microvm":
+		return CheckMicrovm(id, initPid, o)
 	}
 	return Check(id, initPid, o)
 }

@@ -8,7 +8,8 @@
 // The integration tests and GET /v1/sandboxes/{id}/security (`agentbox
 // inspect --security ID`) both use Check, through CheckTier: a gvisor
 // sandbox's host processes are gVisor's own, judged by CheckGvisor
-// (gvisor.go).
+// (gvisor.go), a microvm sandbox's is QEMU, judged by CheckMicrovm
+// (microvm.go).
 package posture
 
 import (

@@ -1,0 +1,164 @@
+package posture
+
+// The posture of a microvm sandbox. Its processes run on the guest's own
+// kernel inside a virtual machine: the host runs QEMU alone for it, and a
+// sandbox process that escaped the guest kernel would be running as QEMU.
+// So QEMU is what the host-side check judges: unprivileged, confined,
+// holding no host file but the VM's own.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/agentbox/agentbox/api"
+)
+
+// microvmNamespaces are those the driver gives QEMU: an empty network
+// (a tap is handed to it), its own mounts, IPC and UTS. QEMU's user, pid
+// and cgroup namespaces stay the host's: it runs as an unprivileged host
+// uid of the sandbox's range with no capabilities, so there is nothing a
+// user namespace would take away.
+var microvmNamespaces = []string{"ipc", "mnt", "net", "uts"}
+
+// CheckMicrovm inspects the host processes of microvm sandbox id: its
+// cgroups must hold QEMU (qemuPid) and nothing else, and QEMU must run
+// with NoNewPrivs 1, seccomp filter mode (-sandbox on), no capability at
+// all (bounding set included), as one host uid and gid of the sandbox's
+// range, in namespaces of its own (microvmNamespaces), in the sandbox's
+// cgroups, holding open only anonymous files (sockets, pipes, anonymous
+// inodes, its RAM's memfd), /dev/null, /dev/net/tun or /dev/kvm, files
+// of the sandbox's own directories (its run dir, its writable disk), and
+// template layer images read-only.
+func CheckMicrovm(id string, qemuPid int, o Options) api.SecurityReport {
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.CgroupRoot == "" {
+		o.CgroupRoot = "/sys/fs/cgroup"
+	}
+	rep := api.SecurityReport{Sandbox: id, Pass: true, Processes: []api.ProcessPosture{}}
+	hostNS := map[string]string{}
+	for _, ns := range microvmNamespaces {
+		hostNS[ns], _ = os.Readlink(filepath.Join(o.ProcRoot, "self", "ns", ns))
+	}
+	sawQEMU := false
+	for _, pid := range Pids(o.CgroupRoot, o.CgroupParent, id) {
+		pp, ok := checkMicrovmProcess(pid, id, hostNS, o)
+		if !ok {
+			continue // exited meanwhile
+		}
+		if pid == qemuPid {
+			sawQEMU = true
+			pp.Comm = "qemu (the VM)"
+		} else {
+			// Only QEMU has a reason to be there.
+			pp.Checks = append(pp.Checks, api.CheckValue{Name: "QEMU alone in the sandbox's cgroups", Got: fmt.Sprintf("pid %d (%s)", pid, pp.Comm), Want: fmt.Sprintf("QEMU, pid %d, alone", qemuPid)})
+			pp.Pass = false
+		}
+		rep.Pass = rep.Pass && pp.Pass
+		rep.Processes = append(rep.Processes, pp)
+	}
+	if !sawQEMU {
+		// QEMU outside the sandbox's cgroups would be unlimited.
+		rep.Processes = append(rep.Processes, api.ProcessPosture{Pid: qemuPid, Comm: "qemu", Checks: []api.CheckValue{{
+			Name: "in the sandbox's cgroups", Got: "not found there", Want: "QEMU in " + o.CgroupParent + "/" + id}}})
+		rep.Pass = false
+	}
+	return rep
+}
+
+func checkMicrovmProcess(pid int, id string, hostNS map[string]string, o Options) (api.ProcessPosture, bool) {
+	dir := filepath.Join(o.ProcRoot, strconv.Itoa(pid))
+	st, err := status(filepath.Join(dir, "status"))
+	if err != nil {
+		return api.ProcessPosture{}, false
+	}
+	pp := api.ProcessPosture{Pid: pid, Comm: st["Name"], Pass: true}
+	add := func(name, got, want string, pass bool) {
+		pp.Checks = append(pp.Checks, api.CheckValue{Name: name, Got: got, Want: want, Pass: pass})
+		pp.Pass = pp.Pass && pass
+	}
+	add("NoNewPrivs", st["NoNewPrivs"], "1", st["NoNewPrivs"] == "1")
+	add("Seccomp", st["Seccomp"], "2", st["Seccomp"] == "2")
+	for _, c := range []string{"CapBnd", "CapEff", "CapPrm", "CapAmb", "CapInh"} {
+		v, err := strconv.ParseUint(st[c], 16, 64)
+		add(c, st[c], "0", err == nil && v == 0)
+	}
+	var ids []string
+	inRange := true
+	for _, u := range append(strings.Fields(st["Uid"]), strings.Fields(st["Gid"])...) {
+		n, err := strconv.Atoi(u)
+		ids = append(ids, u)
+		if err != nil || n < o.UIDBase || n >= o.UIDBase+o.UIDCount || n == 0 {
+			inRange = false
+		}
+	}
+	add("host uids/gids", strings.Join(ids, " "), fmt.Sprintf("in [%d, %d)", o.UIDBase, o.UIDBase+o.UIDCount), inRange)
+	own := fmt.Sprintf("[%d, %d), no other sandbox's", o.UIDBase, o.UIDBase+o.UIDCount)
+	if o.SharedRange {
+		own = fmt.Sprintf("[%d, %d), shared by every sandbox", o.UIDBase, o.UIDBase+o.UIDCount)
+	} else if o.SharedWith != "" {
+		own = fmt.Sprintf("[%d, %d), also sandbox %s's", o.UIDBase, o.UIDBase+o.UIDCount, o.SharedWith)
+	}
+	add("a uid range of its own", own, "a range no other sandbox has (uid_ranges)", !o.SharedRange && o.SharedWith == "")
+	for _, ns := range microvmNamespaces {
+		got, err := os.Readlink(filepath.Join(dir, "ns", ns))
+		add(ns+" namespace", got, "not the host's "+hostNS[ns], err == nil && got != hostNS[ns])
+	}
+	cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
+	want := "/" + o.CgroupParent + "/" + id
+	for _, ctrl := range cgroupControllers(string(cg)) {
+		add(ctrl+" cgroup", cgroupOf(string(cg), ctrl), want+"[/...]", under(cgroupOf(string(cg), ctrl), want))
+	}
+	n, outside := microvmFDs(dir, id)
+	add("open fds", fmt.Sprintf("%d, outside the VM's own: %s", n, strings.Join(outside, " ")), "none outside the VM's own files", len(outside) == 0)
+	return pp, true
+}
+
+// microvmFDs counts QEMU's open fds and lists those that are none of:
+// anonymous (socket, pipe, anon_inode), a memfd (the guest's RAM),
+// /dev/null, /dev/net/tun or /dev/kvm, a file under one of the sandbox's
+// own directories (.../sandboxes/ID/: its run dir with the console log,
+// its writable disk), or a template layer image (an erofs image in the
+// driver's layers cache) open read-only.
+func microvmFDs(dir, id string) (int, []string) {
+	ents, _ := os.ReadDir(filepath.Join(dir, "fd"))
+	var outside []string
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(dir, "fd", e.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		switch {
+		case !strings.HasPrefix(target, "/"), strings.HasPrefix(target, "/memfd:"),
+			target == "/dev/null", target == "/dev/net/tun", target == "/dev/kvm",
+			strings.Contains(target, "/sandboxes/"+id+"/"):
+			continue
+		case strings.HasSuffix(target, ".erofs") && filepath.Base(filepath.Dir(target)) == "layers" && readOnlyFD(dir, e.Name()):
+			continue
+		}
+		outside = append(outside, e.Name()+"="+target)
+	}
+	sort.Strings(outside)
+	return len(ents), outside
+}
+
+// readOnlyFD says whether fd of the process at dir is open for reading
+// only (its fdinfo's flags, octal, have no access mode bits).
+func readOnlyFD(dir, fd string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "fdinfo", fd))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			return err == nil && n&3 == 0
+		}
+	}
+	return false
+}
