@@ -109,6 +109,7 @@ func (d *Driver) writableImage(ctx context.Context, path string, diskMB int64) e
 	if err != nil {
 		return fmt.Errorf("writable disk: %w", err)
 	}
+	noCOW(f)
 	err = f.Truncate(writableSize(diskMB))
 	f.Close()
 	if err != nil {
@@ -131,3 +132,22 @@ func lastLines(b []byte, n int) string {
 	}
 	return strings.Join(lines, " | ")
 }
+
+// noCOW turns copy-on-write off for the empty file f where the file
+// system has it (btrfs; elsewhere the call fails and changes nothing).
+// The guest rewrites its disk's blocks in place (ext4's journal, a file
+// deleted and written again): copied on write, each rewrite would take
+// new space on the host while the old extent stays referenced, and the
+// image would outgrow storage's disk limit before the guest's ext4 is
+// full, turning ENOSPC inside into I/O errors and a read-only file
+// system. Written in place, the image never holds more than its size.
+func noCOW(f *os.File) {
+	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		return
+	}
+	_ = unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags|fsNoCOW))
+}
+
+// fsNoCOW is FS_NOCOW_FL of linux/fs.h (not in x/sys/unix).
+const fsNoCOW = 0x00800000

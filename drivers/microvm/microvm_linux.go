@@ -792,6 +792,11 @@ func ready(ctx context.Context, sess *yamux.Session) error {
 // Name implements driver.Driver.
 func (d *Driver) Name() string { return Name }
 
+// MinMemoryMB is the least memory a microvm sandbox may ask for: its
+// VM's RAM, which the guest kernel and its initramfs share with the
+// workload (the driver's trial VM boots in as much).
+const MinMemoryMB = 128
+
 // qemuReserve is the host memory above the guest's for QEMU itself (its
 // code, TCG's translation cache, device state); qemuPids its threads.
 const (
@@ -813,6 +818,12 @@ func (d *Driver) start(ctx context.Context, spec *driver.Spec, saved *savedVM) (
 	defer undo.Run()
 	cpus := max(1, int(math.Ceil(spec.CPU)))
 	memoryMB := spec.MemoryMB
+	if saved == nil && memoryMB > 0 && memoryMB < MinMemoryMB {
+		// Less does not boot the guest kernel with its initramfs: the
+		// create would end in a dead VM and a refused socket.
+		return nil, errdefs.Invalid("microvm: memory_mb %d is below the %d MiB the microvm tier needs (the sandbox's memory is its VM's RAM, guest kernel included): ask for %d or more, or use --isolation container or gvisor",
+			memoryMB, MinMemoryMB, MinMemoryMB)
+	}
 	layers := spec.Layers
 	if saved != nil {
 		cpus, memoryMB, layers = saved.CPUs, saved.MemoryMB, saved.Layers
