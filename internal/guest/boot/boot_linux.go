@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -306,6 +307,19 @@ var (
 	readonlyPaths = []string{"/proc/sys"}
 	devices       = []string{"null", "zero", "full", "random", "urandom", "tty"}
 )
+
+// ProcMasks are the files of /proc hidden behind /dev/null and the
+// directories of /proc hidden behind an empty read-only tmpfs in every
+// sandbox's /proc, and the paths of /proc made read-only: the microvm
+// tier's guest agent applies them to its guest's /proc too.
+func ProcMasks() (files, dirs, readonly []string) {
+	for _, d := range maskedDirs {
+		if strings.HasPrefix(d, "/proc/") {
+			dirs = append(dirs, d)
+		}
+	}
+	return slices.Clone(maskedFiles), dirs, slices.Clone(readonlyPaths)
+}
 
 // Stage does what every sandbox's root needs and no sandbox decides, so
 // that a pre-spawned init does it before it is given one: it makes the

@@ -119,6 +119,11 @@ func Run() error {
 		if cgs, err = workloadCgroup(hello.Pids); err != nil {
 			return fmt.Errorf("sandbox cgroups: %w", err)
 		}
+		// Last of the writes under /proc/sys (the hostname, the user
+		// limits, the network's).
+		if err := maskProc(); err != nil {
+			return err
+		}
 	}
 	// From here on as the other tiers' agents: no capabilities for any
 	// exec (every thread drops its bounding set before it forks one), the
@@ -175,7 +180,11 @@ func assume(srv *guest.Server, hello proto.VMHello, log *slog.Logger) {
 	}
 	if b := hello.Boot; b != nil {
 		if b.Hostname != "" {
-			if err := os.WriteFile("/proc/sys/kernel/hostname", []byte(b.Hostname), 0); err != nil {
+			err := errors.New("no handle on /proc/sys/kernel/hostname")
+			if hostnameFile != nil {
+				_, err = unix.Pwrite(int(hostnameFile.Fd()), []byte(b.Hostname), 0)
+			}
+			if err != nil {
 				log.Warn("restore: hostname", "err", err)
 			}
 		}
@@ -424,6 +433,52 @@ func switchRoot(root string) error {
 		return fmt.Errorf("chroot: %w", err)
 	}
 	return unix.Chdir("/")
+}
+
+// hostnameFile is /proc/sys/kernel/hostname, opened for writing before
+// maskProc made /proc/sys read-only: a later hello's hostname is written
+// through it (assume), as a write through an open file is not refused by
+// its mount's read-only flag.
+var hostnameFile *os.File
+
+// maskProc hides in the guest's /proc what the container tier hides in a
+// sandbox's (boot.ProcMasks): the kernel's memory, symbols, keys and
+// timers behind /dev/null, sysrq-trigger too, and /proc/sys read-only. A
+// workload's root has no capabilities, but sysctls such as core_pattern
+// and modprobe check only the file's mode, and either would make the
+// guest kernel run a program of the sandbox's as its full root.
+func maskProc() error {
+	var err error
+	if hostnameFile, err = os.OpenFile("/proc/sys/kernel/hostname", os.O_WRONLY, 0); err != nil {
+		return fmt.Errorf("opening /proc/sys/kernel/hostname: %w", err)
+	}
+	files, dirs, readonly := boot.ProcMasks()
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			continue
+		}
+		if err := unix.Mount("/dev/null", f, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("masking %s: %w", f, err)
+		}
+	}
+	const noexec = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := unix.Mount("tmpfs", d, "tmpfs", noexec|unix.MS_RDONLY, "size=0"); err != nil {
+			return fmt.Errorf("masking %s: %w", d, err)
+		}
+	}
+	for _, p := range readonly {
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("binding %s: %w", p, err)
+		}
+		if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|noexec, ""); err != nil {
+			return fmt.Errorf("making %s read-only: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // mountSpecial mounts what a root needs beyond /dev, /proc and /sys.
