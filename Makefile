@@ -5,7 +5,7 @@ BIN     := bin
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
 
-.PHONY: image bench-fleet bench-density build console-assets install deps up test test-under-load test-unit test-integration bench bench-scale soak clean lint fuzz battery
+.PHONY: image bench-fleet bench-density build console-assets install deps up test test-under-load test-unit test-integration bench bench-scale soak clean lint fuzz battery battery-microvm
 
 # console-assets copies xterm.js (npm, pinned) where go:embed takes it for
 # the web console (docs/console.md); go build works without it.
@@ -100,8 +100,16 @@ battery:
 	scripts/build-template.sh busybox --no-import
 	scripts/build-template.sh base --no-import
 	rm -f $(BATTERY_REPORT)
-	AGENTBOX_BATTERY_REPORT=$(BATTERY_REPORT) $(GO) test -count=1 -timeout 30m -run 'TestBattery$$|TestBatteryAPI$$|TestPosture$$' ./integration/; \
+	AGENTBOX_TEST_TIERS=$(AGENTBOX_TEST_TIERS) AGENTBOX_BATTERY_REPORT=$(BATTERY_REPORT) $(GO) test -count=1 -timeout 30m -run 'TestBattery$$|TestBatteryAPI$$|TestPosture$$' ./integration/; \
 		rc=$$?; cat $(BATTERY_REPORT); exit $$rc
+
+# `make battery-microvm` runs the whole hostile battery and the posture
+# check on the microvm tier alone (every CI run has only a few of its
+# items there: integration/tiers_test.go's ciItems). Root, as `make
+# battery`, whose scripts/install-deps.sh installs the tier's QEMU and
+# guest kernel (scripts/install-microvm.sh).
+battery-microvm:
+	$(MAKE) battery AGENTBOX_TEST_TIERS=microvm
 
 # `make fuzz` runs every fuzz target for FUZZTIME each (scripts/fuzz.sh);
 # CI runs only their committed seed corpora, as unit tests.

@@ -174,7 +174,8 @@ func itemHostProc(t *testing.T, b *battery) {
 	res := b.hostile(t, id, api.ExecRequest{Shell: `for f in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug /proc/kallsyms /proc/sysrq-trigger; do
   printf '%s %s\n' "$f" "$(head -c 4096 $f 2>/dev/null | wc -c)"; done
 echo pids $(ls /proc | grep -E '^[0-9]+$')
-echo init "$(tr '\0' ' ' </proc/1/cmdline)"`})
+echo init "$(tr '\0' ' ' </proc/1/cmdline)"
+echo upids $(for p in /proc/[0-9]*; do [ -n "$(tr -d '\0' <$p/cmdline 2>/dev/null | head -c1)" ] && echo ${p#/proc/}; done)`})
 	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
 	var pidsInside []string
 	for _, line := range lines {
@@ -184,7 +185,12 @@ echo init "$(tr '\0' ' ' </proc/1/cmdline)"`})
 			if f[1] != "0" {
 				t.Errorf("%s: %s bytes readable inside the sandbox", f[0], f[1])
 			}
-		case len(f) > 0 && f[0] == "pids":
+		case len(f) > 0 && f[0] == "pids" && b.tier != "microvm":
+			pidsInside = f[1:]
+		case len(f) > 0 && f[0] == "upids" && b.tier == "microvm":
+			// A VM's /proc lists its own kernel's threads too, all
+			// the sandbox's own: its processes are those with a
+			// command line.
 			pidsInside = f[1:]
 		}
 	}
@@ -198,6 +204,12 @@ echo init "$(tr '\0' ' ' </proc/1/cmdline)"`})
 		t.Errorf("the sandbox's /proc lists %d pids: %v; it should see only its own few", len(pidsInside), pidsInside)
 	}
 	wantInit := "init agentbox-guest"
+	if b.tier == "microvm" {
+		// The agent is the guest kernel's init, from the initramfs.
+		wantInit = "init /init vm"
+		_, _, ev := qemuPosture(t, id)
+		evidence(t, "%s", ev)
+	}
 	if b.tier == "gvisor" {
 		// runsc starts the agent by its path inside the sandbox.
 		wantInit = "init /.agentbox/agentbox-guest serve"
@@ -360,8 +372,12 @@ func itemChroot(t *testing.T, b *battery) {
 }
 
 func itemSetuid(t *testing.T, b *battery) {
-	if b.tier == "gvisor" {
+	switch b.tier {
+	case "gvisor":
 		itemSetuidGvisor(t, b)
+		return
+	case "microvm":
+		itemSetuidMicrovm(t, b)
 		return
 	}
 	id := b.hostileSandbox(t, api.CreateSandboxRequest{})
@@ -393,8 +409,12 @@ func itemSetuid(t *testing.T, b *battery) {
 }
 
 func itemFDsCwd(t *testing.T, b *battery) {
-	if b.tier == "gvisor" {
+	switch b.tier {
+	case "gvisor":
 		itemFDsCwdGvisor(t, b)
+		return
+	case "microvm":
+		itemFDsCwdMicrovm(t, b)
 		return
 	}
 	id := b.sandbox(t, api.CreateSandboxRequest{})

@@ -254,7 +254,7 @@ func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
 // 40: socket buffer memory.
 func itemSocketMemory(t *testing.T, b *battery) {
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{MemoryMB: 64})
+	id := b.hostileSandbox(t, api.CreateSandboxRequest{MemoryMB: memoryFor(b.tier, 64)})
 	memLimit := sandboxMemLimit(t, id)
 	page := int64(os.Getpagesize())
 	var tcpLimit int64 = memLimit
@@ -332,10 +332,14 @@ func itemPidSpace(t *testing.T, b *battery) {
 	// Wait until the sandbox is at its limit (bounded), then fork on the
 	// host and in a sibling. Inside gVisor the count is its own.
 	inside := func() int {
-		if b.tier != "gvisor" {
+		dir := "/.agentbox/cgroup/pids/workload"
+		switch b.tier {
+		case "container":
 			return nsTasks(pid, pid)
+		case "microvm":
+			dir = guestPidsDir // the guest kernel's
 		}
-		r, err := execOnce(id, "cat /.agentbox/cgroup/pids/workload/pids.current")
+		r, err := execOnce(id, "cat "+dir+"/pids.current")
 		if err != nil {
 			return 0
 		}
