@@ -209,3 +209,13 @@ func TestUnsupportedFileSnapshots(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusesTooLittleMemory: a VM below MinMemoryMB would not boot its
+// guest kernel; the create says so instead of ending in a dead VM.
+func TestRefusesTooLittleMemory(t *testing.T) {
+	d := &Driver{}
+	_, err := d.Create(context.Background(), &driver.Spec{ID: "small", MemoryMB: MinMemoryMB - 1})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), strconv.Itoa(MinMemoryMB)) {
+		t.Fatalf("create with %d MiB: %v, want invalid_argument naming %d MiB", MinMemoryMB-1, err, MinMemoryMB)
+	}
+}
