@@ -130,15 +130,51 @@ func newFleetWith(t *testing.T, n int, opts fleetOptions) *fleet {
 // run left is found by name.
 const fleetNetnsPrefix = "abxf-"
 
-// sweepFleetNetns removes the namespaces (and with them their veths) a
-// killed earlier run left: only one fleet test runs at a time on a host
-// (the integration lock), so any left is stale.
+// sweepFleetNetns removes the daemons, namespaces and veths a killed
+// earlier run left: only one fleet test runs at a time on a host (the
+// integration lock), so any left is stale. The daemons first: a fleet
+// daemon runs in a process group of its own and outlives a killed test
+// binary, and while it runs its namespace and veth (with the addresses
+// the next fleet may take) stay.
 func sweepFleetNetns() {
+	killStaleFleetDaemons()
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), fleetNetnsPrefix) {
 			_ = exec.Command("ip", "netns", "delete", e.Name()).Run()
 		}
+	}
+}
+
+// killStaleFleetDaemons SIGKILLs every `agentboxd serve --config
+// <dir>/fleet-*/*.toml` on the host: a fleet's node or gateway daemon.
+func killStaleFleetDaemons() {
+	procs, _ := os.ReadDir("/proc")
+	var killed []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) == 4 && filepath.Base(args[0]) == "agentboxd" && args[1] == "serve" && args[2] == "--config" &&
+			strings.HasPrefix(filepath.Base(filepath.Dir(args[3])), "fleet-") && strings.HasSuffix(args[3], ".toml") {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed = append(killed, pid)
+			}
+		}
+	}
+	for _, pid := range killed { // gone before their namespaces are removed
+		for i := 0; i < 500 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if len(killed) > 0 {
+		fmt.Fprintf(os.Stderr, "note: killed %d fleet daemons a killed test run left\n", len(killed))
 	}
 }
 
