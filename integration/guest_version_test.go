@@ -12,64 +12,56 @@ import (
 	"github.com/agentbox/agentbox/api"
 )
 
-// preVersionCommit is a commit of this repository whose guest agent
-// reports no protocol version (protocol 0, internal/guest/proto): the
-// last main before the guest protocol was versioned.
-const preVersionCommit = "6298eae"
-
-// buildGuestAt builds cmd/agentbox-guest as it was at commit, from a
-// `git archive` of that commit (nothing of the repository's checkout or
-// worktrees changes), and returns the binary's path.
-func buildGuestAt(t *testing.T, commit string) string {
+// buildProtocol0Guest builds this tree's cmd/agentbox-guest with the one
+// line that reports its protocol version taken out: what an agent of
+// protocol 0 (internal/guest/proto), one from before the guest protocol
+// was versioned, answers. It stands in for such an agent. (This test
+// built the agent of commit 6298eae until the uid ranges' views left the
+// host's mount table: a daemon now hands an init its views as
+// descriptors, which an agent that old does not attach, so it can no
+// longer boot a new sandbox under this daemon. A sandbox booted by an
+// older daemon and agent keeps the mounts its init made; that case is
+// not run here.)
+func buildProtocol0Guest(t *testing.T) string {
 	t.Helper()
 	src := t.TempDir()
-	if exec.Command("git", "-C", env.repo, "cat-file", "-e", commit+"^{commit}").Run() != nil {
-		// A shallow clone (CI's may be one) lacks the commit: build this
-		// tree's agent with the one line that reports the version taken
-		// out, which is what an agent of protocol 0 answers.
-		t.Logf("commit %s is not in this checkout (a shallow clone?): building this tree's agent without its protocol version instead", commit)
-		copyTree := exec.Command("sh", "-c", fmt.Sprintf("tar -C %q --exclude=./.git --exclude=./bin --exclude=node_modules -c . | tar -x -C %q", env.repo, src))
-		if out, err := copyTree.CombinedOutput(); err != nil {
-			t.Fatalf("copying the tree: %v\n%s", err, out)
-		}
-		f := filepath.Join(src, "internal", "guest", "server.go")
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		const line = "Protocol: proto.Version,"
-		if strings.Count(string(b), line) != 1 {
-			t.Fatalf("internal/guest/server.go no longer has exactly one %q; update this fallback", line)
-		}
-		if err := os.WriteFile(f, []byte(strings.Replace(string(b), line, "", 1)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		archive := exec.Command("sh", "-c", fmt.Sprintf("git -C %q archive %s | tar -x -C %q", env.repo, commit, src))
-		if out, err := archive.CombinedOutput(); err != nil {
-			t.Fatalf("extracting commit %s: %v\n%s", commit, err, out)
-		}
+	copyTree := exec.Command("sh", "-c", fmt.Sprintf("tar -C %q --exclude=./.git --exclude=./bin --exclude=node_modules -c . | tar -x -C %q", env.repo, src))
+	if out, err := copyTree.CombinedOutput(); err != nil {
+		t.Fatalf("copying the tree: %v\n%s", err, out)
 	}
-	bin := filepath.Join(filepath.Dir(env.cfg.GuestBinary), "agentbox-guest-"+commit)
+	f := filepath.Join(src, "internal", "guest", "server.go")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const line = "Protocol: proto.Version,"
+	if strings.Count(string(b), line) != 1 {
+		t.Fatalf("internal/guest/server.go no longer has exactly one %q; update this test", line)
+	}
+	if err := os.WriteFile(f, []byte(strings.Replace(string(b), line, "", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(filepath.Dir(env.cfg.GuestBinary), "agentbox-guest-protocol0")
 	cmd := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "./cmd/agentbox-guest")
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the guest agent of commit %s: %v\n%s", commit, err, out)
+		t.Fatalf("building a protocol-0 guest agent: %v\n%s", err, out)
 	}
 	return bin
 }
 
 // TestGuestFromOlderCommit: a daemon upgraded under live sandboxes keeps
-// serving them. Sandboxes are booted with the guest agent of a commit from
-// before the protocol was versioned (it reports none: protocol 0); the
+// serving them. Sandboxes are booted with a guest agent that reports no
+// protocol version (protocol 0, as agents from before it was versioned:
+// buildProtocol0Guest); the
 // daemon restarts with this build's agent and re-adopts them; exec,
 // streaming exec, files and background processes still work on them
 // through this build's daemon, their records carry no error, and a
 // sandbox created after the upgrade gets the new agent.
 func TestGuestFromOlderCommit(t *testing.T) {
 	ctx := context.Background()
-	old := buildGuestAt(t, preVersionCommit)
+	old := buildProtocol0Guest(t)
 	current := env.cfg.GuestBinary
 	t.Cleanup(func() {
 		if env.cfg.GuestBinary != current {
