@@ -64,17 +64,9 @@ func CheckTier(tier, id string, initPid int, o Options) api.SecurityReport {
 // root overlay, or a source of the bundle's bind mounts), never another
 // host file.
 func CheckGvisor(id string, sentryPid int, o Options) api.SecurityReport {
-	if o.ProcRoot == "" {
-		o.ProcRoot = "/proc"
-	}
-	if o.CgroupRoot == "" {
-		o.CgroupRoot = "/sys/fs/cgroup"
-	}
+	o = o.withDefaults()
 	rep := api.SecurityReport{Sandbox: id, Pass: true, Processes: []api.ProcessPosture{}}
-	hostNS := map[string]string{}
-	for _, ns := range gvisorNamespaces {
-		hostNS[ns], _ = os.Readlink(filepath.Join(o.ProcRoot, "self", "ns", ns))
-	}
+	hostNS := hostNamespaces(o, gvisorNamespaces)
 	sawSentry := false
 	pids := Pids(o.CgroupRoot, o.CgroupParent, id)
 	files := bundleFiles(pids, o)
@@ -116,7 +108,7 @@ func checkGvisorProcess(pid int, id string, hostNS map[string]string, files *san
 		v, err := strconv.ParseUint(st[c], 16, 64)
 		add(c, st[c], fmt.Sprintf("within %016x (gVisor's, in the sandbox's user namespace)", gvisorCaps), err == nil && v&^gvisorCaps == 0)
 	}
-	want := checkConfinement(add, dir, st, id, gvisorNamespaces, hostNS, o)
+	want := checkConfinement(add, dir, st, id, gvisorNamespaces, hostNS, o, true)
 	n, outside := gvisorFDs(dir, id, want, files)
 	add("open fds", fmt.Sprintf("%d, outside the sandbox: %s", n, strings.Join(outside, " ")), "none outside the sandbox", len(outside) == 0)
 	return pp, true

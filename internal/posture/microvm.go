@@ -34,17 +34,9 @@ var microvmNamespaces = []string{"ipc", "mnt", "net", "uts"}
 // of the sandbox's own directories (its run dir, its writable disk), and
 // template layer images read-only.
 func CheckMicrovm(id string, qemuPid int, o Options) api.SecurityReport {
-	if o.ProcRoot == "" {
-		o.ProcRoot = "/proc"
-	}
-	if o.CgroupRoot == "" {
-		o.CgroupRoot = "/sys/fs/cgroup"
-	}
+	o = o.withDefaults()
 	rep := api.SecurityReport{Sandbox: id, Pass: true, Processes: []api.ProcessPosture{}}
-	hostNS := map[string]string{}
-	for _, ns := range microvmNamespaces {
-		hostNS[ns], _ = os.Readlink(filepath.Join(o.ProcRoot, "self", "ns", ns))
-	}
+	hostNS := hostNamespaces(o, microvmNamespaces)
 	sawQEMU := false
 	for _, pid := range Pids(o.CgroupRoot, o.CgroupParent, id) {
 		pp, ok := checkMicrovmProcess(pid, id, hostNS, o)
@@ -88,32 +80,9 @@ func checkMicrovmProcess(pid int, id string, hostNS map[string]string, o Options
 		v, err := strconv.ParseUint(st[c], 16, 64)
 		add(c, st[c], "0", err == nil && v == 0)
 	}
-	var ids []string
-	inRange := true
-	for _, u := range append(strings.Fields(st["Uid"]), strings.Fields(st["Gid"])...) {
-		n, err := strconv.Atoi(u)
-		ids = append(ids, u)
-		if err != nil || n < o.UIDBase || n >= o.UIDBase+o.UIDCount || n == 0 {
-			inRange = false
-		}
-	}
-	add("host uids/gids", strings.Join(ids, " "), fmt.Sprintf("in [%d, %d)", o.UIDBase, o.UIDBase+o.UIDCount), inRange)
-	own := fmt.Sprintf("[%d, %d), no other sandbox's", o.UIDBase, o.UIDBase+o.UIDCount)
-	if o.SharedRange {
-		own = fmt.Sprintf("[%d, %d), shared by every sandbox", o.UIDBase, o.UIDBase+o.UIDCount)
-	} else if o.SharedWith != "" {
-		own = fmt.Sprintf("[%d, %d), also sandbox %s's", o.UIDBase, o.UIDBase+o.UIDCount, o.SharedWith)
-	}
-	add("a uid range of its own", own, "a range no other sandbox has (uid_ranges)", !o.SharedRange && o.SharedWith == "")
-	for _, ns := range microvmNamespaces {
-		got, err := os.Readlink(filepath.Join(dir, "ns", ns))
-		add(ns+" namespace", got, "not the host's "+hostNS[ns], err == nil && got != hostNS[ns])
-	}
-	cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
-	want := "/" + o.CgroupParent + "/" + id
-	for _, ctrl := range cgroupControllers(string(cg)) {
-		add(ctrl+" cgroup", cgroupOf(string(cg), ctrl), want+"[/...]", under(cgroupOf(string(cg), ctrl), want))
-	}
+	// QEMU runs in no user namespace of its own: its ids are host ids, so
+	// there is no uid map to check.
+	checkConfinement(add, dir, st, id, microvmNamespaces, hostNS, o, false)
 	n, outside := microvmFDs(dir, id)
 	add("open fds", fmt.Sprintf("%d, outside the VM's own: %s", n, strings.Join(outside, " ")), "none outside the VM's own files", len(outside) == 0)
 	return pp, true

@@ -58,17 +58,9 @@ var namespaces = []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts"}
 // host pid of its init (the guest agent), which keeps its own fds and a
 // capability set it drops before running user code.
 func Check(id string, initPid int, o Options) api.SecurityReport {
-	if o.ProcRoot == "" {
-		o.ProcRoot = "/proc"
-	}
-	if o.CgroupRoot == "" {
-		o.CgroupRoot = "/sys/fs/cgroup"
-	}
+	o = o.withDefaults()
 	rep := api.SecurityReport{Sandbox: id, Pass: true, Processes: []api.ProcessPosture{}}
-	hostNS := map[string]string{}
-	for _, ns := range namespaces {
-		hostNS[ns], _ = os.Readlink(filepath.Join(o.ProcRoot, "self", "ns", ns))
-	}
+	hostNS := hostNamespaces(o, namespaces)
 	pids := Pids(o.CgroupRoot, o.CgroupParent, id)
 	if len(pids) == 0 {
 		rep.Pass = false
@@ -135,7 +127,7 @@ func checkProcess(pid int, isInit bool, id string, hostNS map[string]string, o O
 		v, err := strconv.ParseUint(st[c], 16, 64)
 		add(c, st[c], "0", err == nil && v == 0)
 	}
-	checkConfinement(add, dir, st, id, namespaces, hostNS, o)
+	checkConfinement(add, dir, st, id, namespaces, hostNS, o, true)
 	// Its user namespace is its own root's (launcher.StartOwned): what
 	// the kernel counts per user one level up is charged there, not to
 	// the host's root.
@@ -225,16 +217,17 @@ func status(path string) (map[string]string, error) {
 }
 
 // checkConfinement adds the checks every host process of a sandbox must
-// pass, whatever its tier: host uids and gids in the sandbox's range, its
-// own namespaces (those of nsList), the sandbox's uid map, and the
-// sandbox's cgroups. It returns the cgroup path they must be under.
-func checkConfinement(add func(name, got, want string, pass bool), dir string, st map[string]string, id string, nsList []string, hostNS map[string]string, o Options) string {
+// pass, whatever its tier: host uids and gids in the sandbox's range (never
+// root), its own namespaces (those of nsList), with userns the sandbox's
+// uid map, and the sandbox's cgroups. It returns the cgroup path they
+// must be under.
+func checkConfinement(add func(name, got, want string, pass bool), dir string, st map[string]string, id string, nsList []string, hostNS map[string]string, o Options, userns bool) string {
 	var ids []string
 	inRange := true
 	for _, u := range append(strings.Fields(st["Uid"]), strings.Fields(st["Gid"])...) {
 		n, err := strconv.Atoi(u)
 		ids = append(ids, u)
-		if err != nil || n < o.UIDBase || n >= o.UIDBase+o.UIDCount {
+		if err != nil || n < o.UIDBase || n >= o.UIDBase+o.UIDCount || n == 0 {
 			inRange = false
 		}
 	}
@@ -250,10 +243,12 @@ func checkConfinement(add func(name, got, want string, pass bool), dir string, s
 		got, err := os.Readlink(filepath.Join(dir, "ns", ns))
 		add(ns+" namespace", got, "not the host's "+hostNS[ns], err == nil && got != hostNS[ns])
 	}
-	um, _ := os.ReadFile(filepath.Join(dir, "uid_map"))
-	gotMap := strings.Join(strings.Fields(string(um)), " ")
-	wantMap := fmt.Sprintf("0 %d %d", o.UIDBase, o.UIDCount)
-	add("uid_map", gotMap, wantMap, gotMap == wantMap)
+	if userns {
+		um, _ := os.ReadFile(filepath.Join(dir, "uid_map"))
+		gotMap := strings.Join(strings.Fields(string(um)), " ")
+		wantMap := fmt.Sprintf("0 %d %d", o.UIDBase, o.UIDCount)
+		add("uid_map", gotMap, wantMap, gotMap == wantMap)
+	}
 	cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
 	want := "/" + o.CgroupParent + "/" + id
 	for _, ctrl := range cgroupControllers(string(cg)) {
@@ -275,4 +270,25 @@ func nsOwner(path string) (string, error) {
 		return err.Error(), err
 	}
 	return strconv.FormatUint(uint64(uid), 10), nil
+}
+
+// withDefaults is o with /proc and /sys/fs/cgroup where it names none.
+func (o Options) withDefaults() Options {
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.CgroupRoot == "" {
+		o.CgroupRoot = "/sys/fs/cgroup"
+	}
+	return o
+}
+
+// hostNamespaces reads the host's namespaces of kinds list (this
+// process's), which a sandbox's processes must not share.
+func hostNamespaces(o Options, list []string) map[string]string {
+	ns := map[string]string{}
+	for _, k := range list {
+		ns[k], _ = os.Readlink(filepath.Join(o.ProcRoot, "self", "ns", k))
+	}
+	return ns
 }
