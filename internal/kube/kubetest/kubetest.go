@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Namespace is the fleet's namespace the tests use, deploy/'s.
@@ -104,6 +106,10 @@ func Start(t testing.TB, o Options) *Env {
 		e.ControlPlane.APIServer.SecureServing.Address = "0.0.0.0"
 		e.ControlPlane.APIServer.SecureServing.Port = port
 	}
+	// envtest logs through controller-runtime's logger; with none set it
+	// prints a stack trace once a start takes 30 s (a loaded machine).
+	// Its errors come back from Start and Stop, which the test reports.
+	crlog.SetLogger(logr.Discard())
 	cfg, err := e.Start()
 	if err != nil {
 		t.Fatalf("starting kube-apiserver and etcd from %s: %v", dir, err)
