@@ -47,6 +47,19 @@ func (k *keep) Cleanup(f func()) { cleanups = append(cleanups, f) }
 
 var cleanups []func()
 
+// asAccount applies deploy/'s namespace and RBAC and returns a client
+// that authenticates as that ServiceAccount of theirs.
+func asAccount(t *testing.T, e *kubetest.Env, account string) *kube.Client {
+	t.Helper()
+	e.Apply(t, filepath.Join(e.Deploy, "namespace.yaml"), false)
+	e.Apply(t, filepath.Join(e.Deploy, "rbac.yaml"), false)
+	c, err := kube.NewForConfig(e.ServiceAccount(t, account), kubetest.Namespace, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // members collects what WatchMembers hands over.
 type members struct{ ch chan []kube.Member }
 
@@ -78,16 +91,7 @@ func TestRegisterAndWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Both roles as the ServiceAccounts deploy/rbac.yaml binds.
-	e.Apply(t, filepath.Join(e.Deploy, "namespace.yaml"), false)
-	e.Apply(t, filepath.Join(e.Deploy, "rbac.yaml"), false)
-	nodeC, err := kube.NewForConfig(e.ServiceAccount(t, "agentbox-node"), kubetest.Namespace, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gwC, err := kube.NewForConfig(e.ServiceAccount(t, "agentbox-gateway"), kubetest.Namespace, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodeC, gwC := asAccount(t, e, "agentbox-node"), asAccount(t, e, "agentbox-gateway")
 	seen := &members{ch: make(chan []kube.Member, 64)}
 	if err := gwC.WatchMembers(ctx, seen.set); err != nil {
 		t.Fatal(err)
@@ -273,12 +277,7 @@ func TestWatchPools(t *testing.T) {
 	e := start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e.Apply(t, filepath.Join(e.Deploy, "namespace.yaml"), false)
-	e.Apply(t, filepath.Join(e.Deploy, "rbac.yaml"), false)
-	c, err := kube.NewForConfig(e.ServiceAccount(t, "agentbox-node"), kubetest.Namespace, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := asAccount(t, e, "agentbox-node")
 	got := make(chan []kube.Pool, 16)
 	if err := c.WatchPools(ctx, func(ps []kube.Pool) { got <- ps }); err != nil {
 		t.Fatal(err)
@@ -324,12 +323,7 @@ func TestWatchTemplates(t *testing.T) {
 	e := start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e.Apply(t, filepath.Join(e.Deploy, "namespace.yaml"), false)
-	e.Apply(t, filepath.Join(e.Deploy, "rbac.yaml"), false)
-	c, err := kube.NewForConfig(e.ServiceAccount(t, "agentbox-gateway"), kubetest.Namespace, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := asAccount(t, e, "agentbox-gateway")
 	got := make(chan map[string]string, 16)
 	if err := c.WatchTemplates(ctx, func(m map[string]string) { got <- m }); err != nil {
 		t.Fatal(err)
