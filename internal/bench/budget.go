@@ -123,9 +123,25 @@ func judge(r *Report) []Budget {
 		out = append(out, Budget{What: fmt.Sprintf("host memory per idle sandbox (%d idle)", d.Sandboxes), Limit: "<= 8 MiB",
 			Value: v, Unit: "MiB", Pass: v <= 8, Source: "issue"})
 	}
+	// Issue 22: an exec stream's stdout at 500 MB/s (binary frames, the
+	// Go client's and the CLI's format).
+	for _, res := range r.Results {
+		if strings.HasPrefix(res.Name, "exec-stream/stdout (") && !strings.Contains(res.Name, "ndjson") && res.N > 0 {
+			out = append(out, Budget{What: res.Name + " MB/s", Limit: ">= 500 MB/s", Value: res.Rate, Unit: "MB/s",
+				Pass: res.Rate >= 500, Source: "issue 22", Floors: floorRatio(res)})
+		}
+	}
 	if res := r.Find("throughput/creates"); res != nil && res.N > 0 {
 		out = append(out, Budget{What: "sustained creates/s", Limit: ">= 100/s", Value: res.Rate, Unit: "/s",
 			Pass: res.Rate >= 100, Source: "ARCHITECTURE"})
 	}
 	return out
+}
+
+// floorRatio says how a line's p50 compares with its own floor's.
+func floorRatio(res Result) string {
+	if res.Ratio == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.1fx %s", res.Ratio, strings.TrimPrefix(res.Floor, "baseline/"))
 }

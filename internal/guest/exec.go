@@ -430,6 +430,12 @@ func pipe(parentReads bool) (r, w int, err error) {
 	parent := p[1]
 	if parentReads {
 		parent = p[0]
+		// A larger pipe lets the writer run ahead while the stream
+		// delivers, and one read take more: fewer wake-ups and frames
+		// per byte on every hop (docs/PERFORMANCE.md, "The exec
+		// stream's throughput"). Refused past the user's pipe quota
+		// (fs.pipe-user-pages-soft): the default size then stays.
+		_, _ = unix.FcntlInt(uintptr(parent), unix.F_SETPIPE_SZ, outputPipeSize)
 	}
 	if err := unix.SetNonblock(parent, true); err != nil {
 		unix.Close(p[0])

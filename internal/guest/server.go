@@ -357,10 +357,15 @@ func (c *capture) readAll(f *os.File, done chan<- struct{}) {
 }
 
 // readBufSize is the size of one read from an output pipe, and of one
-// streamed output event at most: a pipe's default capacity, so that one
-// read can empty it (with 32 KiB a stream of output moved 212-239 MB/s,
-// with 64 KiB 244-266; docs/PERFORMANCE.md).
-const readBufSize = 64 << 10
+// streamed output event at most: the pipe's capacity, so that one read
+// can empty it.
+const readBufSize = outputPipeSize
+
+// outputPipeSize is the capacity an exec's output pipes are given: with
+// 64 KiB (the kernel's default) a stream of output moved 571-587 MB/s,
+// with 256 KiB 706-845 (docs/PERFORMANCE.md, "The exec stream's
+// throughput").
+const outputPipeSize = 256 << 10
 
 // Buffers have api.FrameHeaderLen bytes more, room for a frame's header
 // before a read of readBufSize (pump).

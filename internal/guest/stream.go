@@ -83,7 +83,9 @@ type chunk struct {
 func (s *Server) streamExec(r *http.Request, rc *http.ResponseController, dec *json.Decoder, out *eventWriter, p *proc, sp *execSpec) {
 	out.write(&api.ExecEvent{Type: api.EventStart, Pid: p.pid})
 
-	chunks := make(chan chunk, 8)
+	// Two chunks in flight besides the two being read: a stream holds at
+	// most four buffers (1 MiB) when its client reads slowly.
+	chunks := make(chan chunk, 2)
 	go pump(p.stdout, api.EventStdout, chunks)
 	go pump(p.stderr, api.EventStderr, chunks)
 	bodyDone := make(chan error, 1)
