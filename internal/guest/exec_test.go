@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/guest/proto"
 	"github.com/agentbox/agentbox/internal/guest/users"
+	"golang.org/x/sys/unix"
 )
 
 func TestExecExitCodes(t *testing.T) {
@@ -475,5 +476,30 @@ func TestExecsStartWithoutCapabilities(t *testing.T) {
 	wg.Wait()
 	if len(bad) > 0 {
 		t.Errorf("exec'd processes have capabilities (%d lines), e.g. %q", len(bad), bad[0])
+	}
+}
+
+// TestOutputPipeSize: an exec's output pipes hold outputPipeSize, so the
+// writer runs ahead of a stream by that much and one read can take it all;
+// stdin's pipe keeps the kernel's default.
+func TestOutputPipeSize(t *testing.T) {
+	for _, parentReads := range []bool{true, false} {
+		r, w, err := pipe(parentReads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := unix.FcntlInt(uintptr(r), unix.F_GETPIPE_SZ, 0)
+		unix.Close(r)
+		unix.Close(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 64 << 10
+		if parentReads {
+			want = outputPipeSize
+		}
+		if got != want {
+			t.Errorf("pipe(parentReads=%v) holds %d bytes, want %d", parentReads, got, want)
+		}
 	}
 }
