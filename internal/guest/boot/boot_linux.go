@@ -419,24 +419,26 @@ func stageSpecial(root, lxcfs string) error {
 			return fmt.Errorf("masking %s: %w", f, err)
 		}
 	}
-	// One empty read-only tmpfs, bound over every masked directory: a
-	// superblock each would cost the host at every memory cgroup's
-	// removal (the kernel walks every superblock's lists then), and
-	// sandboxes are many.
-	empty := ""
+	// One empty directory of the stage's own tmpfs, bound read-only over
+	// every masked directory: a superblock of their own would cost the
+	// host at every memory cgroup's creation and removal (each memory
+	// cgroup has a table of every superblock's shrinker, and a removal
+	// walks every superblock's lists), and sandboxes are many. The stage
+	// itself is out of reach once the init has pivoted: only these binds
+	// and the view's files are left of it.
+	empty := in("/.empty")
+	if err := os.Mkdir(empty, 0o555); err != nil {
+		return fmt.Errorf("mkdir %s: %w", empty, err)
+	}
 	for _, d := range maskedDirs {
 		if fi, err := os.Stat(in(d)); err != nil || !fi.IsDir() {
 			continue
 		}
-		var err error
-		if empty == "" {
-			err = unix.Mount("tmpfs", in(d), "tmpfs", noexec|unix.MS_RDONLY, "size=0")
-			empty = in(d)
-		} else {
-			err = unix.Mount(empty, in(d), "", unix.MS_BIND, "")
-		}
-		if err != nil {
+		if err := unix.Mount(empty, in(d), "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("masking %s: %w", d, err)
+		}
+		if err := unix.Mount("", in(d), "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|noexec, ""); err != nil {
+			return fmt.Errorf("making the mask over %s read-only: %w", d, err)
 		}
 	}
 	if err := stageView(root, in("/.view"), lxcfs); err != nil {
