@@ -62,6 +62,9 @@ type Options struct {
 	// E2B says where the e2b lines find their scripts and the daemon
 	// (e2b.go).
 	E2B E2BOptions
+	// Clients says where the clients lines find the CLI and the Python
+	// SDK (clients.go).
+	Clients ClientOptions
 	// Fleet says how the fleet lines reach the daemon as a fleet node
 	// (fleet.go).
 	Fleet FleetOptions
@@ -162,6 +165,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.pool(ctx)
 		r.state(ctx)
 		r.execs(ctx)
+		r.clients(ctx)
 		r.fleet(ctx)
 		r.mcpLines(ctx)
 		r.mcpHostedLines(ctx)

@@ -161,3 +161,44 @@ func TestWriteScale(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgeClientsAndStream: the clients lines are judged against the API
+// lines they wrap, and the stream's rate against the issue's 500 MB/s.
+func TestJudgeClientsAndStream(t *testing.T) {
+	r := &Report{
+		Results: []Result{
+			{Name: "baseline/fork-exec", Group: GroupBaseline, Summary: Summary{N: 10, P50: 1}},
+			{Name: "create/busybox", Group: GroupLifecycle, Summary: Summary{N: 10, P50: 9}},
+			{Name: "exec/true", Group: GroupExec, Summary: Summary{N: 10, P50: 2}},
+			{Name: lineCLIHelp, Group: GroupClients, Summary: Summary{N: 20, P50: 12}, Floor: "baseline/fork-exec"},
+			{Name: lineCLIExec, Group: GroupClients, Summary: Summary{N: 20, P50: 14}, Floor: "exec/true"},
+			{Name: linePyCreate + " (busybox)", Group: GroupClients, Summary: Summary{N: 20, P50: 11.5}, Floor: "create/busybox"},
+			{Name: linePyExec, Group: GroupClients, Summary: Summary{N: 20, P50: 2.7}, Floor: "exec/true"},
+			{Name: lineStreamFloor + " (200 MiB, base)", Group: GroupExec, Summary: Summary{N: 3, P50: 150}, Rate: 1400, RateUnit: "MB/s"},
+			{Name: "exec-stream/stdout (200 MiB, base)", Group: GroupExec, Summary: Summary{N: 3, P50: 300}, Rate: 700, RateUnit: "MB/s", Floor: lineStreamFloor + " (200 MiB, base)"},
+			{Name: "exec-stream/stdout (200 MiB, base, ndjson)", Group: GroupExec, Summary: Summary{N: 3, P50: 700}, Rate: 290, RateUnit: "MB/s", Floor: lineStreamFloor + " (200 MiB, base)"},
+		},
+	}
+	got := map[string]Budget{}
+	for _, b := range judge(r) {
+		got[b.What] = b
+	}
+	for what, pass := range map[string]bool{
+		"CLI `agentbox --help` p50":                                              false,
+		"CLI `agentbox exec ID -- true` p50":                                     true,
+		"Python SDK create p50 within +3 ms of the Go client's (create/busybox)": true,
+		"Python SDK exec p50 within +0.5 ms of the Go client's (exec/true)":      false,
+		"exec-stream/stdout (200 MiB, base) MB/s":                                true,
+	} {
+		b, ok := got[what]
+		if !ok || b.Pass != pass {
+			t.Errorf("budget %q: got %+v (present %v), want pass=%v", what, b, ok, pass)
+		}
+	}
+	if b := got["exec-stream/stdout (200 MiB, base) MB/s"]; b.Floors != "2.0x "+lineStreamFloor+" (200 MiB, base)" {
+		t.Errorf("the stream's budget line says %q of its floor", b.Floors)
+	}
+	if _, ok := got["exec-stream/stdout (200 MiB, base, ndjson) MB/s"]; ok {
+		t.Error("the NDJSON stream is judged against 500 MB/s; only frames are")
+	}
+}

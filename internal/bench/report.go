@@ -132,7 +132,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	if m.CPUModel != "" {
 		fmt.Fprintf(w, "cpu: %s\n", m.CPUModel)
 	}
-	for _, g := range []string{GroupBaseline, GroupLifecycle, GroupState, GroupExec, GroupFleet, GroupMCP, GroupCode, GroupDesktop, GroupFiles, GroupWorkload, GroupScale, GroupThroughput, GroupE2B} {
+	for _, g := range []string{GroupBaseline, GroupLifecycle, GroupState, GroupExec, GroupClients, GroupFleet, GroupMCP, GroupCode, GroupDesktop, GroupFiles, GroupWorkload, GroupScale, GroupThroughput, GroupE2B} {
 		var rows []Result
 		for _, res := range r.Results {
 			if res.Group == g {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -56,6 +57,7 @@ It needs root on the daemon's host for the memory and baseline lines.`,
 				return err
 			}
 			opts.E2B = e2bBenchOptions(env.Host(), e2bURL)
+			opts.Clients = clientBenchOptions(env.Host(), opts.E2B)
 			opts.Fleet = bench.FleetOptions{URL: opts.E2B.URL, Key: opts.E2B.Key, KeyFile: fleetKey}
 			opts.Progress = c.ErrOrStderr()
 			opts.Log = slog.New(slog.NewTextHandler(c.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
@@ -131,6 +133,27 @@ func e2bBenchOptions(host, url string) bench.E2BOptions {
 		if b, err := os.ReadFile(client.DefaultAdminKeyPath); err == nil {
 			o.Key = strings.TrimSpace(string(b))
 		}
+	}
+	return o
+}
+
+// clientBenchOptions finds what the clients lines need: the agentbox
+// binary beside this one (make install puts both in one directory), else
+// on PATH, and sdk/python where the e2b lines found it.
+func clientBenchOptions(host string, e bench.E2BOptions) bench.ClientOptions {
+	o := bench.ClientOptions{PythonSDK: e.PythonSDK, Host: host, Key: e.Key}
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), "agentbox"); p != self {
+			if _, err := os.Stat(p); err == nil {
+				o.CLI = p
+			}
+		}
+	}
+	if o.CLI == "" {
+		o.CLI, _ = exec.LookPath("agentbox")
+	}
+	if o.Host == "" {
+		o.Host = os.Getenv("AGENTBOX_HOST")
 	}
 	return o
 }
