@@ -183,17 +183,21 @@ func start(msg []byte, files []*os.File) (pid, pidfd int, err error) {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = int(f.Fd())
 	}
+	// No reaping from the start to pidfd_open: a launcher in its own
+	// process reaps any child that exited (reapChildren), and a child
+	// reaped first would leave no pid to open, or another's.
+	childMu.Lock()
 	if err := StartOwned(cmd, req.NSOwner); err != nil {
+		childMu.Unlock()
 		return 0, -1, err
 	}
 	// The client gets a pidfd of its own, a separate open file: it makes
 	// its pidfd non-blocking to poll it, and that flag is per open file.
 	// Had it the clone's pidfd, which os.Process's wait shares (a dup),
-	// Wait's waitid would answer EAGAIN and leave the child a zombie. The
-	// child cannot be reaped (its pid reused) before pidfd_open: only
-	// the Wait below reaps it.
+	// Wait's waitid would answer EAGAIN and leave the child a zombie.
 	pid = cmd.Process.Pid
 	own, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	childMu.Unlock()
 	unix.Close(pidfd)
 	// Reaped by reapChildren, not by a cmd.Wait per child (a thread
 	// blocked in waitid for every live sandbox).
@@ -206,14 +210,19 @@ func start(msg []byte, files []*os.File) (pid, pidfd int, err error) {
 	return pid, own, nil
 }
 
-// The launcher's children, reaped when they exit: on every SIGCHLD each
-// known pid is waited for with WNOHANG. Only pids it started are waited
-// for (never wait4(-1)), so a process that runs Serve in-process (the
-// tests) keeps its other children to itself.
+// The launcher's children, reaped when they exit. In its own process
+// (ServeInherited) every child is a sandbox's init it started and
+// released, so each SIGCHLD reaps whatever exited with wait4(-1): a cost
+// per exit, not per live sandbox (waiting for each known pid, as below,
+// made every create and every exit cost a wait4 per live sandbox: 2,000
+// system calls at 2,000 live). A process that runs Serve in-process (the
+// tests) keeps its other children to itself: there only pids it started
+// are waited for, each with WNOHANG.
 var (
 	childMu   sync.Mutex
 	children  = map[int]bool{}
 	reapStart sync.Once
+	reapAny   bool // set by ServeInherited before Serve
 )
 
 // adopt records pid as a child to reap, and reaps at once what already
@@ -229,17 +238,27 @@ func adopt(pid int) {
 		}()
 	})
 	childMu.Lock()
-	children[pid] = true
+	if !reapAny {
+		children[pid] = true
+	}
 	childMu.Unlock()
 	reapChildren()
 }
 
-// reapChildren waits for every known child that has exited.
+// reapChildren waits for every child that has exited: any child of the
+// launcher's own process, else every known one.
 func reapChildren() {
 	childMu.Lock()
 	defer childMu.Unlock()
+	var ws unix.WaitStatus
+	if reapAny {
+		for {
+			if got, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil); got <= 0 || err != nil {
+				return
+			}
+		}
+	}
 	for pid := range children {
-		var ws unix.WaitStatus
 		got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		if got == pid || err == unix.ECHILD {
 			delete(children, pid)
@@ -493,6 +512,9 @@ func ServeInherited() error {
 	if !ok {
 		return fmt.Errorf("fd 3 is not a unix socket")
 	}
+	childMu.Lock()
+	reapAny = true // every child of this process is a sandbox's init
+	childMu.Unlock()
 	return Serve(uc)
 }
 

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +14,19 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// TestMain makes the test binary a launcher when started as one
+// (`<test binary> launcher`, as NewClient starts the guest binary).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "launcher" {
+		if err := ServeInherited(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // inProcess returns a client whose launcher is Serve on a goroutine of
 // this test (the protocol is the same as with a launcher process).
@@ -146,9 +160,20 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // non-blocking (watch polls it): the launcher's own wait must not share
 // that open file, or its waitid answers EAGAIN and the child stays a
 // zombie (a leak of one pid per sandbox, seen in the daemon).
+//
+// Both ways of reaping: a launcher in this test's process (pid by pid)
+// and one in its own process, as the daemon runs it (wait4(-1)).
 func TestReapsManyChildren(t *testing.T) {
 	requireRoot(t)
-	c := inProcess(t)
+	t.Run("in-process", func(t *testing.T) { reapsManyChildren(t, inProcess(t)) })
+	t.Run("own-process", func(t *testing.T) {
+		c := NewClient(os.Args[0]) // TestMain serves `launcher`
+		t.Cleanup(c.Close)
+		reapsManyChildren(t, c)
+	})
+}
+
+func reapsManyChildren(t *testing.T, c *Client) {
 	var pids []int
 	for i := 0; i < 30; i++ {
 		cmd := exec.Command("/bin/true")
