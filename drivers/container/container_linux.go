@@ -39,6 +39,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
 	"github.com/agentbox/agentbox/internal/guest/harden"
+	"github.com/agentbox/agentbox/internal/guest/harden/filter"
 	"github.com/agentbox/agentbox/internal/guest/launcher"
 	"github.com/agentbox/agentbox/internal/guest/proto"
 	"github.com/agentbox/agentbox/internal/idrange"
@@ -131,7 +132,7 @@ func New(o driver.Options) (*Driver, error) {
 		return nil, fmt.Errorf("container driver: the inits' stage directory: %w", err)
 	}
 	if o.Seccomp {
-		prog, err := harden.Program()
+		prog, err := filter.Program()
 		if err != nil {
 			return nil, fmt.Errorf("container driver: %w", err)
 		}

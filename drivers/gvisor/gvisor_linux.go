@@ -39,6 +39,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
 	"github.com/agentbox/agentbox/internal/guest/harden"
+	"github.com/agentbox/agentbox/internal/guest/harden/filter"
 	"github.com/agentbox/agentbox/internal/idrange"
 )
 
@@ -104,7 +105,7 @@ func New(o driver.Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor driver: cgroups: %w", err)
 	}
-	prog, err := harden.ProgramAllowing(serveAllow...)
+	prog, err := filter.ProgramAllowing(serveAllow...)
 	if err != nil {
 		return nil, fmt.Errorf("gvisor driver: %w", err)
 	}

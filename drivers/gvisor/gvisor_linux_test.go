@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/driver/drivertest"
 	"github.com/agentbox/agentbox/internal/guest/harden"
+	"github.com/agentbox/agentbox/internal/guest/harden/filter"
 	"github.com/agentbox/agentbox/internal/guest/proto"
 )
 
@@ -135,7 +136,7 @@ func TestCheckNamesTheFix(t *testing.T) {
 // driver, so no sandbox assembles it at boot: the container tier's
 // policy with syslog(2) allowed.
 func TestBundleCarriesSeccompFilter(t *testing.T) {
-	prog, err := harden.ProgramAllowing(serveAllow...)
+	prog, err := filter.ProgramAllowing(serveAllow...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestBundleCarriesSeccompFilter(t *testing.T) {
 	}
 	// Without the allowance the program differs: the test would notice a
 	// driver that sent the container tier's filter.
-	plain, _ := harden.Program()
+	plain, _ := filter.Program()
 	if slices.Equal(plain, prog) {
 		t.Error("ProgramAllowing(syslog) is the plain program")
 	}

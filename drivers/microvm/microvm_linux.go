@@ -61,6 +61,7 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/cgroups"
 	"github.com/agentbox/agentbox/internal/guest/harden"
+	"github.com/agentbox/agentbox/internal/guest/harden/filter"
 	"github.com/agentbox/agentbox/internal/guest/proto"
 	"github.com/agentbox/agentbox/internal/guestclient"
 	"github.com/agentbox/agentbox/internal/idrange"
@@ -194,7 +195,7 @@ func New(o driver.Options) (*Driver, error) {
 	}
 	// clock_settime: the agent of a restored VM sets the guest's clock
 	// (vminit.assume); no exec holds CAP_SYS_TIME to use it.
-	prog, err := harden.ProgramAllowing("syslog", "clock_settime")
+	prog, err := filter.ProgramAllowing("syslog", "clock_settime")
 	if err != nil {
 		return nil, fmt.Errorf("microvm driver: %w", err)
 	}

@@ -93,7 +93,10 @@ type codeContext struct {
 	died bool
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+// idPattern is compiled at its first use, not at the agent's start: every
+// sandbox's agent starts, few run code (a package-level regexp cost each
+// agent start about 0.1 ms of CPU, docs/PERFORMANCE.md).
+var idPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`) })
 
 // socketBase returns the root-owned directory that holds each kernel's
 // socket directory, making it on first use. /dev/shm comes first: it is a
@@ -135,7 +138,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateCodeContextRequest) 
 	id := req.ID
 	if id == "" {
 		id = newID()[:12]
-	} else if !idPattern.MatchString(id) {
+	} else if !idPattern().MatchString(id) {
 		return api.CodeContext{}, errdefs.Invalid("context id must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit; got %q", id)
 	}
 	c, err := m.add(id, lang, req.Cwd, req.User, req.Env)

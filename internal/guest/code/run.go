@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/api"
@@ -420,6 +421,6 @@ func mimeText(raw json.RawMessage) string {
 	return string(raw)
 }
 
-var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
+var ansi = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`) }) // compiled at first use, as idPattern
 
-func stripANSI(s string) string { return ansi.ReplaceAllString(s, "") }
+func stripANSI(s string) string { return ansi().ReplaceAllString(s, "") }

@@ -34,7 +34,7 @@ const channelUID = 65535
 //     with EPERM inside gVisor's kernel as they do on the host's; only
 //     syslog(2) is allowed, which gVisor answers with its own made-up
 //     log. filter is that program as the driver assembled it
-//     (proto.BootSpec.SeccompFilter); empty, the agent assembles it.
+//     (proto.BootSpec.SeccompFilter, with syslog allowed).
 //
 // Call it after every mount the agent makes.
 func hardenServe(sockDir string, filter []byte) error {
@@ -44,7 +44,8 @@ func hardenServe(sockDir string, filter []byte) error {
 	if err := os.Chmod(sockDir, 0o700); err != nil {
 		return fmt.Errorf("the channel's directory: %w", err)
 	}
-	// syslog(2) stays allowed: inside gVisor it reads gVisor's own
-	// made-up boot log (`dmesg` shows gVisor), never the host's.
-	return harden.InstallEncoded(filter, "syslog")
+	// The driver's filter allows syslog(2): inside gVisor it reads
+	// gVisor's own made-up boot log (`dmesg` shows gVisor), never the
+	// host's.
+	return harden.InstallEncoded(filter)
 }

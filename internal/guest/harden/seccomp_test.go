@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/guest/harden/filter"
 )
 
 func init() {
@@ -184,11 +186,15 @@ func probes() map[string]func() error {
 
 // childProbes runs every probe, with or without the filter, and prints
 // "name=outcome" lines plus the process's seccomp state.
-func childProbes(filter bool) error {
+func childProbes(withFilter bool) error {
 	stop := startThreads(3) // threads that exist before the filter: TSYNC must reach them
 	defer stop()
-	if filter {
-		if err := InstallSeccomp(); err != nil {
+	if withFilter {
+		prog, err := filter.Program()
+		if err != nil {
+			return err
+		}
+		if err := InstallFilter(prog); err != nil {
 			return err
 		}
 	}
@@ -287,40 +293,10 @@ func TestInstallSeccomp(t *testing.T) {
 	}
 }
 
-func TestPolicy(t *testing.T) {
-	r, err := Policy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"read", "write", "execve", "openat", "futex", "mmap", "rt_sigreturn", "arch_prctl", "ptrace", "setuid"} {
-		if !slices.Contains(r.Allowed, name) {
-			t.Errorf("%s is not allowed; ordinary programs need it", name)
-		}
-	}
-	for _, name := range alwaysDenied {
-		if slices.Contains(r.Allowed, name) {
-			t.Errorf("%s is both always-denied and allowed", name)
-		}
-		if _, ok := r.Conditional[name]; ok {
-			t.Errorf("%s is both always-denied and conditionally allowed", name)
-		}
-	}
-	for _, name := range []string{"clone", "socket", "personality"} {
-		if r.Conditional[name] == "" {
-			t.Errorf("%s has no conditional rule", name)
-		}
-	}
-	prog, err := Program()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d allowed, %d conditional, %d denied; %d BPF instructions", len(r.Allowed), len(r.Conditional), len(r.Denied), len(prog))
-}
-
 // The filter the daemon assembles once travels in the boot spec as bytes
 // and comes back the same; malformed lengths are refused.
 func TestFilterEncoding(t *testing.T) {
-	prog, err := Program()
+	prog, err := filter.Program()
 	if err != nil {
 		t.Fatal(err)
 	}

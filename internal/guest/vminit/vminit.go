@@ -134,7 +134,7 @@ func Run() error {
 		return err
 	}
 	if spec.Seccomp {
-		err = harden.InstallEncoded(spec.SeccompFilter, "syslog")
+		err = harden.InstallEncoded(spec.SeccompFilter) // the driver's, with syslog allowed
 	} else {
 		err = harden.NoNewPrivs()
 	}

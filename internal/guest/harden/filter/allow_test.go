@@ -1,11 +1,11 @@
-package harden
+package filter
 
 import (
 	"slices"
 	"testing"
 )
 
-// TestAllowing: a syscall named to InstallSeccompAllowing leaves the
+// TestAllowing: a syscall named to ProgramAllowing leaves the
 // deny list for the allow list, and nothing else changes.
 func TestAllowing(t *testing.T) {
 	base, err := buildPolicy()

@@ -1,4 +1,4 @@
-package harden
+package filter
 
 import (
 	"fmt"
