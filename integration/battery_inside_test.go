@@ -85,6 +85,34 @@ func itemMountinfo(t *testing.T, b *battery) {
 		t.Errorf("inspect --security has no mountinfo check: %+v", rep)
 	}
 	evidence(t, "%d mounts inside, none naming a host path; security report pass=%v", strings.Count(inside, "\n")/2, rep.Pass)
+	cgroupsHideHost(t, b, id)
+}
+
+// cgroupsHideHost: /proc/self/cgroup of an exec and of PID 1 name no
+// host cgroup: each sandbox process sits in a cgroup namespace rooted at
+// its sandbox's cgroup (made at the init's clone, or by the init), so a
+// path is "/" or below it, never "..", the daemon's cgroup parent or a
+// waiting init's cgroup.
+func cgroupsHideHost(t *testing.T, b *battery, id string) {
+	res := b.hostile(t, id, api.ExecRequest{Shell: `cat /proc/self/cgroup; echo ==; cat /proc/1/cgroup`})
+	var paths int
+	for line := range strings.Lines(res.Stdout) {
+		line = strings.TrimSpace(line)
+		if line == "" || line == "==" {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, ":")
+		_, path, ok := strings.Cut(rest, ":")
+		paths++
+		if !ok || !strings.HasPrefix(path, "/") || strings.Contains(path, "..") ||
+			strings.Contains(path, env.cfg.CgroupParent) || strings.Contains(path, "init-") {
+			t.Errorf("a cgroup path inside names the host's: %q", line)
+		}
+	}
+	if paths == 0 {
+		t.Fatalf("no cgroup lines inside:\n%s", res.Stdout)
+	}
+	evidence(t, "/proc/self/cgroup and /proc/1/cgroup inside: %d paths, each at or below the sandbox's own root", paths)
 }
 
 // itemHostCounters (34): the host-wide counters of /proc say nothing of

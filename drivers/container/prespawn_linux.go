@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -317,35 +318,53 @@ func (d *Driver) startInitIn(ids *idrange.Range, owns bool) (_ *initProc, err er
 		// capabilities in that namespace only.
 		Credential: &syscall.Credential{Uid: 0, Gid: 0},
 	}
+	// On v1 the init waits in cgroups of its own, as a sandbox's but
+	// unlimited (but for the CPU limit the latest create asked for): a
+	// create renames them (one rename per hierarchy) and writes the
+	// limits. They are made first, and the init is born in them with a
+	// cgroup namespace rooted there (launcher.StartIn); its memory is
+	// charged there from the start.
+	var cgName string
+	var cg, home cgroups.Cgroup
+	var tasks []*os.File
+	cpu := math.Float64frombits(d.cpuHint.Load())
+	if d.cg.Version() == 1 {
+		cgName = d.initPrefix + strconv.FormatUint(d.pre.seq.Add(1), 10)
+		// With the CPU limit the latest create asked for, written now,
+		// off the create path (a CPU limit write walks every CPU cgroup).
+		if cg, home, _, err = d.makeCgroups(cgName, cgroups.Resources{CPU: cpu}, cgroups.Resources{}, uid); err != nil {
+			return nil, fmt.Errorf("a sandbox init's cgroup: %w", err)
+		}
+		defer func() {
+			for _, f := range tasks {
+				f.Close()
+			}
+			if err != nil && cg != nil {
+				_ = cg.Destroy()
+			}
+		}()
+		if tasks, err = tasksFiles(home); err != nil {
+			return nil, fmt.Errorf("a sandbox init's cgroup: %w", err)
+		}
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWCGROUP
+	}
 	// The user namespace is owned by the sandbox's root's host uid: what
 	// the kernel counts per user one level up (inotify, message queues,
 	// queued signals) is charged to it, not to the host's root.
-	pid, exited, err := d.startGuest(cmd, uid) // through the launcher (launch_linux.go)
+	pid, exited, inCgroups, err := d.startGuest(cmd, uid, tasks) // through the launcher (launch_linux.go)
 	if err != nil {
 		return nil, fmt.Errorf("starting guest agent: %w", err)
 	}
-	p := &initProc{pid: pid, exited: exited, boot: fds[0], out: out, ids: ids, uid: uid, owns: owns}
+	p := &initProc{pid: pid, exited: exited, boot: fds[0], out: out, ids: ids, uid: uid, owns: owns, cg: cgName, cpu: cpu}
 	p.pidStart, _ = guestconn.PidStartTime(pid)
-	if d.cg.Version() == 1 {
-		// Its own cgroups, as a sandbox's but unlimited (but for the CPU
-		// limit the latest create asked for): a create renames
-		// them (one rename per hierarchy) and writes the limits. The init
-		// only waits meanwhile; its memory is charged there from the start.
-		p.cg = d.initPrefix + strconv.FormatUint(d.pre.seq.Add(1), 10)
-		// With the CPU limit the latest create asked for, written now,
-		// off the create path (a CPU limit write walks every CPU cgroup).
-		p.cpu = math.Float64frombits(d.cpuHint.Load())
-		cg, home, _, err := d.makeCgroups(p.cg, cgroups.Resources{CPU: p.cpu}, cgroups.Resources{}, uid)
-		if err == nil {
-			if err = home.AddProc(pid); err != nil {
-				_ = cg.Destroy()
-			}
-		}
-		if err != nil {
-			p.cg = ""
+	if home != nil && !inCgroups {
+		// A launcher older than StartIn: moved now (the init's cgroup
+		// namespace is then rooted elsewhere, and it unshares one).
+		if aerr := home.AddProc(pid); aerr != nil {
+			cg = nil    // discard removes it once the init is gone
 			p.ids = nil // released by the deferred function
 			d.discard(p)
-			return nil, fmt.Errorf("a sandbox init's cgroup: %w", err)
+			return nil, fmt.Errorf("a sandbox init's cgroup: %w", aerr)
 		}
 	}
 	return p, nil
@@ -476,4 +495,26 @@ func (p *initProc) closeBoot() {
 		unix.Close(p.boot)
 		p.boot = -1
 	}
+}
+
+// tasksFiles opens the tasks file of each of c's v1 hierarchies (one per
+// directory: controllers mounted together share one) for writing.
+func tasksFiles(c cgroups.Cgroup) ([]*os.File, error) {
+	var out []*os.File
+	seen := map[string]bool{}
+	for _, dir := range c.Paths() {
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		f, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, g := range out {
+				g.Close()
+			}
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }

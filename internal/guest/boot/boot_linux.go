@@ -150,8 +150,10 @@ func rightsOf(oob []byte) ([]int, error) {
 func Prepare(r *Received, stage string) (*Prepared, error) {
 	spec := r.Spec
 	p := &Prepared{Spec: spec}
-	// A cgroup namespace rooted at the cgroups the daemon just put us in.
-	if err := unshareCgroupAllThreads(); err != nil {
+	// A cgroup namespace rooted at the cgroups the daemon put us in: the
+	// launcher made one at the clone, in them, unless this init was
+	// moved since (or started by a launcher older than that).
+	if err := ensureCgroupNamespace(); err != nil {
 		return nil, err
 	}
 	if spec.Hostname != "" {
@@ -222,6 +224,45 @@ func writeResolvConf(body string) error {
 	}
 	_, err = f.WriteString(body)
 	return err
+}
+
+// ensureCgroupNamespace makes a cgroup namespace rooted at the process's
+// cgroups unless it is in one already: every line of /proc/self/cgroup
+// then reads "/" (a namespace made by the clone in the cgroups the
+// daemon prepared; launcher.StartIn), and moving every thread into a new
+// one (unshareCgroupAllThreads, a stop of the world that spins on a busy
+// host: 3.5% of all CPU while creating sandboxes at 90/s) is not needed.
+func ensureCgroupNamespace() error {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return fmt.Errorf("reading /proc/self/cgroup: %w", err)
+	}
+	if cgroupsAtRoot(string(b)) {
+		return nil
+	}
+	return unshareCgroupAllThreads()
+}
+
+// cgroupsAtRoot says every line of a /proc/PID/cgroup reads "/": the
+// process is at the root of its cgroup namespace in every hierarchy.
+func cgroupsAtRoot(procCgroup string) bool {
+	n := 0
+	for line := range strings.Lines(procCgroup) {
+		line = strings.TrimRight(line, "\n")
+		if line == "" {
+			continue
+		}
+		// hierarchy-ID:controllers:path; the path may hold ':'.
+		_, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			return false
+		}
+		if _, path, ok := strings.Cut(rest, ":"); !ok || path != "/" {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 // unshareCgroupAllThreads makes a new cgroup namespace and moves every

@@ -30,7 +30,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -57,12 +60,18 @@ type request struct {
 	// NSOwner, when not 0, is the host uid (and gid) the clone runs as,
 	// so that the user namespace it makes is that uid's (StartOwned).
 	NSOwner int `json:"ns_owner,omitempty"`
+	// CgroupTasks are the passed files (indexes) of cgroup v1 tasks
+	// files the starting thread joins before the clone (StartIn).
+	CgroupTasks []int `json:"cgroup_tasks,omitempty"`
 }
 
 // reply answers a request; the pidfd travels as the message's one fd.
 type reply struct {
 	Pid   int    `json:"pid"`
 	Error string `json:"error,omitempty"`
+	// InCgroups: the child was born in the request's CgroupTasks (a
+	// launcher older than the field ignores it and leaves this false).
+	InCgroups bool `json:"in_cgroups,omitempty"`
 }
 
 const maxMsg = 256 << 10
@@ -83,7 +92,7 @@ func Serve(conn *net.UnixConn) error {
 		files, err := filesOf(oob[:oobn])
 		rep, pidfd := reply{}, -1
 		if err == nil {
-			rep.Pid, pidfd, err = start(buf[:n], files)
+			rep.Pid, pidfd, rep.InCgroups, err = start(buf[:n], files)
 		}
 		for _, f := range files {
 			f.Close()
@@ -126,11 +135,12 @@ func filesOf(oob []byte) ([]*os.File, error) {
 	return files, nil
 }
 
-// start runs one request and returns the child's pid and a pidfd.
-func start(msg []byte, files []*os.File) (pid, pidfd int, err error) {
+// start runs one request and returns the child's pid and a pidfd, and
+// whether it was born in the request's cgroups.
+func start(msg []byte, files []*os.File) (pid, pidfd int, inCgroups bool, err error) {
 	var req request
 	if err := json.Unmarshal(msg, &req); err != nil {
-		return 0, -1, fmt.Errorf("decoding the request: %w", err)
+		return 0, -1, false, fmt.Errorf("decoding the request: %w", err)
 	}
 	file := func(i int) (*os.File, error) {
 		if i < 0 {
@@ -162,7 +172,7 @@ func start(msg []byte, files []*os.File) (pid, pidfd int, err error) {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, f)
 	}
 	if ferr != nil {
-		return 0, -1, ferr
+		return 0, -1, false, ferr
 	}
 	pidfd = -1
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -177,13 +187,21 @@ func start(msg []byte, files []*os.File) (pid, pidfd int, err error) {
 	if req.CgroupFD >= 0 {
 		f, err := file(req.CgroupFD)
 		if err != nil {
-			return 0, -1, err
+			return 0, -1, false, err
 		}
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = int(f.Fd())
 	}
-	if err := StartOwned(cmd, req.NSOwner); err != nil {
-		return 0, -1, err
+	var tasks []*os.File
+	for _, i := range req.CgroupTasks {
+		f, err := file(i)
+		if err != nil {
+			return 0, -1, false, err
+		}
+		tasks = append(tasks, f)
+	}
+	if err := StartIn(cmd, req.NSOwner, tasks); err != nil {
+		return 0, -1, false, err
 	}
 	// The client gets a pidfd of its own, a separate open file: it makes
 	// its pidfd non-blocking to poll it, and that flag is per open file.
@@ -204,9 +222,9 @@ func start(msg []byte, files []*os.File) (pid, pidfd int, err error) {
 		if own >= 0 {
 			unix.Close(own)
 		}
-		return 0, -1, fmt.Errorf("pidfd_open of the child: %w", err)
+		return 0, -1, false, fmt.Errorf("pidfd_open of the child: %w", err)
 	}
-	return pid, own, nil
+	return pid, own, len(tasks) > 0, nil
 }
 
 // The launcher's children are reaped through their pidfds: each child's
@@ -352,25 +370,39 @@ func (c *Client) Start(cmd *exec.Cmd) (pid int, exited chan struct{}, err error)
 // StartOwned is Start with the clone made as host uid owner (StartOwned,
 // the function); 0 is Start.
 func (c *Client) StartOwned(cmd *exec.Cmd, owner int) (pid int, exited chan struct{}, err error) {
+	pid, exited, _, err = c.StartIn(cmd, owner, nil)
+	return pid, exited, err
+}
+
+// StartIn is StartOwned with the child born in the cgroup v1 cgroups of
+// tasks (each a hierarchy's tasks file, open for writing): see the
+// function StartIn. inCgroups says the launcher did so; one older than
+// this leaves the child in its own cgroups, for the caller to move.
+func (c *Client) StartIn(cmd *exec.Cmd, owner int, tasks []*os.File) (pid int, exited chan struct{}, inCgroups bool, err error) {
 	req, fds, err := encode(cmd)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, false, err
 	}
 	req.NSOwner = owner
+	for _, f := range tasks {
+		req.CgroupTasks = append(req.CgroupTasks, len(fds))
+		fds = append(fds, int(f.Fd()))
+	}
 	msg, err := json.Marshal(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, false, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// One retry with a fresh launcher if the old one is gone.
 	for attempt := 0; ; attempt++ {
 		if err := c.ensureLocked(); err != nil {
-			return 0, nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return 0, nil, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		pid, exited, err = c.roundTripLocked(msg, fds)
+		var rep reply
+		exited, rep, err = c.roundTripLocked(msg, fds)
 		if err == nil || attempt == 1 || !errors.Is(err, errTransport) {
-			return pid, exited, err
+			return rep.Pid, exited, rep.InCgroups, err
 		}
 		c.resetLocked()
 	}
@@ -381,9 +413,9 @@ var ErrUnavailable = errors.New("launcher unavailable")
 
 var errTransport = ErrUnavailable
 
-func (c *Client) roundTripLocked(msg []byte, fds []int) (int, chan struct{}, error) {
+func (c *Client) roundTripLocked(msg []byte, fds []int) (chan struct{}, reply, error) {
 	if _, _, err := c.conn.WriteMsgUnix(msg, unix.UnixRights(fds...), nil); err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", errTransport, err)
+		return nil, reply{}, fmt.Errorf("%w: %v", errTransport, err)
 	}
 	buf := make([]byte, 4096)
 	oob := make([]byte, unix.CmsgSpace(4))
@@ -392,7 +424,7 @@ func (c *Client) roundTripLocked(msg []byte, fds []int) (int, chan struct{}, err
 		err = errors.New("closed")
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", errTransport, err)
+		return nil, reply{}, fmt.Errorf("%w: %v", errTransport, err)
 	}
 	var got []int
 	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
@@ -410,17 +442,17 @@ func (c *Client) roundTripLocked(msg []byte, fds []int) (int, chan struct{}, err
 	var rep reply
 	if err := json.Unmarshal(buf[:n], &rep); err != nil {
 		closeAll()
-		return 0, nil, fmt.Errorf("%w: bad reply: %v", errTransport, err)
+		return nil, reply{}, fmt.Errorf("%w: bad reply: %v", errTransport, err)
 	}
 	if rep.Error != "" {
 		closeAll()
-		return 0, nil, errors.New(rep.Error)
+		return nil, reply{}, errors.New(rep.Error)
 	}
 	if len(got) != 1 {
 		closeAll()
-		return 0, nil, fmt.Errorf("%w: reply without a pidfd", errTransport)
+		return nil, reply{}, fmt.Errorf("%w: reply without a pidfd", errTransport)
 	}
-	return rep.Pid, watch(got[0]), nil
+	return watch(got[0]), rep, nil
 }
 
 // watch returns a channel closed when the process of pidfd f exits. The
@@ -530,14 +562,49 @@ func ServeInherited() error {
 // written by the same thread, which keeps CAP_SETUID in the host's
 // namespace. The thread is never handed back to the runtime: it ends
 // with the goroutine that ran the start.
-func StartOwned(cmd *exec.Cmd, owner int) error {
-	if owner == 0 {
+func StartOwned(cmd *exec.Cmd, owner int) error { return StartIn(cmd, owner, nil) }
+
+// StartIn is StartOwned with the child born in given cgroup v1 cgroups:
+// tasks are a tasks file of each hierarchy, open for writing, which the
+// starting thread joins before the clone (a v1 child starts in the
+// cgroups of the thread that forks it). With CLONE_NEWCGROUP in the
+// clone flags its cgroup namespace is then rooted there, made with the
+// rest of its namespaces: nothing for the child to unshare later, on
+// every one of its threads. The thread is not used again.
+func StartIn(cmd *exec.Cmd, owner int, tasks []*os.File) error {
+	if owner == 0 && len(tasks) == 0 {
 		return cmd.Start()
+	}
+	if len(tasks) > 0 {
+		// Opened here, on a thread with the process's credentials.
+		if _, err := ownTasks(); err != nil {
+			return fmt.Errorf("the launcher's own cgroups: %w", err)
+		}
 	}
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread's credentials stay changed
+		// Never unlocked: the thread's credentials and cgroups stay
+		// changed, and the runtime ends it when this goroutine returns.
+		runtime.LockOSThread()
 		errc <- func() error {
+			if len(tasks) > 0 {
+				tid := strconv.Itoa(unix.Gettid())
+				for _, f := range tasks {
+					if _, err := f.WriteString(tid); err != nil {
+						return fmt.Errorf("joining the child's cgroup: %w", err)
+					}
+				}
+			}
+			if len(tasks) > 0 {
+				// Back into the launcher's own cgroups once the child is
+				// started, before the start is answered: a host thread
+				// must not stay in a sandbox's cgroups (a kill of the
+				// cgroup's processes, the posture check) until it exits.
+				defer leaveCgroups()
+			}
+			if owner == 0 {
+				return cmd.Start()
+			}
 			bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
 			if err != nil {
 				return fmt.Errorf("reading securebits: %w", err)
@@ -556,6 +623,90 @@ func StartOwned(cmd *exec.Cmd, owner int) error {
 		}()
 	}()
 	return <-errc
+}
+
+// ownTasks are the tasks files of the process's own cgroup v1 cgroups,
+// opened for writing at its first start in a sandbox's cgroups (as root:
+// a v1 tasks file checks the opener's credentials, and the thread that
+// writes them back may have changed its own).
+var ownTasks = sync.OnceValues(func() ([]*os.File, error) {
+	cg, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []*os.File
+	for _, dir := range v1Dirs(string(cg), string(mi)) {
+		f, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, g := range out {
+				g.Close()
+			}
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+})
+
+// leaveCgroups moves the calling thread back into the process's own v1
+// cgroups. A failure is reported, not fatal: the thread is ended when its
+// goroutine returns (StartIn never unlocks it) and leaves the cgroups
+// then.
+func leaveCgroups() {
+	files, err := ownTasks()
+	tid := strconv.Itoa(unix.Gettid())
+	for _, f := range files {
+		if _, werr := f.WriteString(tid); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentbox-guest launcher: moving a starting thread back into its own cgroups: %v\n", err)
+	}
+}
+
+// v1Dirs maps each cgroup v1 hierarchy of a /proc/self/cgroup to the
+// directory of that cgroup, through the hierarchies' mounts in
+// mountinfo (the first mount of each).
+func v1Dirs(procCgroup, mountinfo string) []string {
+	type mount struct{ root, point string }
+	byOpt := map[string]mount{} // a controller, or name=X
+	for line := range strings.Lines(mountinfo) {
+		left, right, ok := strings.Cut(strings.TrimSpace(line), " - ")
+		if !ok {
+			continue
+		}
+		lf, rf := strings.Fields(left), strings.Fields(right)
+		if len(lf) < 5 || len(rf) < 3 || rf[0] != "cgroup" {
+			continue
+		}
+		for _, opt := range strings.Split(rf[2], ",") {
+			if _, dup := byOpt[opt]; !dup {
+				byOpt[opt] = mount{root: lf[3], point: lf[4]}
+			}
+		}
+	}
+	var dirs []string
+	for line := range strings.Lines(procCgroup) {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 || parts[1] == "" {
+			continue // the unified (v2) hierarchy: nothing to move in
+		}
+		m, ok := byOpt[strings.Split(parts[1], ",")[0]]
+		if !ok {
+			continue
+		}
+		rel, ok := strings.CutPrefix(parts[2], m.root)
+		if !ok {
+			continue
+		}
+		dirs = append(dirs, filepath.Join(m.point, rel))
+	}
+	return dirs
 }
 
 // secbitNoSetuidFixup keeps a thread's capabilities across a change of

@@ -248,3 +248,84 @@ func TestStartOwned(t *testing.T) {
 		t.Error("the test's own credentials changed")
 	}
 }
+
+func TestV1Dirs(t *testing.T) {
+	const mountinfo = `25 30 0:22 / /sys rw shared:7 - sysfs sysfs rw
+33 25 0:28 / /sys/fs/cgroup/unified rw shared:10 - cgroup2 cgroup2 rw
+34 25 0:29 / /sys/fs/cgroup/systemd rw shared:11 - cgroup cgroup rw,xattr,name=systemd
+38 25 0:33 / /sys/fs/cgroup/cpu,cpuacct rw shared:15 - cgroup cgroup rw,cpu,cpuacct
+39 25 0:34 / /sys/fs/cgroup/pids rw shared:16 - cgroup cgroup rw,pids
+`
+	const procCgroup = `4:pids:/system.slice/x.service
+3:cpu,cpuacct:/
+1:name=systemd:/system.slice/x.service
+0::/system.slice/x.service
+`
+	got := v1Dirs(procCgroup, mountinfo)
+	want := []string{"/sys/fs/cgroup/pids/system.slice/x.service", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/systemd/system.slice/x.service"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("v1Dirs = %q, want %q", got, want)
+	}
+}
+
+// TestStartInCgroup: a child started with StartIn is born in the given
+// v1 cgroup, with a cgroup namespace rooted there (it reads "/" for its
+// own cgroup), and the launcher's starting thread is back in its own
+// cgroups when the start is answered: no thread of the launcher, a host
+// root process, is left in the sandbox's cgroup.
+func TestStartInCgroup(t *testing.T) {
+	requireRoot(t)
+	dir := fmt.Sprintf("/sys/fs/cgroup/pids/agentbox-launchertest-%d", os.Getpid())
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("a scratch pids cgroup (a cgroup v1 host): %v", err)
+	}
+	t.Cleanup(func() { _ = os.Remove(dir) })
+	c := NewClient(os.Args[0]) // a launcher of its own, as the daemon runs it
+	t.Cleanup(c.Close)
+	for i := 0; i < 20; i++ {
+		tasks, err := os.OpenFile(dir+"/tasks", os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("/bin/sh", "-c", `grep :pids: /proc/self/cgroup >&3; read line < /proc/self/status`)
+		cmd.Env = []string{}
+		cmd.ExtraFiles = []*os.File{w}
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWCGROUP,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 1000000, Size: 65536}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 1000000, Size: 65536}},
+			Credential:  &syscall.Credential{Uid: 0, Gid: 0},
+		}
+		pid, exited, in, err := c.StartIn(cmd, 1000000, []*os.File{tasks})
+		tasks.Close()
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !in {
+			t.Fatal("StartIn: the launcher says the child was not born in the cgroup")
+		}
+		tids, _ := os.ReadFile(dir + "/tasks")
+		for _, tid := range strings.Fields(string(tids)) {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%s", c.proc.Pid, tid)); err == nil {
+				t.Fatalf("thread %s of the launcher (pid %d) is in the cgroup after the start", tid, c.proc.Pid)
+			}
+		}
+		if !strings.Contains(" "+strings.Join(strings.Fields(string(tids)), " ")+" ", " "+strconv.Itoa(pid)+" ") {
+			t.Fatalf("the child %d is not in the cgroup: tasks %q", pid, tids)
+		}
+		line, err := bufio.NewReader(r).ReadString('\n')
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(strings.TrimSpace(line), ":pids:/") {
+			t.Errorf("the child's own view of its pids cgroup: %q, want its namespace's root", line)
+		}
+		<-exited
+	}
+}
