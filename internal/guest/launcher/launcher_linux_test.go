@@ -291,9 +291,14 @@ func TestStartInCgroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("/bin/sh", "-c", `grep :pids: /proc/self/cgroup >&3; read line < /proc/self/status`)
+		hold, release, err := os.Pipe() // the child waits for release's close
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { release.Close() }) // a failed round's child too
+		cmd := exec.Command("/bin/sh", "-c", `grep :pids: /proc/self/cgroup >&3; read line <&4`)
 		cmd.Env = []string{}
-		cmd.ExtraFiles = []*os.File{w}
+		cmd.ExtraFiles = []*os.File{w, hold}
 		cmd.SysProcAttr = &syscall.SysProcAttr{
 			Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWCGROUP,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 1000000, Size: 65536}},
@@ -303,6 +308,7 @@ func TestStartInCgroup(t *testing.T) {
 		pid, exited, in, err := c.StartIn(cmd, 1000000, []*os.File{tasks})
 		tasks.Close()
 		w.Close()
+		hold.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,6 +332,7 @@ func TestStartInCgroup(t *testing.T) {
 		if !strings.HasSuffix(strings.TrimSpace(line), ":pids:/") {
 			t.Errorf("the child's own view of its pids cgroup: %q, want its namespace's root", line)
 		}
+		release.Close()
 		<-exited
 	}
 }
