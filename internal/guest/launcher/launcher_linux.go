@@ -215,13 +215,17 @@ func start(msg []byte, files []*os.File) (pid, pidfd int, inCgroups bool, err er
 	// in waitid for every live sandbox).
 	_ = cmd.Process.Release()
 	if aerr := adopt(pidfd); aerr != nil {
-		err = errors.Join(err, aerr)
-	}
-	if err != nil {
+		// Not the reaper's: killed and reaped here.
 		_ = unix.Kill(pid, unix.SIGKILL)
+		var info unix.Siginfo
+		_ = unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED, nil)
 		if own >= 0 {
 			unix.Close(own)
 		}
+		return 0, -1, false, aerr
+	}
+	if err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL) // the reaper reaps it
 		return 0, -1, false, fmt.Errorf("pidfd_open of the child: %w", err)
 	}
 	return pid, own, len(tasks) > 0, nil
@@ -588,19 +592,18 @@ func StartIn(cmd *exec.Cmd, owner int, tasks []*os.File) error {
 		runtime.LockOSThread()
 		errc <- func() error {
 			if len(tasks) > 0 {
+				// Back into the launcher's own cgroups once the child is
+				// started (or a join failed), before the start is
+				// answered: a host thread must not stay in a sandbox's
+				// cgroups (a kill of the cgroup's processes, the posture
+				// check) until it exits.
+				defer leaveCgroups()
 				tid := strconv.Itoa(unix.Gettid())
 				for _, f := range tasks {
 					if _, err := f.WriteString(tid); err != nil {
 						return fmt.Errorf("joining the child's cgroup: %w", err)
 					}
 				}
-			}
-			if len(tasks) > 0 {
-				// Back into the launcher's own cgroups once the child is
-				// started, before the start is answered: a host thread
-				// must not stay in a sandbox's cgroups (a kill of the
-				// cgroup's processes, the posture check) until it exits.
-				defer leaveCgroups()
 			}
 			if owner == 0 {
 				return cmd.Start()
