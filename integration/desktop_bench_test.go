@@ -29,11 +29,20 @@ func TestDesktopBenchLines(t *testing.T) {
 // report (its notes say what was skipped and why).
 func benchLines(t *testing.T, only string, n int, limit time.Duration, want []string) *bench.Report {
 	t.Helper()
+	return benchLinesWith(t, bench.Options{}, only, n, limit, want)
+}
+
+// benchLinesWith is benchLines with more options (Clients, Templates).
+func benchLinesWith(t *testing.T, o bench.Options, only string, n int, limit time.Duration, want []string) *bench.Report {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var progress strings.Builder
-	rep, err := bench.Run(ctx, bench.Options{Client: env.client, Quick: true, N: n,
-		Only: regexp.MustCompile(only), Templates: []string{"busybox"}, Progress: &progress, Log: testLogger()})
+	o.Client, o.Quick, o.N, o.Only, o.Progress, o.Log = env.client, true, n, regexp.MustCompile(only), &progress, testLogger()
+	if len(o.Templates) == 0 {
+		o.Templates = []string{"busybox"}
+	}
+	rep, err := bench.Run(ctx, o)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, progress.String())
 	}
