@@ -29,9 +29,13 @@ const memLoop = `sh -c 'v=$(head -c 6 /dev/urandom | od -An -tx1 | tr -d " \n");
 	`while :; do i=$((i+1)); if [ -e /root/ask ]; then rm -f /root/ask; echo "$v-${#big} $i" > /root/answer.tmp; mv /root/answer.tmp /root/answer; fi; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`
 
 // askLoop asks sandbox id's memLoop (through c) for its value and count.
+// A running loop answers within its 0.1 s sleep; a loop just started
+// answers once it has read and encoded its 24 MiB, which under gVisor on
+// a loaded host took over 10 s (seen under stress-ng): the wait is for
+// the answer, up to a ceiling that only a broken loop reaches.
 func askLoop(t *testing.T, c *client.Client, id string) (string, int) {
 	t.Helper()
-	out := mustShVia(t, c, id, `rm -f /root/answer; touch /root/ask; for i in $(seq 100); do [ -e /root/answer ] && break; sleep 0.1; done; cat /root/answer`)
+	out := mustShVia(t, c, id, `rm -f /root/answer; touch /root/ask; for i in $(seq 1800); do [ -e /root/answer ] && break; sleep 0.1; done; cat /root/answer`)
 	f := strings.Fields(out)
 	if len(f) != 2 {
 		t.Fatalf("sandbox %s: the loop answered %q", id, out)
