@@ -93,25 +93,16 @@ func CheckGvisor(id string, sentryPid int, o Options) api.SecurityReport {
 
 func checkGvisorProcess(pid int, id string, hostNS map[string]string, files *sandboxFiles, o Options) (api.ProcessPosture, bool) {
 	dir := filepath.Join(o.ProcRoot, strconv.Itoa(pid))
-	st, err := status(filepath.Join(dir, "status"))
-	if err != nil {
+	pp, st, add, ok := startPosture(dir, pid)
+	if !ok {
 		return api.ProcessPosture{}, false
 	}
-	pp := api.ProcessPosture{Pid: pid, Comm: gvisorRole(dir), Pass: true}
-	add := func(name, got, want string, pass bool) {
-		pp.Checks = append(pp.Checks, api.CheckValue{Name: name, Got: got, Want: want, Pass: pass})
-		pp.Pass = pp.Pass && pass
-	}
-	add("NoNewPrivs", st["NoNewPrivs"], "1", st["NoNewPrivs"] == "1")
-	add("Seccomp", st["Seccomp"], "2", st["Seccomp"] == "2")
-	for _, c := range []string{"CapBnd", "CapEff", "CapPrm", "CapAmb", "CapInh"} {
-		v, err := strconv.ParseUint(st[c], 16, 64)
-		add(c, st[c], fmt.Sprintf("within %016x (gVisor's, in the sandbox's user namespace)", gvisorCaps), err == nil && v&^gvisorCaps == 0)
-	}
+	pp.Comm = gvisorRole(dir)
+	capsWithin(add, st, allCaps, gvisorCaps, fmt.Sprintf("within %016x (gVisor's, in the sandbox's user namespace)", gvisorCaps))
 	want := checkConfinement(add, dir, st, id, gvisorNamespaces, hostNS, o, true)
 	n, outside := gvisorFDs(dir, id, want, files)
 	add("open fds", fmt.Sprintf("%d, outside the sandbox: %s", n, strings.Join(outside, " ")), "none outside the sandbox", len(outside) == 0)
-	return pp, true
+	return *pp, true
 }
 
 // gvisorRole names a runsc process by its command line: runsc-sandbox

@@ -65,27 +65,17 @@ func CheckMicrovm(id string, qemuPid int, o Options) api.SecurityReport {
 
 func checkMicrovmProcess(pid int, id string, hostNS map[string]string, o Options) (api.ProcessPosture, bool) {
 	dir := filepath.Join(o.ProcRoot, strconv.Itoa(pid))
-	st, err := status(filepath.Join(dir, "status"))
-	if err != nil {
+	pp, st, add, ok := startPosture(dir, pid)
+	if !ok {
 		return api.ProcessPosture{}, false
 	}
-	pp := api.ProcessPosture{Pid: pid, Comm: st["Name"], Pass: true}
-	add := func(name, got, want string, pass bool) {
-		pp.Checks = append(pp.Checks, api.CheckValue{Name: name, Got: got, Want: want, Pass: pass})
-		pp.Pass = pp.Pass && pass
-	}
-	add("NoNewPrivs", st["NoNewPrivs"], "1", st["NoNewPrivs"] == "1")
-	add("Seccomp", st["Seccomp"], "2", st["Seccomp"] == "2")
-	for _, c := range []string{"CapBnd", "CapEff", "CapPrm", "CapAmb", "CapInh"} {
-		v, err := strconv.ParseUint(st[c], 16, 64)
-		add(c, st[c], "0", err == nil && v == 0)
-	}
+	capsWithin(add, st, allCaps, 0, "0")
 	// QEMU runs in no user namespace of its own: its ids are host ids, so
 	// there is no uid map to check.
 	checkConfinement(add, dir, st, id, microvmNamespaces, hostNS, o, false)
 	n, outside := microvmFDs(dir, id)
 	add("open fds", fmt.Sprintf("%d, outside the VM's own: %s", n, strings.Join(outside, " ")), "none outside the VM's own files", len(outside) == 0)
-	return pp, true
+	return *pp, true
 }
 
 // microvmFDs counts QEMU's open fds and lists those that are none of:

@@ -108,25 +108,15 @@ func Pids(cgroupRoot, parent, id string) []int {
 
 func checkProcess(pid int, isInit bool, id string, hostNS map[string]string, o Options) (api.ProcessPosture, bool) {
 	dir := filepath.Join(o.ProcRoot, strconv.Itoa(pid))
-	st, err := status(filepath.Join(dir, "status"))
-	if err != nil {
+	pp, st, add, ok := startPosture(dir, pid)
+	if !ok {
 		return api.ProcessPosture{}, false
 	}
-	pp := api.ProcessPosture{Pid: pid, Comm: st["Name"], Pass: true}
-	add := func(name, got, want string, pass bool) {
-		pp.Checks = append(pp.Checks, api.CheckValue{Name: name, Got: got, Want: want, Pass: pass})
-		pp.Pass = pp.Pass && pass
-	}
-	add("NoNewPrivs", st["NoNewPrivs"], "1", st["NoNewPrivs"] == "1")
-	add("Seccomp", st["Seccomp"], "2", st["Seccomp"] == "2")
 	caps := []string{"CapBnd", "CapAmb", "CapInh"}
 	if !isInit {
 		caps = append(caps, "CapEff", "CapPrm")
 	}
-	for _, c := range caps {
-		v, err := strconv.ParseUint(st[c], 16, 64)
-		add(c, st[c], "0", err == nil && v == 0)
-	}
+	capsWithin(add, st, caps, 0, "0")
 	checkConfinement(add, dir, st, id, namespaces, hostNS, o, true)
 	// Its user namespace is its own root's (launcher.StartOwned): what
 	// the kernel counts per user one level up is charged there, not to
@@ -149,7 +139,7 @@ func checkProcess(pid int, isInit bool, id string, hostNS map[string]string, o O
 		sort.Slice(fds, func(i, j int) bool { a, _ := strconv.Atoi(fds[i]); b, _ := strconv.Atoi(fds[j]); return a < b })
 		add("open fds", strings.Join(fds, " "), "0 1 2", strings.Join(fds, " ") == "0 1 2")
 	}
-	return pp, true
+	return *pp, true
 }
 
 // cgroupControllers are the controllers a sandbox must be confined by that
@@ -291,4 +281,35 @@ func hostNamespaces(o Options, list []string) map[string]string {
 		ns[k], _ = os.Readlink(filepath.Join(o.ProcRoot, "self", "ns", k))
 	}
 	return ns
+}
+
+// allCaps are the capability sets of /proc/PID/status.
+var allCaps = []string{"CapBnd", "CapEff", "CapPrm", "CapAmb", "CapInh"}
+
+// startPosture reads the status of process dir and starts its posture
+// with the checks every tier makes: no_new_privs set, seccomp in filter
+// mode. add records one more check on it; ok is false for a process that
+// is gone.
+func startPosture(dir string, pid int) (pp *api.ProcessPosture, st map[string]string, add func(name, got, want string, pass bool), ok bool) {
+	st, err := status(filepath.Join(dir, "status"))
+	if err != nil {
+		return nil, nil, nil, false
+	}
+	pp = &api.ProcessPosture{Pid: pid, Comm: st["Name"], Pass: true}
+	add = func(name, got, want string, pass bool) {
+		pp.Checks = append(pp.Checks, api.CheckValue{Name: name, Got: got, Want: want, Pass: pass})
+		pp.Pass = pp.Pass && pass
+	}
+	add("NoNewPrivs", st["NoNewPrivs"], "1", st["NoNewPrivs"] == "1")
+	add("Seccomp", st["Seccomp"], "2", st["Seccomp"] == "2")
+	return pp, st, add, true
+}
+
+// capsWithin checks that each capability set of caps (status fields, in
+// hex) holds nothing outside allowed; want says what is allowed.
+func capsWithin(add func(name, got, want string, pass bool), st map[string]string, caps []string, allowed uint64, want string) {
+	for _, c := range caps {
+		v, err := strconv.ParseUint(st[c], 16, 64)
+		add(c, st[c], want, err == nil && v&^allowed == 0)
+	}
 }
