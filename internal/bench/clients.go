@@ -174,10 +174,6 @@ func (r *runner) pythonLines(ctx context.Context, o ClientOptions, py string, n 
 		{linePyCreate + " (" + t + ")", "create/" + t, got.Create},
 		{linePyExec, "exec/true", got.Exec},
 	} {
-		ds := make([]time.Duration, len(l.ms))
-		for i, ms := range l.ms {
-			ds[i] = time.Duration(ms * float64(time.Millisecond))
-		}
-		r.add(Result{Name: l.name, Group: GroupClients, Summary: Summarize(ds), Floor: l.floor})
+		r.add(Result{Name: l.name, Group: GroupClients, Summary: summarizeMS(l.ms), Floor: l.floor})
 	}
 }

@@ -118,11 +118,7 @@ func (r *runner) script(ctx context.Context, name, dir string, argv, vars []stri
 		r.note("%s: %s", name, res.Note)
 		return res
 	}
-	ds := make([]time.Duration, len(got.Samples))
-	for i, ms := range got.Samples {
-		ds[i] = time.Duration(ms * float64(time.Millisecond))
-	}
-	res.Summary = Summarize(ds)
+	res.Summary = summarizeMS(got.Samples)
 	return res
 }
 
@@ -148,4 +144,13 @@ func pythonBin() string {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// summarizeMS is Summarize of samples a script printed in milliseconds.
+func summarizeMS(ms []float64) Summary {
+	ds := make([]time.Duration, len(ms))
+	for i, v := range ms {
+		ds[i] = time.Duration(v * float64(time.Millisecond))
+	}
+	return Summarize(ds)
 }
