@@ -173,7 +173,16 @@ func writeFile(path, value string) error {
 	if err != nil {
 		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = unix.Write(fd, []byte(value))
+	// A limit below the usage makes the write reclaim first, and a
+	// signal (the Go runtime's preemption among them) can interrupt
+	// that: EINTR, which says to write again (seen on a fork's memory
+	// limit under load).
+	for {
+		_, err = unix.Write(fd, []byte(value))
+		if err != unix.EINTR {
+			break
+		}
+	}
 	unix.Close(fd)
 	if err != nil {
 		return &os.PathError{Op: "write", Path: path, Err: err}
