@@ -118,6 +118,18 @@ func (f *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 		f.templates = append(f.templates, req.Name)
 		f.mu.Unlock()
 		writeJSON(w, api.Template{Name: req.Name})
+	case strings.HasSuffix(r.URL.Path, "/exec/stream") && r.Header.Get("X-Test-Duplex") != "":
+		// As the node's exec stream does: the start event goes out before
+		// the stdin is read; the stdin is echoed once it has ended.
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		_ = rc.SetReadDeadline(time.Now().Add(10 * time.Second)) // a body that never ends fails the test, not hangs it
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintln(w, `{"type":"start"}`)
+		w.(http.Flusher).Flush()
+		in, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "{\"type\":\"stdout\",\"data\":%q}\n", fmt.Sprintf("%s (%v)", in, err))
+		fmt.Fprintln(w, `{"type":"exit","exit_code":0}`)
 	case strings.HasSuffix(r.URL.Path, "/exec/stream"):
 		fl := w.(http.Flusher)
 		w.Header().Set("Content-Type", "application/x-ndjson")
@@ -509,6 +521,41 @@ func TestStreamingUnbuffered(t *testing.T) {
 	rest, _ := io.ReadAll(br)
 	if !strings.Contains(string(rest), "exit") {
 		t.Errorf("rest of the stream: %q", rest)
+	}
+}
+
+// A stream's request body keeps flowing after the node's answer has
+// begun (an exec's stdin while its output comes): the gateway neither
+// drops it nor holds the answer back until it has ended.
+func TestStreamFullDuplex(t *testing.T) {
+	f := newFleet(t, "n2a")
+	sb := f.nodes["n2a"].add(time.Now())
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", f.srv.URL+"/v1/sandboxes/"+sb.ID+"/exec/stream", pr)
+	req.Header.Set("Authorization", "Bearer "+f.key)
+	req.Header.Set("X-Test-Duplex", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req = req.WithContext(ctx)
+	go func() { <-ctx.Done(); pw.CloseWithError(ctx.Err()) }() // the transport waits on the body
+	go func() { _, _ = pw.Write([]byte(`{"cmd":["wc","-c"],"stdin_stream":true}` + "\n")) }()
+	resp, err := f.client.Do(req)
+	if err != nil {
+		t.Fatalf("the stream's answer did not begin before its stdin ended: %v", err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "start") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	// Only now, with the answer under way, the rest of the body.
+	if _, err := io.WriteString(pw, "stdin after the start"); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.Contains(string(rest), "stdin after the start (<nil>)") || !strings.Contains(string(rest), "exit") {
+		t.Fatalf("rest of the stream: %q, %v; want the stdin echoed whole, then the exit", rest, err)
 	}
 }
 

@@ -107,7 +107,20 @@ func (g *Gateway) nodeOf(id, what string) (*node, error) {
 // forward sends r to n acting for the request's principal.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, n *node) {
 	p := principal(r)
-	n.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyKey{}, how{as: &p})))
+	n.serve(w, r, how{as: &p})
+}
+
+// serve proxies r to n. Full duplex: an exec stream's stdin keeps coming
+// while its output flows back, and without it Go's HTTP/1 server, once
+// the node's response headers are written, reads what is left of the
+// request body itself (to keep the connection) and drops it: a race
+// with the proxy's copy of that body, which lost a stream's stdin and
+// cut it off ("the exec stream ended before the command's exit") when
+// the node answered before the client's stdin had passed.
+// TestStreamFullDuplex holds this.
+func (n *node) serve(w http.ResponseWriter, r *http.Request, h how) {
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	n.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyKey{}, h)))
 }
 
 // forwardSandbox serves /v1/sandboxes/{id} and everything under it.
@@ -148,5 +161,5 @@ func (g *Gateway) servePreview(w http.ResponseWriter, r *http.Request, id string
 		}
 		h.as = &p
 	}
-	n.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyKey{}, h)))
+	n.serve(w, r, h)
 }

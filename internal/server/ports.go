@@ -122,6 +122,11 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, t previewT
 			writeError(w, errdefs.New(errdefs.ErrUnavailable, "sandbox %s port %d: %v", t.id, t.port, err))
 		},
 	}
+	// Full duplex, as the gateway's proxy (internal/gateway, node.serve):
+	// an app that answers before it has read the whole request (a
+	// streamed upload, a bidirectional stream) gets the rest of the body,
+	// not a server that drops it once the answer has begun.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	rp.ServeHTTP(w, r)
 }
 
