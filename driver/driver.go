@@ -59,6 +59,11 @@ type Spec struct {
 	// driver whose writable layer is a disk image (microvm) sizes the
 	// image by it, so the sandbox sees ENOSPC at its limit. 0: not given.
 	DiskMB int64
+	// DiskQuota is the sysfs directory of the writable layer's btrfs
+	// quota group (storage.QgroupSysfsDir), whose limit and usage the
+	// container tier's statfs view of the root answers from; "" when the
+	// layer has none.
+	DiskQuota string
 	// UserLimits are the per-user kernel counts of the sandbox's
 	// processes (api.UserLimits, every field filled in); nil: the
 	// guest's defaults (api.DefaultUserLimits).

@@ -386,6 +386,7 @@ func (d *Driver) spawn(ctx context.Context, spec *driver.Spec, p *initProc, plac
 		// Written at boot, since this driver calls spec.Started.
 		ResolvConf: spec.ResolvConf,
 		UserLimits: spec.UserLimits,
+		DiskQuota:  spec.DiskQuota,
 	}
 	if d.opts.Seccomp {
 		boot.SeccompFilter = d.seccompFilter

@@ -487,11 +487,25 @@ func (s *Service) driverSpec(rec *store.SandboxRecord, tpl *storage.Template, up
 		MemoryMB: rec.Resources.MemoryMB,
 		Pids:     rec.Resources.Pids,
 		DiskMB:   rec.Resources.DiskMB,
-		RunDir:   dir,
+		// The layer is the directory of upper/ and work/; a layer that
+		// is no btrfs subvolume (a test's) has no quota group to show.
+		DiskQuota: qgroupDir(upper),
+		RunDir:    dir,
 		// nil (a build step's sandbox, a record from before user_limits):
 		// the guest's defaults, api.DefaultUserLimits.
 		UserLimits: rec.Spec.UserLimits,
 	}
+}
+
+func qgroupDir(upper string) string {
+	if upper == "" {
+		return ""
+	}
+	d, err := storage.QgroupSysfsDir(filepath.Dir(upper))
+	if err != nil {
+		return ""
+	}
+	return d
 }
 
 func mergeEnv(base, over map[string]string) map[string]string {

@@ -105,7 +105,40 @@ var (
 	// The kernel declares QGROUP_LIMIT as _IOR although it only reads
 	// the argument; the number must match, so it is _IOR here too.
 	iocQgroupLimit = ioc(iocRead, 43, unsafe.Sizeof(btrfsQgroupLimitArgs{}))
+	iocFsInfo      = ioc(iocRead, 31, unsafe.Sizeof(btrfsFsInfoArgs{}))
 )
+
+// struct btrfs_ioctl_fs_info_args: what is used of it is the fsid, which
+// names the filesystem's directory in /sys/fs/btrfs.
+type btrfsFsInfoArgs struct {
+	MaxID      uint64
+	NumDevices uint64
+	FSID       [16]byte
+	_          [1024 - 32]byte
+}
+
+// QgroupSysfsDir is the sysfs directory of the quota group of the btrfs
+// subvolume at dir (/sys/fs/btrfs/FSID/qgroups/0_ID; Linux 5.9 or later
+// has it): its limit and usage, readable by anyone, which the container
+// tier's init reads for its statfs view of the root
+// (internal/guest/sysview).
+func QgroupSysfsDir(dir string) (string, error) {
+	fd, err := openDir(dir)
+	if err != nil {
+		return "", &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	id, err := subvolIDFd(fd)
+	if err != nil {
+		return "", err
+	}
+	var a btrfsFsInfoArgs
+	if err := ioctlPtr(fd, iocFsInfo, unsafe.Pointer(&a)); err != nil {
+		return "", fmt.Errorf("btrfs fs info: %w", err)
+	}
+	u := a.FSID
+	return fmt.Sprintf("/sys/fs/btrfs/%x-%x-%x-%x-%x/qgroups/0_%d", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16], id), nil
+}
 
 func ioctlPtr(fd int, req uintptr, arg unsafe.Pointer) error {
 	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg))

@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest/boot"
 	"github.com/agentbox/agentbox/internal/guest/harden"
 	"github.com/agentbox/agentbox/internal/guest/proto"
+	"github.com/agentbox/agentbox/internal/guest/sysview"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -68,6 +69,11 @@ func Run() error {
 			return err
 		}
 	}
+	// Before any sandbox process exists, so that every one inherits it:
+	// sysinfo and statfs of the root answered with the sandbox's figures
+	// (internal/guest/sysview). Without it (a kernel before 5.7) they are
+	// the host's.
+	view, viewErr := sysview.Install(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if err := boot.Announce(proto.BootChannelFD); err != nil {
 		return err
 	}
@@ -76,6 +82,10 @@ func Run() error {
 		return err
 	}
 	unix.Close(proto.BootChannelFD)
+	var diskErr error
+	if view != nil && r.Spec.DiskQuota != "" {
+		diskErr = view.OpenDisk(r.Spec.DiskQuota) // a host path: before the pivot
+	}
 	// From here on our output is the sandbox's log.
 	for _, fd := range []int{1, 2} {
 		if err := unix.Dup3(r.Log, fd, 0); err != nil {
@@ -96,6 +106,14 @@ func Run() error {
 		return err
 	}
 	spec := prep.Spec
+	if viewErr == nil {
+		viewErr = view.Ready()
+	}
+	for _, err := range []error{viewErr, diskErr} {
+		if err != nil {
+			log.Warn("sysinfo(2) and statfs(2) of the root show the host's figures", "err", err)
+		}
+	}
 	// Nothing of ours is readable or traceable from the sandbox's processes.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl dumpable: %w", err)

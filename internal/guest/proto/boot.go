@@ -126,6 +126,12 @@ type BootSpec struct {
 	// (boot.LimitUserNS), the gvisor driver passes the rlimits in the OCI
 	// spec.
 	UserLimits *api.UserLimits `json:"user_limits,omitempty"`
+	// DiskQuota is the sysfs directory of the writable layer's btrfs
+	// quota group (/sys/fs/btrfs/FSID/qgroups/0_ID), a host path the
+	// container tier's init opens before pivot_root: the limit and usage
+	// its statfs view of the root answers from (internal/guest/sysview).
+	// Empty: statfs of the root is the kernel's (the pool's figures).
+	DiskQuota string `json:"disk_quota,omitempty"`
 }
 
 // BootCgroup is one hierarchy's pair of cgroup directories passed with the

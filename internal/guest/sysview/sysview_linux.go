@@ -1,0 +1,500 @@
+// Package sysview answers, for a container-tier sandbox's processes, the
+// system calls whose figures no file of the sandbox's /proc can carry:
+// sysinfo(2) (busybox's free, glibc's sysconf(_SC_PHYS_PAGES), GNU
+// sort's buffer) from the sandbox's own /proc/meminfo, /proc/uptime and
+// /proc/loadavg (LXCFS's views), and statfs(2) and fstatfs(2) of a path
+// on the root (df /, Python's shutil.disk_usage) from the disk limit and
+// usage of the sandbox's writable layer (its btrfs quota group, read in
+// sysfs), since btrfs's own statfs reports the storage pool.
+//
+// The init installs a seccomp filter that turns those three system calls
+// into user notifications (SECCOMP_RET_USER_NOTIF) on every one of its
+// threads, before any sandbox process exists, so every process of the
+// sandbox inherits it; the init's listener answers each: with the
+// sandbox's figures, written into the caller's buffer through
+// /proc/PID/mem (the init is root of the sandbox's user namespace), or
+// by letting the kernel run the call as asked
+// (SECCOMP_USER_NOTIF_FLAG_CONTINUE) for every other path, for a call it
+// cannot answer, and until the init has its sandbox. It is a view, not a
+// boundary: the answer is never more than what the sandbox's own files
+// say, and a call the listener lets through is the kernel's.
+//
+// The listener never makes one of those calls itself (its figures come
+// from files and from a statfs of the root taken once), so it cannot
+// wait on itself.
+package sysview
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// struct seccomp_data, struct seccomp_notif and struct
+// seccomp_notif_resp (linux/seccomp.h).
+type seccompData struct {
+	Nr                 int32
+	Arch               uint32
+	InstructionPointer uint64
+	Args               [6]uint64
+}
+
+type notif struct {
+	ID    uint64
+	Pid   uint32
+	Flags uint32
+	Data  seccompData
+}
+
+type notifResp struct {
+	ID    uint64
+	Val   int64
+	Error int32
+	Flags uint32
+}
+
+// View is a sandbox init's listener.
+type View struct {
+	fd  int
+	log *slog.Logger
+	cfg atomic.Pointer[config]
+	// disk holds the usage files OpenDisk opened until Ready takes them.
+	disk *disk
+}
+
+type config struct {
+	rootMnt uint64
+	root    unix.Statfs_t // the root's statfs, taken once: the template of every answer
+	disk    *disk         // nil: statfs is the kernel's
+}
+
+// disk is the writable layer's quota group in sysfs: its limit and its
+// usage, the bytes it references plus those reserved for writes not yet
+// committed (what a statfs right after a write must count).
+type disk struct {
+	max, referenced, reserved *os.File
+}
+
+// Install puts the filter on every thread of the calling process
+// (SECCOMP_FILTER_FLAG_TSYNC) and starts the listener, which lets every
+// call through until Ready. Call it before the process starts any other.
+func Install(log *slog.Logger) (*View, error) {
+	prog := program()
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+		unix.SECCOMP_FILTER_FLAG_TSYNC|unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH,
+		uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(prog)
+	if e != 0 {
+		return nil, fmt.Errorf("installing the sysinfo and statfs listener (kernel 5.7 or later): %w", e)
+	}
+	unix.CloseOnExec(int(fd))
+	v := &View{fd: int(fd), log: log}
+	go v.loop()
+	return v, nil
+}
+
+// program is the filter: the calls of the native architecture's
+// sysinfo, statfs and fstatfs notify, everything else is allowed (the
+// agentbox filter, installed with it, decides the rest).
+func program() []unix.SockFilter {
+	ld := func(off uint32) unix.SockFilter {
+		return unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: off}
+	}
+	jeq := func(k uint32, jt, jf uint8) unix.SockFilter {
+		return unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: k, Jt: jt, Jf: jf}
+	}
+	ret := func(k uint32) unix.SockFilter { return unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: k} }
+	return []unix.SockFilter{
+		ld(4), // seccomp_data.arch
+		jeq(auditArch, 0, 4),
+		ld(0), // seccomp_data.nr
+		jeq(unix.SYS_SYSINFO, 3, 0),
+		jeq(unix.SYS_STATFS, 2, 0),
+		jeq(unix.SYS_FSTATFS, 1, 0),
+		ret(unix.SECCOMP_RET_ALLOW),
+		ret(unix.SECCOMP_RET_USER_NOTIF),
+	}
+}
+
+// OpenDisk opens the usage files of the sysfs directory of the writable
+// layer's quota group (proto.BootSpec.DiskQuota), a host path: call it
+// before the init leaves the host's tree.
+func (v *View) OpenDisk(dir string) error {
+	var d disk
+	for _, f := range []struct {
+		name string
+		to   **os.File
+	}{{"max_referenced", &d.max}, {"referenced", &d.referenced}, {"rsv_data", &d.reserved}} {
+		file, err := os.Open(dir + "/" + f.name)
+		if err != nil {
+			d.close()
+			return fmt.Errorf("the disk view: %w", err)
+		}
+		*f.to = file
+	}
+	v.disk = &d
+	return nil
+}
+
+func (d *disk) close() {
+	for _, f := range []*os.File{d.max, d.referenced, d.reserved} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// Ready starts answering, once the sandbox's root is the init's root
+// and its /proc is the sandbox's.
+func (v *View) Ready() error {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, "/", 0, unix.STATX_MNT_ID, &stx); err != nil {
+		return fmt.Errorf("the root's mount: %w", err)
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return errors.New("the kernel gives no mount id (statx STATX_MNT_ID, Linux 5.8)")
+	}
+	c := &config{rootMnt: stx.Mnt_id, disk: v.disk}
+	// This very call goes through the listener, which lets it through
+	// (no config yet).
+	if err := unix.Statfs("/", &c.root); err != nil {
+		return fmt.Errorf("statfs of the root: %w", err)
+	}
+	v.cfg.Store(c)
+	return nil
+}
+
+func (v *View) loop() {
+	for {
+		var n notif
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(v.fd), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&n)))
+		switch e {
+		case 0:
+			go v.answer(n)
+		case unix.EINTR, unix.ENOENT: // interrupted; the caller went away
+		default:
+			v.log.Error("the sysinfo and statfs listener stopped: those calls fail in the sandbox from now on", "err", e)
+			return
+		}
+	}
+}
+
+// answer answers n: with the sandbox's figures where it can, otherwise
+// by letting the call through.
+func (v *View) answer(n notif) {
+	resp := notifResp{ID: n.ID}
+	answered := false
+	if c := v.cfg.Load(); c != nil {
+		switch int(n.Data.Nr) {
+		case unix.SYS_SYSINFO:
+			answered = v.sysinfo(n, &resp)
+		case unix.SYS_STATFS, unix.SYS_FSTATFS:
+			answered = v.statfs(c, n, &resp)
+		}
+	}
+	if !answered {
+		resp = notifResp{ID: n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
+	}
+	// ENOENT: the caller was killed or its call interrupted meanwhile.
+	_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(v.fd), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp)))
+}
+
+// valid reports whether notification id still waits (its caller has
+// not gone, nor its pid been reused): checked after /proc/PID/mem is
+// open and before it is used.
+func (v *View) valid(id uint64) bool {
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(v.fd), unix.SECCOMP_IOCTL_NOTIF_ID_VALID, uintptr(unsafe.Pointer(&id)))
+	return e == 0
+}
+
+// reply writes out (a struct the call returns) at addr in the caller's
+// memory and sets the call's result.
+func (v *View) reply(n notif, mem *os.File, addr uint64, out []byte, resp *notifResp) {
+	if addr > 1<<63-1 {
+		resp.Error = -int32(unix.EFAULT)
+		return
+	}
+	if _, err := mem.WriteAt(out, int64(addr)); err != nil {
+		resp.Error = -int32(unix.EFAULT)
+		return
+	}
+	resp.Val = 0
+}
+
+func openMem(pid uint32) (*os.File, error) {
+	return os.OpenFile("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/mem", os.O_RDWR|unix.O_CLOEXEC, 0)
+}
+
+// sysinfo answers from the sandbox's /proc files, which LXCFS serves
+// (the same figures free, top and psutil read).
+func (v *View) sysinfo(n notif, resp *notifResp) bool {
+	var si unix.Sysinfo_t
+	if !fillSysinfo(&si) {
+		return false
+	}
+	mem, err := openMem(n.Pid)
+	if err != nil {
+		return false
+	}
+	defer mem.Close()
+	if !v.valid(n.ID) {
+		return false
+	}
+	v.reply(n, mem, n.Data.Args[0], unsafe.Slice((*byte)(unsafe.Pointer(&si)), unsafe.Sizeof(si)), resp)
+	return true
+}
+
+// fillSysinfo fills si from /proc/meminfo, /proc/uptime and
+// /proc/loadavg; false when one cannot be read.
+func fillSysinfo(si *unix.Sysinfo_t) bool {
+	mi, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return false
+	}
+	kb := map[string]uint64{}
+	for line := range strings.Lines(string(mi)) {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		if n, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+			kb[name] = n
+		}
+	}
+	if kb["MemTotal"] == 0 {
+		return false
+	}
+	si.Unit = 1
+	si.Totalram, si.Freeram = kb["MemTotal"]<<10, kb["MemFree"]<<10
+	si.Sharedram, si.Bufferram = kb["Shmem"]<<10, kb["Buffers"]<<10
+	si.Totalswap, si.Freeswap = kb["SwapTotal"]<<10, kb["SwapFree"]<<10
+	if up, err := os.ReadFile("/proc/uptime"); err == nil {
+		if f := strings.Fields(string(up)); len(f) > 0 {
+			if s, err := strconv.ParseFloat(f[0], 64); err == nil {
+				si.Uptime = int64(s)
+			}
+		}
+	}
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(la))
+		for i := 0; i < 3 && i < len(f); i++ {
+			if l, err := strconv.ParseFloat(f[i], 64); err == nil {
+				si.Loads[i] = uint64(l * (1 << 16)) // SI_LOAD_SHIFT
+			}
+		}
+		if len(f) > 3 {
+			if _, total, ok := strings.Cut(f[3], "/"); ok {
+				if t, err := strconv.ParseUint(total, 10, 16); err == nil {
+					si.Procs = uint16(t)
+				}
+			}
+		}
+	}
+	return true
+}
+
+// statfs answers a statfs or fstatfs of a file on the root's mount from
+// the quota group; any other file, and every doubt, goes to the kernel.
+func (v *View) statfs(c *config, n notif, resp *notifResp) bool {
+	if c.disk == nil {
+		return false
+	}
+	mem, err := openMem(n.Pid)
+	if err != nil {
+		return false
+	}
+	defer mem.Close()
+	if !v.valid(n.ID) {
+		return false
+	}
+	pid := strconv.FormatUint(uint64(n.Pid), 10)
+	var target string
+	if int(n.Data.Nr) == unix.SYS_FSTATFS {
+		target = "/proc/" + pid + "/fd/" + strconv.Itoa(int(int32(n.Data.Args[0])))
+	} else {
+		path, ok := readPath(mem, n.Data.Args[0])
+		if !ok || path == "" {
+			return false
+		}
+		if path[0] == '/' {
+			target = "/proc/" + pid + "/root" + path
+		} else {
+			target = "/proc/" + pid + "/cwd/" + path
+		}
+	}
+	onRoot, ok := onMount(n.Pid, target, c.rootMnt)
+	if !ok || !onRoot {
+		return false
+	}
+	max, used, ok := c.disk.usage()
+	if !ok || max == 0 {
+		return false
+	}
+	st := c.root
+	bs := uint64(st.Bsize)
+	if bs == 0 {
+		bs = 4096
+	}
+	free := uint64(0)
+	if used < max {
+		free = max - used
+	}
+	st.Blocks, st.Bfree, st.Bavail = max/bs, free/bs, free/bs
+	if !v.valid(n.ID) {
+		return false
+	}
+	addr := n.Data.Args[1]
+	v.reply(n, mem, addr, unsafe.Slice((*byte)(unsafe.Pointer(&st)), unsafe.Sizeof(st)), resp)
+	return true
+}
+
+// readPath reads the NUL-terminated path at addr in the caller's memory
+// (at most PATH_MAX bytes), a page at a time so that a path near the end
+// of a mapping reads.
+func readPath(mem *os.File, addr uint64) (string, bool) {
+	if addr == 0 || addr > 1<<63-1 {
+		return "", false
+	}
+	var out []byte
+	for len(out) < unix.PathMax {
+		page := 4096 - int(addr%4096)
+		buf := make([]byte, min(page, unix.PathMax-len(out)))
+		k, err := mem.ReadAt(buf, int64(addr))
+		if k == 0 && err != nil {
+			return "", false
+		}
+		if i := bytes.IndexByte(buf[:k], 0); i >= 0 {
+			return string(append(out, buf[:i]...)), true
+		}
+		out = append(out, buf[:k]...)
+		addr += uint64(k)
+	}
+	return "", false // ENAMETOOLONG: the kernel says so
+}
+
+// onMount reports whether target (a path through the caller's /proc
+// entry) is on mount mnt, resolved with the caller's file-system ids and
+// groups and without the init's own permission to read and search
+// anything, so that a path the caller may not reach is the kernel's to
+// refuse. ok is false when the answer is unknown.
+func onMount(pid uint32, target string, mnt uint64) (on, ok bool) {
+	uid, gid, groups, err := fsIDs(pid)
+	if err != nil {
+		return false, false
+	}
+	// The ids are set on this thread only (raw system calls, not Go's
+	// process-wide ones); a thread whose own cannot be restored is not
+	// handed back to the runtime.
+	runtime.LockOSThread()
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var caps, own [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &own[0]); err != nil {
+		runtime.UnlockOSThread()
+		return false, false
+	}
+	caps = own
+	for _, c := range []uint{unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER} {
+		caps[c/32].Effective &^= 1 << (c % 32)
+	}
+	restored := true
+	defer func() {
+		if restored {
+			runtime.UnlockOSThread()
+		}
+	}()
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(unsafe.Pointer(unsafe.SliceData(groups))), 0); e != 0 {
+		return false, false
+	}
+	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(gid), 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(uid), 0, 0)
+	capErr := unix.Capset(&hdr, &caps[0])
+	var stx unix.Statx_t
+	err = capErr
+	if err == nil {
+		err = unix.Statx(unix.AT_FDCWD, target, 0, unix.STATX_MNT_ID, &stx)
+	}
+	// Back to the init's own: root's ids, no groups, its capabilities.
+	unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSGID, 0, 0, 0)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		restored = false
+	}
+	if unix.Capset(&hdr, &own[0]) != nil {
+		restored = false
+	}
+	if err != nil || stx.Mask&unix.STATX_MNT_ID == 0 {
+		return false, false
+	}
+	return stx.Mnt_id == mnt, true
+}
+
+// fsIDs reads a process's file-system uid and gid and its groups.
+func fsIDs(pid uint32) (uid, gid uint32, groups []uint32, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	var haveUID, haveGID bool
+	for line := range strings.Lines(string(b)) {
+		name, rest, _ := strings.Cut(line, ":")
+		f := strings.Fields(rest)
+		switch name {
+		case "Uid", "Gid":
+			if len(f) != 4 {
+				return 0, 0, nil, fmt.Errorf("%s line %q", name, line)
+			}
+			id, err := strconv.ParseUint(f[3], 10, 32) // the fs id
+			if err != nil {
+				return 0, 0, nil, err
+			}
+			if name == "Uid" {
+				uid, haveUID = uint32(id), true
+			} else {
+				gid, haveGID = uint32(id), true
+			}
+		case "Groups":
+			for _, g := range f {
+				id, err := strconv.ParseUint(g, 10, 32)
+				if err != nil {
+					return 0, 0, nil, err
+				}
+				groups = append(groups, uint32(id))
+			}
+		}
+	}
+	if !haveUID || !haveGID {
+		return 0, 0, nil, syscall.EINVAL
+	}
+	return uid, gid, groups, nil
+}
+
+// usage reads the quota group's limit and the bytes counted against it.
+func (d *disk) usage() (max, used uint64, ok bool) {
+	var v [3]uint64
+	for i, f := range []*os.File{d.max, d.referenced, d.reserved} {
+		var buf [32]byte
+		k, err := f.ReadAt(buf[:], 0)
+		if k == 0 && err != nil {
+			return 0, 0, false
+		}
+		if v[i], err = strconv.ParseUint(strings.TrimSpace(string(buf[:k])), 10, 64); err != nil {
+			return 0, 0, false
+		}
+	}
+	return v[0], v[1] + v[2], true
+}
