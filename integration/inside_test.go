@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/storage"
 )
 
 // builtinTemplateEnv is the env scripts/build-template.sh imports the
@@ -218,5 +220,136 @@ func TestContainerCPUViewAfterClaim(t *testing.T) {
 	const views = `nproc; python3 -c 'import os; print(os.cpu_count())'; grep -c ^processor /proc/cpuinfo; cat /sys/devices/system/cpu/online`
 	if got := mustSh(t, id, views); got != "1\n1\n1\n0" {
 		t.Errorf("after a claim with cpu: 1 of a cpu: %d pool sandbox: nproc, os.cpu_count(), cpuinfo's processors, cpu/online =\n%s\nwant 1, 1, 1, 0", host, got)
+	}
+}
+
+// TestContainerSyscallView: on the container tier the figures that come
+// from system calls, not files, are the sandbox's too
+// (internal/guest/sysview): sysinfo(2) (glibc's
+// sysconf(_SC_PHYS_PAGES), busybox's free) says the memory cgroup's
+// limit, and statfs(2) of the root (df /, Python's shutil.disk_usage and
+// os.fstatvfs) the writable layer's quota and what it holds, read live:
+// a write shows at once, a raised limit (memory or disk, changed on the
+// host) at the next call. A path the caller may not search is still the
+// kernel's to refuse, and another mount's figures are the kernel's. The
+// verdicts compare with the cgroup's limit and the quota group's files
+// read on the host.
+func TestContainerSyscallView(t *testing.T) {
+	needBase(t)
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "container", MemoryMB: 256, DiskMB: 300})
+	memLimit := cgroupPath("memory", id) + "/memory.limit_in_bytes"
+	qdir, err := storage.QgroupSysfsDir(filepath.Join(env.cfg.DataDir, "storage", "sandboxes", id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	diskLimit := readHostInt(t, qdir+"/max_referenced")
+	if diskLimit != 300<<20 {
+		t.Fatalf("the layer's quota group (%s) limits it to %d bytes, want 300 MiB", qdir, diskLimit)
+	}
+	physMem := func() int64 {
+		out := mustSh(t, id, `python3 -c 'import os; print(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))'`)
+		n, err := strconv.ParseInt(out, 10, 64)
+		if err != nil {
+			t.Fatalf("sysconf(_SC_PHYS_PAGES) inside: %q", out)
+		}
+		return n
+	}
+	if got, want := physMem(), readHostInt(t, memLimit); got != want {
+		t.Errorf("sysconf(_SC_PHYS_PAGES) x page size inside = %d, want the memory cgroup's limit %d", got, want)
+	}
+	// df /: GNU df's size in bytes, and Python's figures through statvfs
+	// and fstatvfs (fstatfs).
+	disk := func() (size, used int64) {
+		out := mustSh(t, id, `df -B1 --output=size,used / | tail -1; python3 -c '
+import os, shutil
+u = shutil.disk_usage("/")
+fd = os.open("/etc/hostname", os.O_RDONLY)
+s = os.fstatvfs(fd)
+print(u.total, s.f_blocks * s.f_frsize)'`)
+		f := strings.Fields(out)
+		if len(f) != 4 {
+			t.Fatalf("df and python inside: %q", out)
+		}
+		var n [4]int64
+		for i := range f {
+			n[i], _ = strconv.ParseInt(f[i], 10, 64)
+		}
+		if n[2] != n[0] || n[3] != n[0] {
+			t.Errorf("df's size %d, shutil.disk_usage's %d, fstatvfs's %d: want one figure", n[0], n[2], n[3])
+		}
+		return n[0], n[1]
+	}
+	size, used := disk()
+	if size != diskLimit {
+		t.Errorf("df / inside says %d bytes, want the layer's limit %d", size, diskLimit)
+	}
+	// 40 MiB written show as used at once (the quota group's bytes
+	// reserved for writes not yet committed count).
+	mustSh(t, id, `head -c 40M /dev/urandom > /root/blob`)
+	_, used2 := disk()
+	if used2-used < 39<<20 || used2 > size {
+		t.Errorf("after writing 40 MiB, df / says %d bytes used (before: %d); want 40 MiB more", used2, used)
+	}
+	// A raised limit shows at the next call: memory (as a warm pool's
+	// claim resizes) and disk (the quota group's limit).
+	raised := readHostInt(t, memLimit) + 128<<20
+	for _, f := range []string{cgroupPath("memory", id) + "/memory.memsw.limit_in_bytes", memLimit} {
+		if _, err := os.Stat(f); err != nil && f != memLimit {
+			continue
+		}
+		if err := os.WriteFile(f, []byte(strconv.FormatInt(raised, 10)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := physMem(); got != raised {
+		t.Errorf("after the memory limit was raised to %d, sysconf(_SC_PHYS_PAGES) x page size = %d", raised, got)
+	}
+	layer := filepath.Join(env.cfg.DataDir, "storage", "sandboxes", id)
+	if out, err := exec.Command("btrfs", "qgroup", "limit", "400M", layer).CombinedOutput(); err != nil {
+		t.Fatalf("raising the layer's limit on the host: %v: %s", err, out)
+	}
+	if size, _ := disk(); size != 400<<20 {
+		t.Errorf("after the disk limit was raised to 400 MiB, df / says %d", size)
+	}
+	// Another mount is the kernel's; a path the caller may not search
+	// is refused as the kernel would.
+	if got := mustSh(t, id, `stat -f -c %T /proc`); got != "proc" {
+		t.Errorf("stat -f /proc says type %q, want proc", got)
+	}
+	mustSh(t, id, `mkdir -p /root/private && chmod 700 /root /root/private`)
+	if res := execReq(t, id, api.ExecRequest{Shell: `stat -f /root/private`, User: "65534"}); res.ExitCode == 0 || !strings.Contains(res.Stderr, "Permission denied") {
+		t.Errorf("statfs of a path nobody may not search, as nobody: %q %q; want Permission denied", res.Stdout, res.Stderr)
+	}
+	t.Logf("sysconf(_SC_PHYS_PAGES): the cgroup's limit, then %d; df /: %d bytes, %d used, %d after 40 MiB written", raised, size, used, used2)
+}
+
+// TestGvisorMemoryView: on the gvisor tier by default (no
+// gvisor_memory_view), gVisor's /proc/meminfo, busybox's free and
+// sysconf(_SC_PHYS_PAGES) (sysinfo) say the sandbox's memory limit: its
+// memory_mb and the Sentry's reserve, which is the memory cgroup's
+// limit read on the host (drivers/gvisor/meminfo_linux.go); the host's
+// own /proc/meminfo is untouched.
+func TestGvisorMemoryView(t *testing.T) {
+	needGvisor(t)
+	needBase(t)
+	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "gvisor", MemoryMB: 256})
+	limit := readHostInt(t, cgroupPath("memory", id)+"/memory.limit_in_bytes")
+	out := mustSh(t, id, `awk '/^MemTotal:/{print $2}' /proc/meminfo; python3 -c 'import os; print(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))'`)
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		t.Fatalf("MemTotal and sysconf inside: %q", out)
+	}
+	kb, _ := strconv.ParseInt(f[0], 10, 64)
+	phys, _ := strconv.ParseInt(f[1], 10, 64)
+	if kb<<10 != limit || phys != limit {
+		t.Errorf("gVisor's MemTotal %d kB, sysconf(_SC_PHYS_PAGES) x page size %d; want the memory cgroup's limit %d (256 MiB and the Sentry's reserve)", kb, phys, limit)
+	}
+	busybox := newSandbox(t, api.CreateSandboxRequest{Template: "busybox", Isolation: "gvisor", MemoryMB: 128})
+	if got := mustSh(t, busybox, `free | awk '/^Mem:/{print $2}'`); got != strconv.FormatInt((128<<20+limit-256<<20)>>10, 10) {
+		t.Errorf("busybox free's total in a 128 MiB gvisor sandbox = %s kB, want %d", got, (128<<20+limit-256<<20)>>10)
+	}
+	host, _ := os.ReadFile("/proc/meminfo")
+	if hostKB, _ := strconv.ParseInt(strings.Fields(firstLineWith(string(host), "MemTotal:") + " x 0")[1], 10, 64); hostKB<<10 == limit {
+		t.Errorf("the host's own /proc/meminfo says the sandbox's limit")
 	}
 }

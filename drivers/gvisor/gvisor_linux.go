@@ -271,7 +271,21 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		defer cancel()
 		_, _ = runsc(kctx, root, "delete", "--force", spec.ID)
 	})
-	if err := run.Run(); err != nil {
+	// The Sentry's MemTotal: the sandbox's memory limit (meminfo_linux.go)
+	// where runsc does not read it from the cgroup; a restore keeps the
+	// checkpoint's.
+	start := run.Start
+	if cgPath == "" && image == "" && spec.MemoryMB > 0 {
+		meminfo, err := writeMeminfo(spec.RunDir, spec.MemoryMB<<20+sentryReserveMemory)
+		if err != nil {
+			return nil, err
+		}
+		start = func() error { return startWithMeminfo(run, meminfo) }
+	}
+	if err := start(); err != nil {
+		return nil, fmt.Errorf("gvisor: runsc %s: %v%s", verb, err, runscLog(spec.RunDir))
+	}
+	if err := run.Wait(); err != nil {
 		return nil, fmt.Errorf("gvisor: runsc %s: %v%s", verb, err, runscLog(spec.RunDir))
 	}
 	pid, err := readPidFile(pidFile)

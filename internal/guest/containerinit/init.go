@@ -109,10 +109,10 @@ func Run() error {
 	if viewErr == nil {
 		viewErr = view.Ready()
 	}
-	for _, err := range []error{viewErr, diskErr} {
-		if err != nil {
-			log.Warn("sysinfo(2) and statfs(2) of the root show the host's figures", "err", err)
-		}
+	if viewErr != nil {
+		log.Warn("sysinfo(2) and statfs(2) show the host's figures", "err", viewErr)
+	} else if diskErr != nil {
+		log.Warn("statfs(2) of the root shows the storage pool's figures", "err", diskErr)
 	}
 	// Nothing of ours is readable or traceable from the sandbox's processes.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {

@@ -403,7 +403,8 @@ func onMount(pid uint32, target string, mnt uint64) (on, ok bool) {
 	runtime.LockOSThread()
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var caps, own [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &own[0]); err != nil {
+	ownGroups, err := threadGroups()
+	if err != nil || unix.Capget(&hdr, &own[0]) != nil {
 		runtime.UnlockOSThread()
 		return false, false
 	}
@@ -428,10 +429,10 @@ func onMount(pid uint32, target string, mnt uint64) (on, ok bool) {
 	if err == nil {
 		err = unix.Statx(unix.AT_FDCWD, target, 0, unix.STATX_MNT_ID, &stx)
 	}
-	// Back to the init's own: root's ids, no groups, its capabilities.
-	unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
-	unix.RawSyscall(unix.SYS_SETFSGID, 0, 0, 0)
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+	// Back to the thread's own: its ids, groups and capabilities.
+	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(unix.Geteuid()), 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(unix.Getegid()), 0, 0)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(ownGroups)), uintptr(unsafe.Pointer(unsafe.SliceData(ownGroups))), 0); e != 0 {
 		restored = false
 	}
 	if unix.Capset(&hdr, &own[0]) != nil {
@@ -441,6 +442,22 @@ func onMount(pid uint32, target string, mnt uint64) (on, ok bool) {
 		return false, false
 	}
 	return stx.Mnt_id == mnt, true
+}
+
+// threadGroups are the calling thread's supplementary groups.
+func threadGroups() ([]uint32, error) {
+	g := make([]uint32, 256)
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_GETGROUPS, uintptr(len(g)), uintptr(unsafe.Pointer(&g[0])), 0)
+		if e == unix.EINVAL && len(g) < 1<<16 {
+			g = make([]uint32, 2*len(g))
+			continue
+		}
+		if e != 0 {
+			return nil, e
+		}
+		return g[:n], nil
+	}
 }
 
 // fsIDs reads a process's file-system uid and gid and its groups.
