@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
 	"net"
 	"os"
@@ -562,21 +561,14 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 // (killing whatever still runs in them).
 func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
 	// The cgroups of this driver's waiting inits are not leftovers (those
-	// of an earlier daemon's are: their inits exited with it).
-	names, err := d.cg.List()
-	if err != nil {
-		return nil, err
-	}
-	ours := maps.Clone(keep)
-	for _, n := range names {
-		if strings.HasPrefix(n, d.initPrefix) {
-			if ours == nil {
-				ours = map[string]bool{}
-			}
-			ours[n] = true
-		}
-	}
-	return cgroups.RemoveExcept(d.cg, ours)
+	// of an earlier daemon's are: their inits exited with it), also one
+	// made while this runs: the pre-spawning starts with the driver, and
+	// a list taken before it made one had a fresh init killed ("a
+	// pre-spawned sandbox init exited while waiting" at a daemon's
+	// start). TestCleanupKeepsInitsMadeMeanwhile.
+	return cgroups.RemoveUnless(d.cg, func(n string) bool {
+		return keep[n] || strings.HasPrefix(n, d.initPrefix)
+	})
 }
 
 // Pause implements driver.Pauser: freeze every process of the sandbox.

@@ -11,6 +11,13 @@ import (
 // keep (killing what still runs in it) and returns what it removed, for
 // the log. Drivers call it at daemon start to clear what a crash left.
 func RemoveExcept(m Manager, keep map[string]bool) ([]string, error) {
+	return RemoveUnless(m, func(name string) bool { return keep[name] })
+}
+
+// RemoveUnless is RemoveExcept with keep asked of each name as it comes:
+// a driver whose cgroups come and go meanwhile (a pre-spawned init's)
+// answers for the present, not for a list taken before.
+func RemoveUnless(m Manager, keep func(name string) bool) ([]string, error) {
 	names, err := m.List()
 	if err != nil {
 		return nil, err
@@ -18,7 +25,7 @@ func RemoveExcept(m Manager, keep map[string]bool) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, n := range names {
-		if keep[n] {
+		if keep(n) {
 			continue
 		}
 		cg, err := m.Open(n)
