@@ -37,6 +37,12 @@ import (
 	"github.com/agentbox/agentbox/internal/idrange"
 )
 
+// PrespawnCgroupPrefix begins the names of the cgroups in which the
+// container tier's pre-spawned inits wait, below the cgroup parent every
+// tier shares: another tier's Cleanup leaves them alone (the container
+// driver's own removes those of an earlier daemon).
+const PrespawnCgroupPrefix = "init-"
+
 // Spec is everything a driver needs to create one sandbox.
 type Spec struct {
 	ID       string

@@ -122,7 +122,7 @@ func New(o driver.Options) (*Driver, error) {
 		return nil, errdefs.Precondition("guest agent binary %q: %v", o.GuestBinary, err)
 	}
 	d := &Driver{opts: o, log: o.Logger, cg: mgr, guestExe: exe}
-	d.initPrefix = "init-" + randomSuffix() + "-"
+	d.initPrefix = driver.PrespawnCgroupPrefix + randomSuffix() + "-"
 	d.stage = filepath.Join(o.RunRoot, "stage")
 	if o.RunRoot == "" {
 		d.stage = filepath.Join(os.TempDir(), "agentbox-stage")

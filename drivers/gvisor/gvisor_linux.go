@@ -280,7 +280,14 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		if err != nil {
 			return nil, err
 		}
-		start = func() error { return startWithMeminfo(run, meminfo) }
+		start = func() error {
+			err := startWithMeminfo(run, meminfo)
+			if errors.Is(err, errMainThread) {
+				d.log.Warn("gVisor's MemTotal is the host's for this sandbox", "sandbox", spec.ID, "err", err)
+				return run.Start()
+			}
+			return err
+		}
 	}
 	if err := start(); err != nil {
 		return nil, fmt.Errorf("gvisor: runsc %s: %v%s", verb, err, runscLog(spec.RunDir))
@@ -530,7 +537,12 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 // (<run>/sandboxes/<id>/rootfs next to a runsc state dir, and
 // <run>/sandboxes/<id>/runsc/null-netns).
 func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
-	removed, err := cgroups.RemoveExcept(d.cg, keep)
+	removed, err := cgroups.RemoveUnless(d.cg, func(n string) bool {
+		// The container tier's waiting inits: it killed them at every
+		// daemon start ("a pre-spawned sandbox init exited while
+		// waiting"). TestCleanupLeavesWaitingInits.
+		return keep[n] || strings.HasPrefix(n, driver.PrespawnCgroupPrefix)
+	})
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)

@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -34,6 +35,8 @@ func writeMeminfo(runDir string, bytes int64) (string, error) {
 	return path, nil
 }
 
+var errMainThread = errors.New("gvisor: on the main thread, which must keep the daemon's mount namespace")
+
 // startWithMeminfo starts cmd in a new mount namespace, a slave of the
 // caller's, with meminfo bound over /proc/meminfo. The namespace is made
 // on a thread of its own, which the cmd is forked from and which is
@@ -44,6 +47,12 @@ func startWithMeminfo(cmd *exec.Cmd, meminfo string) error {
 	go func() {
 		runtime.LockOSThread() // never unlocked
 		errc <- func() error {
+			if unix.Gettid() == unix.Getpid() {
+				// The main thread cannot end, and /proc/self is its view:
+				// it must keep the daemon's namespace (agentboxd locks
+				// it to its main goroutine, so this is a test's binary).
+				return errMainThread
+			}
 			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 				return fmt.Errorf("gvisor: a mount namespace for runsc run: %w", err)
 			}

@@ -1110,7 +1110,9 @@ func (d *Driver) frozen(id string) bool { return lifecycle.Frozen(d.cg, id) }
 // and with them their QEMU processes (the cgroup parent is shared with
 // the other tiers, whose Cleanup does the same).
 func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
-	return cgroups.RemoveExcept(d.cg, keep)
+	return cgroups.RemoveUnless(d.cg, func(n string) bool {
+		return keep[n] || strings.HasPrefix(n, driver.PrespawnCgroupPrefix) // the container tier's waiting inits
+	})
 }
 
 var _ driver.Unsupported = (*Driver)(nil)
