@@ -8,13 +8,16 @@ package integration
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/posture"
+	"github.com/agentbox/agentbox/internal/storage"
 )
 
 // hostPaths are the daemon's directories, which nothing a sandbox reads
@@ -174,4 +177,73 @@ func firstLineWith(s, sub string) string {
 		}
 	}
 	return ""
+}
+
+// itemSysview (35): sysinfo and statfs, which the container tier's agent
+// answers itself through seccomp user notifications
+// (internal/guest/sysview), turned against it: NULL and kernel pointers
+// get the kernel's EFAULT (nothing is written anywhere), a path running
+// off its mapping the kernel's error, 16 threads x 500 calls at once
+// all the same answer, 50 callers killed in the middle of their calls
+// leave nothing waiting; then, read on the host, the agent is the same
+// process with no more threads than it had, the root's size is the
+// layer's quota group's limit and sysinfo's memory the memory cgroup's
+// limit (gvisor: gVisor's own answers, and its MemTotal the same
+// limit).
+func itemSysview(t *testing.T, b *battery) {
+	if b.tier == "microvm" {
+		evidence(t, "the guest kernel answers sysinfo and statfs (a VM's figures are its own by construction)")
+		return
+	}
+	id := b.hostileSandbox(t, api.CreateSandboxRequest{MemoryMB: 256, DiskMB: 400})
+	pid := sandboxPid(t, id)
+	threads := func() int {
+		st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(firstLineWith(string(st), "Threads:"), "Threads:")))
+		return n
+	}
+	before := threads()
+	got, res := b.probeFor(t, id, 2*time.Minute, "sysview", "16", "500")
+	for _, p := range []string{"statfs_null_path", "statfs_null_buf", "statfs_kernel_buf", "fstatfs_kernel_buf", "sysinfo_null", "sysinfo_kernel_buf", "statfs_unterminated"} {
+		if got[p] != "EFAULT" {
+			t.Errorf("%s: %s, want EFAULT as the kernel answers\n%s", p, got[p], res.Stdout)
+		}
+	}
+	for _, p := range []string{"flood", "killed_callers", "root", "memtotal"} {
+		if got[p] != "OK" {
+			t.Errorf("%s: %s\n%s", p, got[p], res.Stdout+res.Stderr)
+		}
+	}
+	answer := func(name string) int64 {
+		for line := range strings.Lines(res.Stdout) {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == name {
+				n, _ := strconv.ParseInt(f[2], 10, 64)
+				return n
+			}
+		}
+		return -1
+	}
+	memLimit := readHostInt(t, cgroupPath("memory", id)+"/memory.limit_in_bytes")
+	if got := answer("memtotal"); got != memLimit {
+		t.Errorf("sysinfo's total memory %d, want the memory cgroup's limit %d read on the host", got, memLimit)
+	}
+	if b.tier == "container" {
+		qdir, err := storage.QgroupSysfsDir(filepath.Join(env.cfg.DataDir, "storage", "sandboxes", id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := answer("root"), readHostInt(t, qdir+"/max_referenced"); got != want {
+			t.Errorf("statfs of the root says %d bytes, want the layer's limit %d read on the host", got, want)
+		}
+		if now := sandboxPid(t, id); now != pid {
+			t.Errorf("the agent is pid %d now, %d before: it was restarted", now, pid)
+		}
+		if after := threads(); after > before+8 {
+			t.Errorf("the agent has %d threads after the flood, %d before", after, before)
+		}
+	}
+	if r := b.hostile(t, id, api.ExecRequest{Shell: "echo alive"}); r.Stdout != "alive\n" {
+		t.Errorf("the sandbox no longer answers after the item: %+v", r)
+	}
+	evidence(t, "bad pointers EFAULT; %s; root %d bytes, memory %d; agent threads %d -> %d", strings.TrimSpace(firstLineWith(res.Stdout, "flood ")), answer("root"), answer("memtotal"), before, threads())
 }

@@ -207,6 +207,7 @@ func TestBattery(t *testing.T) {
 		// What a program inside sees (battery_inside_test.go).
 		{"33_mountinfo", itemMountinfo},
 		{"34_host_counters", itemHostCounters},
+		{"35_sysview", itemSysview},
 		// What the host shares (battery_shared_test.go).
 		{"39_file_table", itemFileTable},
 		{"40_socket_memory", itemSocketMemory},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/errdefs"
 	"github.com/agentbox/agentbox/internal/config"
 )
@@ -61,10 +62,23 @@ func sandboxCgroups(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	var out []string
+	inits := map[string]bool{}
 	for _, e := range ents {
-		if e.IsDir() {
-			out = append(out, e.Name())
+		if !e.IsDir() {
+			continue
 		}
+		// The container tier's waiting inits (driver.PrespawnCgroupPrefix
+		// and the driver's own random part): the running daemon's only,
+		// one prefix; its start-up cleanup removes an earlier one's.
+		if rest, ok := strings.CutPrefix(e.Name(), driver.PrespawnCgroupPrefix); ok {
+			prefix, _, _ := strings.Cut(rest, "-")
+			inits[prefix] = true
+			continue
+		}
+		out = append(out, e.Name())
+	}
+	if len(inits) > 1 {
+		t.Errorf("waiting inits' cgroups of %d daemons under the parent (%v): an earlier daemon's were not cleaned up", len(inits), inits)
 	}
 	return out
 }

@@ -141,6 +141,12 @@ func gvisorFDs(dir, id, cgroupDir string, files *sandboxFiles) (int, []string) {
 		if err := unix.Stat(fd, &st); err == nil && files.has(st, target) {
 			continue
 		}
+		// /dev/null by what it is: one opened by `runsc run`, which
+		// starts in a mount namespace of its own (its /proc/meminfo,
+		// drivers/gvisor), reads "/null" from the host's.
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(1, 3) {
+			continue
+		}
 		// The gofer keeps its own /proc/self/fd open (it shows as "/"
 		// once it has unmounted procfs).
 		var sfs unix.Statfs_t

@@ -107,7 +107,7 @@ func Run() error {
 	}
 	spec := prep.Spec
 	if viewErr == nil {
-		view.Ready()
+		viewErr = view.Ready()
 	}
 	if viewErr != nil {
 		log.Warn("sysinfo(2) and statfs(2) show the host's figures", "err", viewErr)

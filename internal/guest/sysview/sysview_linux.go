@@ -35,6 +35,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -65,15 +66,17 @@ type notifResp struct {
 
 // View is a sandbox init's listener.
 type View struct {
-	fd  int
-	log *slog.Logger
-	cfg atomic.Pointer[config]
+	fd   int
+	file *os.File // fd, in the runtime's poller
+	log  *slog.Logger
+	cfg  atomic.Pointer[config]
 	// disk holds the usage files OpenDisk opened until Ready takes them.
 	disk *disk
 }
 
 type config struct {
-	disk *disk // nil: statfs is the kernel's
+	proc *procFiles // nil: sysinfo is the kernel's
+	disk *disk      // nil: statfs is the kernel's
 	// root is what a statfs of the root says but for its sizes, found
 	// at the first call that needs it: a statfs of its own here would go
 	// through the listener, and with the init's one P held by the
@@ -110,8 +113,22 @@ func Install(log *slog.Logger) (*View, error) {
 		return nil, fmt.Errorf("installing the sysinfo and statfs listener (kernel 5.7 or later): %w", e)
 	}
 	unix.CloseOnExec(int(fd))
-	v := &View{fd: int(fd), log: log}
-	go v.loop()
+	// The listener waits in the runtime's poller, not in a blocking
+	// receive: a thread blocked in one holds the init's P (often its
+	// only one) until the runtime's monitor takes it back, and the
+	// goroutine answering a call waited for it (0.15 ms a call).
+	if err := unix.SetNonblock(int(fd), true); err != nil {
+		unix.Close(int(fd))
+		return nil, fmt.Errorf("the sysinfo and statfs listener: %w", err)
+	}
+	f := os.NewFile(fd, "seccomp-listener")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("the sysinfo and statfs listener: %w", err)
+	}
+	v := &View{fd: int(fd), file: f, log: log}
+	go v.loop(rc)
 	return v, nil
 }
 
@@ -168,8 +185,13 @@ func (d *disk) close() {
 
 // Ready starts answering, once the sandbox's root is the init's root
 // and its /proc is the sandbox's. It makes no call the listener takes.
-func (v *View) Ready() {
-	v.cfg.Store(&config{disk: v.disk, root: sync.OnceValues(readRoot)})
+func (v *View) Ready() error {
+	proc, err := openProcFiles()
+	v.cfg.Store(&config{proc: proc, disk: v.disk, root: sync.OnceValues(readRoot)})
+	if err != nil {
+		return fmt.Errorf("sysinfo's /proc files: %w", err)
+	}
+	return nil
 }
 
 // readRoot finds the root's mount and what its statfs says but for the
@@ -228,16 +250,34 @@ var stFlags = map[string]int64{
 	"nodiratime": unix.ST_NODIRATIME, "relatime": unix.ST_RELATIME, "nosymfollow": 0x2000,
 }
 
-func (v *View) loop() {
+func (v *View) loop(rc syscall.RawConn) {
 	for {
 		var n notif
-		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(v.fd), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&n)))
-		switch e {
-		case 0:
-			go v.answer(n)
-		case unix.EINTR, unix.ENOENT: // interrupted; the caller went away
+		var e syscall.Errno
+		err := rc.Read(func(fd uintptr) bool {
+			// The receive blocks whatever the fd's flags: only once a
+			// call waits (POLLIN), else back to the poller.
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if k, err := unix.Poll(pfd, 0); err != nil || k == 0 || pfd[0].Revents&unix.POLLIN == 0 {
+				if err == nil && pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+					e = unix.EBADF // no filter left to notify
+					return true
+				}
+				return false
+			}
+			n = notif{}
+			_, _, e = unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&n)))
+			return true
+		})
+		if err == nil && e != 0 {
+			err = e
+		}
+		switch {
+		case err == nil:
+			v.answer(n) // inline: a goroutine each cost a wake-up more
+		case errors.Is(err, unix.EINTR), errors.Is(err, unix.ENOENT): // interrupted; the caller went away
 		default:
-			v.log.Error("the sysinfo and statfs listener stopped: those calls fail in the sandbox from now on", "err", e)
+			v.log.Error("the sysinfo and statfs listener stopped: those calls fail in the sandbox from now on", "err", err)
 			return
 		}
 	}
@@ -251,7 +291,7 @@ func (v *View) answer(n notif) {
 	if c := v.cfg.Load(); c != nil {
 		switch int(n.Data.Nr) {
 		case unix.SYS_SYSINFO:
-			answered = v.sysinfo(n, &resp)
+			answered = c.proc != nil && v.sysinfo(c, n, &resp)
 		case unix.SYS_STATFS, unix.SYS_FSTATFS:
 			answered = v.statfs(c, n, &resp)
 		}
@@ -291,9 +331,9 @@ func openMem(pid uint32) (*os.File, error) {
 
 // sysinfo answers from the sandbox's /proc files, which LXCFS serves
 // (the same figures free, top and psutil read).
-func (v *View) sysinfo(n notif, resp *notifResp) bool {
+func (v *View) sysinfo(c *config, n notif, resp *notifResp) bool {
 	var si unix.Sysinfo_t
-	if !fillSysinfo(&si) {
+	if !c.proc.fill(&si) {
 		return false
 	}
 	mem, err := openMem(n.Pid)
@@ -308,15 +348,55 @@ func (v *View) sysinfo(n notif, resp *notifResp) bool {
 	return true
 }
 
-// fillSysinfo fills si from /proc/meminfo, /proc/uptime and
-// /proc/loadavg; false when one cannot be read.
-func fillSysinfo(si *unix.Sysinfo_t) bool {
-	mi, err := os.ReadFile("/proc/meminfo")
+// procFiles are the sandbox's /proc/meminfo and /proc/loadavg, open
+// for the listener's life: a read at offset 0 of a file LXCFS serves is
+// one round trip to it, where reading it anew is three (open, read,
+// release). uptime is the sandbox's age, as LXCFS's /proc/uptime says
+// it: the boot-time clock since the init started.
+type procFiles struct {
+	mu               sync.Mutex
+	meminfo, loadavg *os.File
+	started          time.Duration // CLOCK_BOOTTIME at the init's start
+}
+
+func openProcFiles() (*procFiles, error) {
+	p := &procFiles{}
+	var err error
+	if p.meminfo, err = os.Open("/proc/meminfo"); err != nil {
+		return nil, err
+	}
+	if p.loadavg, err = os.Open("/proc/loadavg"); err != nil {
+		p.meminfo.Close()
+		return nil, err
+	}
+	st, err := os.ReadFile("/proc/self/stat")
 	if err != nil {
+		return nil, err
+	}
+	// starttime (field 22), in clock ticks (USER_HZ, 100) since boot.
+	f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+2:]))
+	if len(f) < 20 {
+		return nil, fmt.Errorf("/proc/self/stat: %q", st)
+	}
+	ticks, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return nil, err
+	}
+	p.started = time.Duration(ticks) * 10 * time.Millisecond
+	return p, nil
+}
+
+// fill fills si; false when a file cannot be read.
+func (p *procFiles) fill(si *unix.Sysinfo_t) bool {
+	var buf [4096]byte
+	p.mu.Lock()
+	k, err := p.meminfo.ReadAt(buf[:], 0)
+	p.mu.Unlock()
+	if k == 0 && err != nil {
 		return false
 	}
 	kb := map[string]uint64{}
-	for line := range strings.Lines(string(mi)) {
+	for line := range strings.Lines(string(buf[:k])) {
 		name, rest, ok := strings.Cut(line, ":")
 		if !ok {
 			continue
@@ -336,25 +416,23 @@ func fillSysinfo(si *unix.Sysinfo_t) bool {
 	si.Totalram, si.Freeram = kb["MemTotal"]<<10, kb["MemFree"]<<10
 	si.Sharedram, si.Bufferram = kb["Shmem"]<<10, kb["Buffers"]<<10
 	si.Totalswap, si.Freeswap = kb["SwapTotal"]<<10, kb["SwapFree"]<<10
-	if up, err := os.ReadFile("/proc/uptime"); err == nil {
-		if f := strings.Fields(string(up)); len(f) > 0 {
-			if s, err := strconv.ParseFloat(f[0], 64); err == nil {
-				si.Uptime = int64(s)
-			}
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) == nil {
+		si.Uptime = int64((time.Duration(ts.Nano()) - p.started) / time.Second)
+	}
+	p.mu.Lock()
+	k, _ = p.loadavg.ReadAt(buf[:], 0)
+	p.mu.Unlock()
+	f := strings.Fields(string(buf[:k]))
+	for i := 0; i < 3 && i < len(f); i++ {
+		if l, err := strconv.ParseFloat(f[i], 64); err == nil {
+			si.Loads[i] = uint64(l * (1 << 16)) // SI_LOAD_SHIFT
 		}
 	}
-	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
-		f := strings.Fields(string(la))
-		for i := 0; i < 3 && i < len(f); i++ {
-			if l, err := strconv.ParseFloat(f[i], 64); err == nil {
-				si.Loads[i] = uint64(l * (1 << 16)) // SI_LOAD_SHIFT
-			}
-		}
-		if len(f) > 3 {
-			if _, total, ok := strings.Cut(f[3], "/"); ok {
-				if t, err := strconv.ParseUint(total, 10, 16); err == nil {
-					si.Procs = uint16(t)
-				}
+	if len(f) > 3 {
+		if _, total, ok := strings.Cut(f[3], "/"); ok {
+			if t, err := strconv.ParseUint(total, 10, 16); err == nil {
+				si.Procs = uint16(t)
 			}
 		}
 	}

@@ -39,6 +39,7 @@ func main() {
 		"exe": probeExe, "fds": probeFDs, "alloc": probeAlloc, "flood": probeFlood,
 		"threads": probeThreads, "files": probeFiles, "connect": probeConnect,
 		"write": probeWrite, "read": probeRead, "ids": probeIDs,
+		"sysview": probeSysview, "sysviewloop": probeSysviewLoop,
 	}
 	for k, v := range sharedCmds {
 		cmds[k] = v
