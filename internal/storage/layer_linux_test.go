@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -348,5 +349,106 @@ func benchLayerOverTemplate(b *testing.B, waitSpares bool) {
 		if err := p.RemoveLayer(ctx, id); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestLimitHoldsAfterDeepDrop: dropping a snapshot whose shared tree is
+// at least drop_subtree_threshold levels deep (3 by default: a template
+// of a few hundred thousand files) makes btrfs skip the accounting and
+// mark the qgroups inconsistent, and then no qgroup limit holds until a
+// rescan: 100 MiB were written under disk_mb 32 (TestLimits/disk, once in
+// a full run). Open sets the threshold to 8, so drops are accounted in
+// full, and rescans a pool it finds inconsistent. The test makes a
+// shallow tree count as deep (threshold 1) to get an inconsistent pool
+// in seconds, sees the limit fail there, and opens the pool again.
+func TestLimitHoldsAfterDeepDrop(t *testing.T) {
+	p, opts := newTestPool(t)
+	ctx := context.Background()
+	fd, err := openDir(p.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qgroups, err := qgroupsSysfsFd(fd)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) string {
+		b, _ := os.ReadFile(qgroups + "/" + name)
+		return strings.TrimSpace(string(b))
+	}
+	if got := read("drop_subtree_threshold"); got != "8" {
+		t.Errorf("drop_subtree_threshold after Open = %q, want 8", got)
+	}
+	big := filepath.Join(p.root, "deep")
+	if err := subvolCreate(big); err != nil {
+		t.Fatal(err)
+	}
+	b := bytes.Repeat([]byte("x"), 2000)
+	for i := 0; i < 20000; i++ {
+		if err := os.WriteFile(filepath.Join(big, "f"+strconv.Itoa(i)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unix.Sync()
+	if out, err := runCmd(ctx, "btrfs", "subvolume", "snapshot", big, big+"-snap"); err != nil {
+		t.Fatalf("snapshot: %v: %s", err, out)
+	}
+	unix.Sync()
+	if err := os.WriteFile(qgroups+"/drop_subtree_threshold", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{big + "-snap", big} {
+		if out, err := runCmd(ctx, "btrfs", "subvolume", "delete", d); err != nil {
+			t.Fatalf("delete: %v: %s", err, out)
+		}
+	}
+	if out, err := runCmd(ctx, "btrfs", "subvolume", "sync", p.root); err != nil {
+		t.Fatalf("subvolume sync: %v: %s", err, out)
+	}
+	unix.Sync()
+	if read("inconsistent") != "1" {
+		t.Fatal("the drop did not make the qgroups inconsistent: the test shows nothing")
+	}
+	fill := func(id string) error {
+		upper, _, err := p.CreateLayer(ctx, id, 32, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(upper, "fill"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		buf := make([]byte, 1<<20)
+		for i := 0; i < 100; i++ {
+			if _, err := f.Write(buf); err != nil {
+				return err
+			}
+		}
+		return f.Sync()
+	}
+	if err := fill("while-inconsistent"); err != nil {
+		t.Logf("the limit held while inconsistent (%v): this kernel enforces it anyway", err)
+	}
+	// A daemon start: the pool opened again.
+	q, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	// -W waits for a rescan under way without starting one.
+	if out, err := runCmd(ctx, "btrfs", "quota", "rescan", "-W", p.root); err != nil {
+		t.Fatalf("waiting for Open's rescan: %v: %s", err, out)
+	}
+	if got := read("inconsistent"); got != "0" {
+		t.Errorf("qgroups inconsistent after Open (%q), want a rescan", got)
+	}
+	if got := read("drop_subtree_threshold"); got != "8" {
+		t.Errorf("drop_subtree_threshold after Open = %q, want 8", got)
+	}
+	p = q
+	if err := fill("after-rescan"); !errors.Is(err, unix.EDQUOT) {
+		t.Errorf("100 MiB into a 32 MiB layer after the rescan: %v, want EDQUOT", err)
 	}
 }

@@ -121,6 +121,7 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 	if out, err := runCmd(ctx, "btrfs", "quota", "enable", p.root); err != nil {
 		return nil, fmt.Errorf("enabling btrfs quotas on %s: %w: %s", p.root, err, out)
 	}
+	keepQgroupsConsistent(ctx, p.root, p.log)
 	for _, d := range []string{p.root, p.templatesDir(), p.sandboxesDir()} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", d, err)
