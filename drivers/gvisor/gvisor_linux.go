@@ -537,12 +537,7 @@ func (d *Driver) Adopt(ctx context.Context, h *driver.Handle) error {
 // (<run>/sandboxes/<id>/rootfs next to a runsc state dir, and
 // <run>/sandboxes/<id>/runsc/null-netns).
 func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
-	removed, err := cgroups.RemoveUnless(d.cg, func(n string) bool {
-		// The container tier's waiting inits: it killed them at every
-		// daemon start ("a pre-spawned sandbox init exited while
-		// waiting"). TestCleanupLeavesWaitingInits.
-		return keep[n] || strings.HasPrefix(n, driver.PrespawnCgroupPrefix)
-	})
+	removed, err := lifecycle.RemoveLeftovers(d.cg, keep)
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)

@@ -1110,9 +1110,7 @@ func (d *Driver) frozen(id string) bool { return lifecycle.Frozen(d.cg, id) }
 // and with them their QEMU processes (the cgroup parent is shared with
 // the other tiers, whose Cleanup does the same).
 func (d *Driver) Cleanup(ctx context.Context, keep map[string]bool) ([]string, error) {
-	return cgroups.RemoveUnless(d.cg, func(n string) bool {
-		return keep[n] || strings.HasPrefix(n, driver.PrespawnCgroupPrefix) // the container tier's waiting inits
-	})
+	return lifecycle.RemoveLeftovers(d.cg, keep)
 }
 
 var _ driver.Unsupported = (*Driver)(nil)

@@ -175,7 +175,7 @@ func keepQgroupsConsistent(ctx context.Context, root string, log *slog.Logger) {
 		return
 	}
 	if err := os.WriteFile(dir+"/drop_subtree_threshold", []byte("8"), 0); err != nil {
-		log.Warn("btrfs qgroups: a large snapshot's removal may stop disk limits until a rescan (needs Linux 6.5 for drop_subtree_threshold)", "err", err)
+		log.Warn("btrfs qgroups: drop_subtree_threshold could not be set, so removing a large snapshot may stop disk limits until `btrfs quota rescan` (a daemon restart runs one)", "err", err)
 	}
 	if b, err := os.ReadFile(dir + "/inconsistent"); err == nil && strings.TrimSpace(string(b)) == "1" {
 		log.Warn("btrfs qgroups are inconsistent (disk limits are not enforced until a rescan ends): rescanning", "pool", root)

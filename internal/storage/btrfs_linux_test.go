@@ -19,6 +19,7 @@ func TestIoctlLayout(t *testing.T) {
 		{"sizeof ino_lookup_args", unsafe.Sizeof(btrfsInoLookupArgs{}), 4096},
 		{"sizeof search_key", unsafe.Sizeof(btrfsSearchKey{}), 104},
 		{"sizeof search_args", unsafe.Sizeof(btrfsSearchArgs{}), 4096},
+		{"sizeof fs_info_args", unsafe.Sizeof(btrfsFsInfoArgs{}), 1024},
 		{"BTRFS_IOC_SUBVOL_CREATE", iocSubvolCreate, 0x5000940e},
 		{"BTRFS_IOC_SNAP_DESTROY", iocSnapDestroy, 0x5000940f},
 		{"BTRFS_IOC_QGROUP_LIMIT", iocQgroupLimit, 0x8030942b},
@@ -27,6 +28,7 @@ func TestIoctlLayout(t *testing.T) {
 		{"BTRFS_IOC_SUBVOL_GETFLAGS", iocSubvolGetflags, 0x80089419},
 		{"BTRFS_IOC_SUBVOL_SETFLAGS", iocSubvolSetflags, 0x4008941a},
 		{"BTRFS_IOC_TREE_SEARCH", iocTreeSearch, 0xd0009411},
+		{"BTRFS_IOC_FS_INFO", iocFsInfo, 0x8400941f},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,14 +2,29 @@
 // channels of the sandboxes it runs (Exits, behind driver.Driver's Exited)
 // and the undo stack of a sandbox half made (Undo), so that a failed
 // Create leaves nothing behind, and whether a sandbox is paused in its
-// frozen cgroups (Frozen).
+// frozen cgroups (Frozen), and which cgroups under the shared parent are
+// a start-up cleanup's to remove (RemoveLeftovers).
 package lifecycle
 
 import (
+	"strings"
 	"sync"
 
+	"github.com/agentbox/agentbox/driver"
 	"github.com/agentbox/agentbox/internal/cgroups"
 )
+
+// RemoveLeftovers is the start-up cleanup of a tier whose sandboxes'
+// cgroups sit under the parent every tier shares: it removes each cgroup
+// that is neither in keep nor a waiting init of the container tier
+// (driver.PrespawnCgroupPrefix: that tier removes an earlier daemon's
+// itself). Removing those too killed the container tier's fresh inits at
+// every daemon start.
+func RemoveLeftovers(m cgroups.Manager, keep map[string]bool) ([]string, error) {
+	return cgroups.RemoveUnless(m, func(n string) bool {
+		return keep[n] || strings.HasPrefix(n, driver.PrespawnCgroupPrefix)
+	})
+}
 
 // Exits maps each sandbox id a driver created or adopted to a channel
 // closed when the sandbox's init exits. The zero value is ready to use.

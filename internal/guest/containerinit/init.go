@@ -106,13 +106,16 @@ func Run() error {
 		return err
 	}
 	spec := prep.Spec
-	if viewErr == nil {
-		viewErr = view.Ready()
-	}
-	if viewErr != nil {
+	switch {
+	case viewErr != nil:
 		log.Warn("sysinfo(2) and statfs(2) show the host's figures", "err", viewErr)
-	} else if diskErr != nil {
+	case diskErr != nil:
 		log.Warn("statfs(2) of the root shows the storage pool's figures", "err", diskErr)
+	}
+	if viewErr == nil {
+		if err := view.Ready(); err != nil { // statfs's view stands without it
+			log.Warn("sysinfo(2) shows the host's figures", "err", err)
+		}
 	}
 	// Nothing of ours is readable or traceable from the sandbox's processes.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {

@@ -67,7 +67,7 @@ type notifResp struct {
 // View is a sandbox init's listener.
 type View struct {
 	fd   int
-	file *os.File // fd, in the runtime's poller
+	file *os.File // fd, in the runtime's poller; kept so that no finalizer closes it
 	log  *slog.Logger
 	cfg  atomic.Pointer[config]
 	// disk holds the usage files OpenDisk opened until Ready takes them.
@@ -311,9 +311,24 @@ func (v *View) valid(id uint64) bool {
 	return e == 0
 }
 
+// callerMem opens the memory of n's caller, checked to be that caller's
+// (the notification still waits, so its pid was not reused meanwhile).
+func (v *View) callerMem(n notif) (*os.File, bool) {
+	mem, err := os.OpenFile("/proc/"+strconv.FormatUint(uint64(n.Pid), 10)+"/mem", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
+	}
+	if !v.valid(n.ID) {
+		mem.Close()
+		return nil, false
+	}
+	return mem, true
+}
+
 // reply writes out (a struct the call returns) at addr in the caller's
-// memory and sets the call's result.
-func (v *View) reply(n notif, mem *os.File, addr uint64, out []byte, resp *notifResp) {
+// memory mem and sets the call's result: 0, or EFAULT as the kernel
+// answers a bad buffer.
+func reply(mem *os.File, addr uint64, out []byte, resp *notifResp) {
 	if addr > 1<<63-1 {
 		resp.Error = -int32(unix.EFAULT)
 		return
@@ -325,10 +340,6 @@ func (v *View) reply(n notif, mem *os.File, addr uint64, out []byte, resp *notif
 	resp.Val = 0
 }
 
-func openMem(pid uint32) (*os.File, error) {
-	return os.OpenFile("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/mem", os.O_RDWR|unix.O_CLOEXEC, 0)
-}
-
 // sysinfo answers from the sandbox's /proc files, which LXCFS serves
 // (the same figures free, top and psutil read).
 func (v *View) sysinfo(c *config, n notif, resp *notifResp) bool {
@@ -336,15 +347,12 @@ func (v *View) sysinfo(c *config, n notif, resp *notifResp) bool {
 	if !c.proc.fill(&si) {
 		return false
 	}
-	mem, err := openMem(n.Pid)
-	if err != nil {
+	mem, ok := v.callerMem(n)
+	if !ok {
 		return false
 	}
 	defer mem.Close()
-	if !v.valid(n.ID) {
-		return false
-	}
-	v.reply(n, mem, n.Data.Args[0], unsafe.Slice((*byte)(unsafe.Pointer(&si)), unsafe.Sizeof(si)), resp)
+	reply(mem, n.Data.Args[0], unsafe.Slice((*byte)(unsafe.Pointer(&si)), unsafe.Sizeof(si)), resp)
 	return true
 }
 
@@ -354,8 +362,7 @@ func (v *View) sysinfo(c *config, n notif, resp *notifResp) bool {
 // release). uptime is the sandbox's age, as LXCFS's /proc/uptime says
 // it: the boot-time clock since the init started.
 type procFiles struct {
-	mu               sync.Mutex
-	meminfo, loadavg *os.File
+	meminfo, loadavg *os.File // read only by the listener's goroutine
 	started          time.Duration // CLOCK_BOOTTIME at the init's start
 }
 
@@ -389,9 +396,7 @@ func openProcFiles() (*procFiles, error) {
 // fill fills si; false when a file cannot be read.
 func (p *procFiles) fill(si *unix.Sysinfo_t) bool {
 	var buf [4096]byte
-	p.mu.Lock()
 	k, err := p.meminfo.ReadAt(buf[:], 0)
-	p.mu.Unlock()
 	if k == 0 && err != nil {
 		return false
 	}
@@ -420,9 +425,7 @@ func (p *procFiles) fill(si *unix.Sysinfo_t) bool {
 	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) == nil {
 		si.Uptime = int64((time.Duration(ts.Nano()) - p.started) / time.Second)
 	}
-	p.mu.Lock()
 	k, _ = p.loadavg.ReadAt(buf[:], 0)
-	p.mu.Unlock()
 	f := strings.Fields(string(buf[:k]))
 	for i := 0; i < 3 && i < len(f); i++ {
 		if l, err := strconv.ParseFloat(f[i], 64); err == nil {
@@ -445,14 +448,11 @@ func (v *View) statfs(c *config, n notif, resp *notifResp) bool {
 	if c.disk == nil {
 		return false
 	}
-	mem, err := openMem(n.Pid)
-	if err != nil {
+	mem, ok := v.callerMem(n)
+	if !ok {
 		return false
 	}
 	defer mem.Close()
-	if !v.valid(n.ID) {
-		return false
-	}
 	pid := strconv.FormatUint(uint64(n.Pid), 10)
 	var target string
 	if int(n.Data.Nr) == unix.SYS_FSTATFS {
@@ -487,11 +487,7 @@ func (v *View) statfs(c *config, n notif, resp *notifResp) bool {
 		free = max - used
 	}
 	st.Blocks, st.Bfree, st.Bavail = max/bs, free/bs, free/bs
-	if !v.valid(n.ID) {
-		return false
-	}
-	addr := n.Data.Args[1]
-	v.reply(n, mem, addr, unsafe.Slice((*byte)(unsafe.Pointer(&st)), unsafe.Sizeof(st)), resp)
+	reply(mem, n.Data.Args[1], unsafe.Slice((*byte)(unsafe.Pointer(&st)), unsafe.Sizeof(st)), resp)
 	return true
 }
 
