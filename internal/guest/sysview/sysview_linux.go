@@ -362,7 +362,7 @@ func (v *View) sysinfo(c *config, n notif, resp *notifResp) bool {
 // release). uptime is the sandbox's age, as LXCFS's /proc/uptime says
 // it: the boot-time clock since the init started.
 type procFiles struct {
-	meminfo, loadavg *os.File // read only by the listener's goroutine
+	meminfo, loadavg *os.File      // read only by the listener's goroutine
 	started          time.Duration // CLOCK_BOOTTIME at the init's start
 }
 
