@@ -9,6 +9,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -179,23 +180,24 @@ func firstLineWith(s, sub string) string {
 	return ""
 }
 
-// itemSysview (35): sysinfo and statfs, which the container tier's agent
-// answers itself through seccomp user notifications
-// (internal/guest/sysview), turned against it: NULL and kernel pointers
-// get the kernel's EFAULT (nothing is written anywhere), a path running
+// itemSysview (35): sysinfo, statfs and sched_getaffinity, which the
+// container tier's agent answers itself through seccomp user
+// notifications (internal/guest/sysview), turned against it: NULL and
+// kernel pointers get the kernel's EFAULT (nothing is written anywhere),
+// a buffer too short for the mask the kernel's EINVAL, a path running
 // off its mapping the kernel's error, 16 threads x 500 calls at once
 // all the same answer, 50 callers killed in the middle of their calls
 // leave nothing waiting; then, read on the host, the agent is the same
 // process with no more threads than it had, the root's size is the
-// layer's quota group's limit and sysinfo's memory the memory cgroup's
-// limit (gvisor: gVisor's own answers, and its MemTotal the same
-// limit).
+// layer's quota group's limit, sysinfo's memory the memory cgroup's
+// limit and the Go runtime's CPU count 1 in a cpu: 1 sandbox (gvisor:
+// gVisor's own answers, and its MemTotal the same limit).
 func itemSysview(t *testing.T, b *battery) {
 	if b.tier == "microvm" {
 		evidence(t, "the guest kernel answers sysinfo and statfs (a VM's figures are its own by construction)")
 		return
 	}
-	id := b.hostileSandbox(t, api.CreateSandboxRequest{MemoryMB: 256, DiskMB: 400})
+	id := b.hostileSandbox(t, api.CreateSandboxRequest{MemoryMB: 256, DiskMB: 400, CPU: 1})
 	pid := sandboxPid(t, id)
 	threads := func() int {
 		st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
@@ -204,12 +206,16 @@ func itemSysview(t *testing.T, b *battery) {
 	}
 	before := threads()
 	got, res := b.probeFor(t, id, 2*time.Minute, "sysview", "16", "500")
-	for _, p := range []string{"statfs_null_path", "statfs_null_buf", "statfs_kernel_buf", "fstatfs_kernel_buf", "sysinfo_null", "sysinfo_kernel_buf", "statfs_unterminated"} {
+	for _, p := range []string{"statfs_null_path", "statfs_null_buf", "statfs_kernel_buf", "fstatfs_kernel_buf", "sysinfo_null", "sysinfo_kernel_buf", "statfs_unterminated",
+		"getaffinity_null", "getaffinity_kernel_buf"} {
 		if got[p] != "EFAULT" {
 			t.Errorf("%s: %s, want EFAULT as the kernel answers\n%s", p, got[p], res.Stdout)
 		}
 	}
-	for _, p := range []string{"flood", "killed_callers", "root", "memtotal"} {
+	if got["getaffinity_short"] != "EINVAL" {
+		t.Errorf("sched_getaffinity into 1 byte: %s, want the kernel's EINVAL\n%s", got["getaffinity_short"], res.Stdout)
+	}
+	for _, p := range []string{"flood", "killed_callers", "root", "memtotal", "cpus"} {
 		if got[p] != "OK" {
 			t.Errorf("%s: %s\n%s", p, got[p], res.Stdout+res.Stderr)
 		}
@@ -235,6 +241,12 @@ func itemSysview(t *testing.T, b *battery) {
 		if got, want := answer("root"), readHostInt(t, qdir+"/max_referenced"); got != want {
 			t.Errorf("statfs of the root says %d bytes, want the layer's limit %d read on the host", got, want)
 		}
+		// cpu: 1 on a host of 2 or more CPUs: the Go runtime counts 1.
+		if host := runtime.NumCPU(); host > 1 {
+			if got := answer("cpus"); got != 1 {
+				t.Errorf("the probe's runtime.NumCPU() is %d in a cpu: 1 sandbox, want 1 (the host has %d)", got, host)
+			}
+		}
 		if now := sandboxPid(t, id); now != pid {
 			t.Errorf("the agent is pid %d now, %d before: it was restarted", now, pid)
 		}
@@ -245,5 +257,5 @@ func itemSysview(t *testing.T, b *battery) {
 	if r := b.hostile(t, id, api.ExecRequest{Shell: "echo alive"}); r.Stdout != "alive\n" {
 		t.Errorf("the sandbox no longer answers after the item: %+v", r)
 	}
-	evidence(t, "bad pointers EFAULT; %s; root %d bytes, memory %d; agent threads %d -> %d", strings.TrimSpace(firstLineWith(res.Stdout, "flood ")), answer("root"), answer("memtotal"), before, threads())
+	evidence(t, "bad pointers EFAULT; %s; root %d bytes, memory %d, %d CPUs; agent threads %d -> %d", strings.TrimSpace(firstLineWith(res.Stdout, "flood ")), answer("root"), answer("memtotal"), answer("cpus"), before, threads())
 }

@@ -149,7 +149,8 @@ func TestContainerResourceView(t *testing.T) {
 // common count says ceil(cpu): nproc (OMP_NUM_THREADS in the exec's env),
 // Python's os.cpu_count() (sysconf, /sys/devices/system/cpu/online),
 // /proc/cpuinfo and /proc/stat (LXCFS with --enable-cfs at the sandbox's
-// cpuset cgroup); after a resize (the CFS quota changes on the host, as a
+// cpuset cgroup), the affinity mask (sched_getaffinity, which the agent
+// answers: internal/guest/sysview); after a resize (the CFS quota changes on the host, as a
 // warm pool's claim does it) the next reads and execs say the new one;
 // the exec's own OMP_NUM_THREADS wins.
 func TestContainerCPUView(t *testing.T) {
@@ -159,16 +160,20 @@ func TestContainerCPUView(t *testing.T) {
 		t.Fatalf("this host has %d CPU; the test needs 2 or more to tell a sandbox's count from the host's", host)
 	}
 	id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "container", CPU: 1})
-	const views = `nproc; python3 -c 'import os; print(os.cpu_count())'; grep -c ^processor /proc/cpuinfo; grep -c '^cpu[0-9]' /proc/stat; cat /sys/devices/system/cpu/online`
+	// The affinity mask's count (sched_getaffinity: nproc without
+	// OMP_NUM_THREADS, Python's os.sched_getaffinity) is the sysview
+	// listener's answer.
+	const views = `nproc; python3 -c 'import os; print(os.cpu_count())'; grep -c ^processor /proc/cpuinfo; grep -c '^cpu[0-9]' /proc/stat; cat /sys/devices/system/cpu/online; ` +
+		`env -u OMP_NUM_THREADS nproc; python3 -c 'import os; print(len(os.sched_getaffinity(0)))'`
 	check := func(when string, want int) {
 		t.Helper()
 		online := "0"
 		if want > 1 {
 			online = fmt.Sprintf("0-%d", want-1)
 		}
-		wantOut := fmt.Sprintf("%d\n%d\n%d\n%d\n%s", want, want, want, want, online)
+		wantOut := fmt.Sprintf("%d\n%d\n%d\n%d\n%s\n%d\n%d", want, want, want, want, online, want, want)
 		if got := mustSh(t, id, views); got != wantOut {
-			t.Errorf("%s: nproc, os.cpu_count(), cpuinfo's processors, /proc/stat's cpuN lines, cpu/online =\n%s\nwant\n%s", when, got, wantOut)
+			t.Errorf("%s: nproc, os.cpu_count(), cpuinfo's processors, /proc/stat's cpuN lines, cpu/online, nproc without OMP_NUM_THREADS, os.sched_getaffinity =\n%s\nwant\n%s", when, got, wantOut)
 		}
 	}
 	quota := cgroupPath("cpu", id) + "/cpu.cfs_quota_us"
@@ -182,6 +187,11 @@ func TestContainerCPUView(t *testing.T) {
 	res, err := env.client.Exec(context.Background(), id, api.ExecRequest{Shell: "nproc", Env: map[string]string{"OMP_NUM_THREADS": "3"}})
 	if err != nil || strings.TrimSpace(res.Stdout) != "3" {
 		t.Errorf("nproc with the exec's own OMP_NUM_THREADS=3: %q, %v", res.Stdout, err)
+	}
+	// A process that narrows its own mask sees it as the kernel says
+	// (here already within the limit).
+	if got := mustSh(t, id, `taskset -c 1 python3 -c 'import os; print(sorted(os.sched_getaffinity(0)))'`); got != "[1]" {
+		t.Errorf("os.sched_getaffinity under taskset -c 1: %q, want [1]", got)
 	}
 	for _, c := range []struct {
 		quota int64

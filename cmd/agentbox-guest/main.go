@@ -7,6 +7,14 @@
 // `hook` internal/guest/gvisorserve, the microvm tier's `vm`
 // internal/guest/vminit, the host's `launcher`
 // internal/guest/launcher: this main only picks the mode.
+//
+// The runtime never re-reads the CPU count (Go 1.25's periodic
+// GOMAXPROCS update calls sched_getaffinity from its monitor thread):
+// the container tier's init answers that call for the sandbox's
+// processes (internal/guest/sysview), and one of its own would wait on
+// its own listener with the thread that retakes a blocked P.
+
+//go:debug updatemaxprocs=0
 package main
 
 import (

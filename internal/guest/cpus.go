@@ -26,11 +26,15 @@ type cpuLimit struct {
 }
 
 // openCPULimit opens the quota files of the cgroup dir marked CPU, or
-// returns nil where there is none.
-func openCPULimit(dirs []CgroupDir) *cpuLimit {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil
+// returns nil where there is none. cpus is how many CPUs the agent may
+// run on, 0 to ask the kernel.
+func openCPULimit(dirs []CgroupDir, cpus int) *cpuLimit {
+	if cpus <= 0 {
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &set); err != nil {
+			return nil
+		}
+		cpus = set.Count()
 	}
 	for _, d := range dirs {
 		if !d.CPU {
@@ -47,7 +51,7 @@ func openCPULimit(dirs []CgroupDir) *cpuLimit {
 			}
 			return fd
 		}
-		l := &cpuLimit{quota: -1, period: -1, cpus: set.Count()}
+		l := &cpuLimit{quota: -1, period: -1, cpus: cpus}
 		if d.V2 {
 			// The agent's and the workload's cgroups are leaves below
 			// the sandbox's, which holds the limit.
@@ -70,8 +74,17 @@ func openCPULimit(dirs []CgroupDir) *cpuLimit {
 // env is "OMP_NUM_THREADS=n", or "" when the quota allows every CPU (or
 // cannot be read).
 func (l *cpuLimit) env() string {
+	if n := l.count(); n > 0 {
+		return "OMP_NUM_THREADS=" + strconv.Itoa(n)
+	}
+	return ""
+}
+
+// count is ceil(quota) CPUs, or 0 when the quota allows every CPU the
+// agent may run on (or cannot be read).
+func (l *cpuLimit) count() int {
 	if l == nil {
-		return ""
+		return 0
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -88,27 +101,27 @@ func (l *cpuLimit) env() string {
 	if l.period < 0 { // v2: "max 100000" or "50000 100000"
 		q, p, ok := bytes.Cut(read(l.quota), []byte(" "))
 		if !ok || string(q) == "max" {
-			return ""
+			return 0
 		}
 		if quota, err = strconv.ParseInt(string(q), 10, 64); err != nil {
-			return ""
+			return 0
 		}
 		if period, err = strconv.ParseInt(string(p), 10, 64); err != nil {
-			return ""
+			return 0
 		}
 	} else {
 		if quota, err = strconv.ParseInt(string(read(l.quota)), 10, 64); err != nil {
-			return ""
+			return 0
 		}
 		if period, err = strconv.ParseInt(string(read(l.period)), 10, 64); err != nil {
-			return ""
+			return 0
 		}
 	}
 	n := ceilCPUs(quota, period)
 	if n <= 0 || n >= l.cpus {
-		return ""
+		return 0
 	}
-	return "OMP_NUM_THREADS=" + strconv.Itoa(n)
+	return n
 }
 
 // ceilCPUs is the CPU count a CFS quota gives, rounded up as LXCFS does;

@@ -3,6 +3,8 @@ package guest
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -42,11 +44,10 @@ func TestCPULimitEnv(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer unix.Close(fd)
-		l := openCPULimit([]CgroupDir{{FD: fd, V2: v2}, {FD: fd, V2: v2, CPU: true}})
+		l := openCPULimit([]CgroupDir{{FD: fd, V2: v2}, {FD: fd, V2: v2, CPU: true}}, 4)
 		if l == nil {
 			t.Fatalf("v2=%v: no CPU limit opened", v2)
 		}
-		l.cpus = 4
 		if got := l.env(); got != "" {
 			t.Errorf("v2=%v, no quota: env %q, want none", v2, got)
 		}
@@ -61,9 +62,13 @@ func TestCPULimitEnv(t *testing.T) {
 			if got := l.env(); got != c.want {
 				t.Errorf("v2=%v, quota %s/%s: env %q, want %q", v2, c.quota, c.period, got, c.want)
 			}
+			want, _ := strconv.Atoi(strings.TrimPrefix(c.want, "OMP_NUM_THREADS="))
+			if got := l.count(); got != want {
+				t.Errorf("v2=%v, quota %s/%s: count %d, want %d", v2, c.quota, c.period, got, want)
+			}
 		}
 	}
-	if l := openCPULimit([]CgroupDir{{FD: 0}}); l != nil {
+	if l := openCPULimit([]CgroupDir{{FD: 0}}, 0); l != nil {
 		t.Errorf("openCPULimit without a CPU dir = %+v, want nil", l)
 	}
 	var s *Server = &Server{cfg: Config{Env: []string{"OMP_NUM_THREADS=3", "A=b"}}}

@@ -57,6 +57,10 @@ type Config struct {
 	// KeepaliveInterval is how long a streaming exec may stay silent
 	// before a keepalive event; 0 is 10 s.
 	KeepaliveInterval time.Duration
+	// CPUs is how many CPUs the agent may run on (its affinity mask),
+	// counted before a filter that answers sched_getaffinity was
+	// installed (internal/guest/sysview); 0: the server asks the kernel.
+	CPUs int
 }
 
 // maxExecBody caps the body of a buffered exec request (its stdin is in
@@ -119,7 +123,7 @@ func NewServer(cfg Config) *Server {
 	if len(cfg.Cgroups) > 0 {
 		s.cgroups = newCgroupSet(cfg.Cgroups, s.log)
 		s.oom = findOOMCounter(cfg.Cgroups)
-		s.cpu = openCPULimit(cfg.Cgroups)
+		s.cpu = openCPULimit(cfg.Cgroups, cfg.CPUs)
 	}
 	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		s.log.Warn("marking inherited fds close-on-exec", "err", err)
@@ -155,6 +159,11 @@ func NewServer(cfg Config) *Server {
 
 // Handler returns the guest protocol's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// CPUs is how many CPUs the sandbox's CPU limit allows (ceil of its
+// CFS quota, read now), or 0 when it allows every CPU the agent may run
+// on, or there is none.
+func (s *Server) CPUs() int { return s.cpu.count() }
 
 // Serve serves HTTP/1.1 on ln until Shutdown; it returns nil after
 // Shutdown. Streaming exec reads its request body while writing its

@@ -129,14 +129,23 @@ func Run() error {
 		cgs = append(cgs, guest.CgroupDir{FD: c.FD, HomeFD: c.HomeFD, V2: c.Controller == "", Freezer: c.Controller == "freezer", NoChild: c.NoChild,
 			CPU: c.Controller == "cpu" || c.Controller == ""})
 	}
-	srv := guest.NewServer(guest.Config{
+	cfg := guest.Config{
 		Env:     spec.Env,
 		User:    spec.User,
 		Workdir: spec.Workdir,
 		Cgroups: cgs,
 		Logger:  log.With("sandbox", spec.SandboxID),
 		Version: version.Version,
-	})
+	}
+	if viewErr == nil {
+		// Counted before the filter: the init's own sched_getaffinity
+		// would wait on its listener.
+		cfg.CPUs = view.CPUs()
+	}
+	srv := guest.NewServer(cfg)
+	if viewErr == nil {
+		view.SetCPUs(srv.CPUs)
+	}
 	return srv.Serve(ln)
 }
 

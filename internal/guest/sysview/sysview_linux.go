@@ -2,12 +2,15 @@
 // system calls whose figures no file of the sandbox's /proc can carry:
 // sysinfo(2) (busybox's free, glibc's sysconf(_SC_PHYS_PAGES), GNU
 // sort's buffer) from the sandbox's own /proc/meminfo, /proc/uptime and
-// /proc/loadavg (LXCFS's views), and statfs(2) and fstatfs(2) of a path
-// on the root (df /, Python's shutil.disk_usage) from the disk limit and
+// /proc/loadavg (LXCFS's views), statfs(2) and fstatfs(2) of a path on
+// the root (df /, Python's shutil.disk_usage) from the disk limit and
 // usage of the sandbox's writable layer (its btrfs quota group, read in
-// sysfs), since btrfs's own statfs reports the storage pool.
+// sysfs), since btrfs's own statfs reports the storage pool, and
+// sched_getaffinity(2) of a thread's own mask (the CPU count of most
+// runtimes) narrowed to the sandbox's CPU limit, since narrowing the
+// real mask would pin the sandbox to chosen CPUs.
 //
-// The init installs a seccomp filter that turns those three system calls
+// The init installs a seccomp filter that turns those four system calls
 // into user notifications (SECCOMP_RET_USER_NOTIF) on every one of its
 // threads, before any sandbox process exists, so every process of the
 // sandbox inherits it; the init's listener answers each: with the
@@ -28,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"os"
 	"runtime"
 	"strconv"
@@ -72,6 +76,14 @@ type View struct {
 	cfg  atomic.Pointer[config]
 	// disk holds the usage files OpenDisk opened until Ready takes them.
 	disk *disk
+	// cpus is the sandbox's CPU count (SetCPUs), nil until the init has
+	// one: sched_getaffinity is the kernel's until then.
+	cpus atomic.Pointer[func() int]
+	// maskSize is how many bytes the kernel's sched_getaffinity copies
+	// out at most (its cpumask_size()), minSize the shortest buffer it
+	// takes (nr_cpu_ids bits, in whole longs), allowed how many CPUs the
+	// init may run on, all read before the filter: 0 if unknown.
+	maskSize, minSize, allowed int
 }
 
 type config struct {
@@ -103,6 +115,7 @@ type disk struct {
 // (SECCOMP_FILTER_FLAG_TSYNC) and starts the listener, which lets every
 // call through until Ready. Call it before the process starts any other.
 func Install(log *slog.Logger) (*View, error) {
+	maskSize, minSize, allowed := ownMask()
 	prog := program()
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
@@ -127,14 +140,49 @@ func Install(log *slog.Logger) (*View, error) {
 		f.Close()
 		return nil, fmt.Errorf("the sysinfo and statfs listener: %w", err)
 	}
-	v := &View{fd: int(fd), file: f, log: log}
+	v := &View{fd: int(fd), file: f, log: log, maskSize: maskSize, minSize: minSize, allowed: allowed}
 	go v.loop(rc)
 	return v, nil
 }
 
+// ownMask is the size of the kernel's CPU mask (the most
+// sched_getaffinity copies out), the shortest buffer it takes (it
+// answers EINVAL below) and the count of the CPUs the calling thread
+// may run on; 0, 0 and 0 if it cannot tell.
+func ownMask() (size, minSize, count int) {
+	var buf [1024]uint64 // 65,536 CPUs, more than any kernel's NR_CPUS
+	n, _, e := unix.RawSyscall(unix.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(buf), uintptr(unsafe.Pointer(&buf[0])))
+	if e != 0 || n == 0 || n%8 != 0 {
+		return 0, 0, 0
+	}
+	for _, w := range buf[:n/8] {
+		count += bits.OnesCount64(w)
+	}
+	for minSize = 8; minSize < int(n); minSize += 8 {
+		_, _, e := unix.RawSyscall(unix.SYS_SCHED_GETAFFINITY, 0, uintptr(minSize), uintptr(unsafe.Pointer(&buf[0])))
+		if e == 0 {
+			break
+		}
+	}
+	return int(n), minSize, count
+}
+
+// CPUs is how many CPUs the init may run on, counted before the filter
+// (a sched_getaffinity of the init's own would wait on its listener).
+func (v *View) CPUs() int { return v.allowed }
+
+// SetCPUs gives the listener the sandbox's CPU count: cpus returns
+// ceil of its CPU limit, or 0 when the limit allows every CPU. From
+// then on a sched_getaffinity of a thread's own mask (busybox's nproc,
+// Python's os.sched_getaffinity and os.process_cpu_count, Node's
+// os.availableParallelism, the Go runtime's GOMAXPROCS) answers the
+// first cpus() CPUs of that mask when the mask holds more.
+func (v *View) SetCPUs(cpus func() int) { v.cpus.Store(&cpus) }
+
 // program is the filter: the calls of the native architecture's
-// sysinfo, statfs and fstatfs notify, everything else is allowed (the
-// agentbox filter, installed with it, decides the rest).
+// sysinfo, statfs, fstatfs and sched_getaffinity notify, everything
+// else is allowed (the agentbox filter, installed with it, decides the
+// rest).
 func program() []unix.SockFilter {
 	ld := func(off uint32) unix.SockFilter {
 		return unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: off}
@@ -145,11 +193,12 @@ func program() []unix.SockFilter {
 	ret := func(k uint32) unix.SockFilter { return unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: k} }
 	return []unix.SockFilter{
 		ld(4), // seccomp_data.arch
-		jeq(auditArch, 0, 4),
+		jeq(auditArch, 0, 5),
 		ld(0), // seccomp_data.nr
-		jeq(unix.SYS_SYSINFO, 3, 0),
-		jeq(unix.SYS_STATFS, 2, 0),
-		jeq(unix.SYS_FSTATFS, 1, 0),
+		jeq(unix.SYS_SYSINFO, 4, 0),
+		jeq(unix.SYS_STATFS, 3, 0),
+		jeq(unix.SYS_FSTATFS, 2, 0),
+		jeq(unix.SYS_SCHED_GETAFFINITY, 1, 0),
 		ret(unix.SECCOMP_RET_ALLOW),
 		ret(unix.SECCOMP_RET_USER_NOTIF),
 	}
@@ -294,6 +343,8 @@ func (v *View) answer(n notif) {
 			answered = c.proc != nil && v.sysinfo(c, n, &resp)
 		case unix.SYS_STATFS, unix.SYS_FSTATFS:
 			answered = v.statfs(c, n, &resp)
+		case unix.SYS_SCHED_GETAFFINITY:
+			answered = v.affinity(n, &resp)
 		}
 	}
 	if !answered {
@@ -325,10 +376,10 @@ func (v *View) callerMem(n notif) (*os.File, bool) {
 	return mem, true
 }
 
-// reply writes out (a struct the call returns) at addr in the caller's
-// memory mem and sets the call's result: 0, or EFAULT as the kernel
+// reply writes out (what the call returns) at addr in the caller's
+// memory mem and sets the call's result: val, or EFAULT as the kernel
 // answers a bad buffer.
-func reply(mem *os.File, addr uint64, out []byte, resp *notifResp) {
+func reply(mem *os.File, addr uint64, out []byte, val int64, resp *notifResp) {
 	if addr > 1<<63-1 {
 		resp.Error = -int32(unix.EFAULT)
 		return
@@ -337,7 +388,7 @@ func reply(mem *os.File, addr uint64, out []byte, resp *notifResp) {
 		resp.Error = -int32(unix.EFAULT)
 		return
 	}
-	resp.Val = 0
+	resp.Val = val
 }
 
 // sysinfo answers from the sandbox's /proc files, which LXCFS serves
@@ -352,7 +403,7 @@ func (v *View) sysinfo(c *config, n notif, resp *notifResp) bool {
 		return false
 	}
 	defer mem.Close()
-	reply(mem, n.Data.Args[0], unsafe.Slice((*byte)(unsafe.Pointer(&si)), unsafe.Sizeof(si)), resp)
+	reply(mem, n.Data.Args[0], unsafe.Slice((*byte)(unsafe.Pointer(&si)), unsafe.Sizeof(si)), 0, resp)
 	return true
 }
 
@@ -487,7 +538,106 @@ func (v *View) statfs(c *config, n notif, resp *notifResp) bool {
 		free = max - used
 	}
 	st.Blocks, st.Bfree, st.Bavail = max/bs, free/bs, free/bs
-	reply(mem, n.Data.Args[1], unsafe.Slice((*byte)(unsafe.Pointer(&st)), unsafe.Sizeof(st)), resp)
+	reply(mem, n.Data.Args[1], unsafe.Slice((*byte)(unsafe.Pointer(&st)), unsafe.Sizeof(st)), 0, resp)
+	return true
+}
+
+// affinity answers a sched_getaffinity of the caller's own mask (pid 0
+// or its own thread id) with the first cpus() CPUs of that mask, when
+// the mask holds more: the kernel's answer otherwise, and for another
+// thread, a buffer size the kernel refuses (EINVAL) and every doubt. It
+// copies out and returns as many bytes as the kernel would.
+func (v *View) affinity(n notif, resp *notifResp) bool {
+	cpus := v.cpus.Load()
+	if cpus == nil || v.maskSize == 0 {
+		return false
+	}
+	pid, size := int32(n.Data.Args[0]), int(uint32(n.Data.Args[1]))
+	if (pid != 0 && uint32(pid) != n.Pid) || size < v.minSize || size%8 != 0 {
+		return false
+	}
+	size = min(size, v.maskSize)
+	limit := (*cpus)()
+	if limit <= 0 {
+		return false
+	}
+	// The status file is opened before the check that the caller still
+	// waits, so that it is the caller's.
+	status, err := os.Open("/proc/" + strconv.FormatUint(uint64(n.Pid), 10) + "/status")
+	if err != nil {
+		return false
+	}
+	defer status.Close()
+	mem, ok := v.callerMem(n)
+	if !ok {
+		return false
+	}
+	defer mem.Close()
+	var buf [4096]byte
+	k, err := status.ReadAt(buf[:], 0)
+	if k == 0 && err != nil {
+		return false
+	}
+	mask, ok := allowedMask(buf[:k], size)
+	if !ok || !firstCPUs(mask, limit) {
+		return false
+	}
+	reply(mem, n.Data.Args[2], mask, int64(size), resp)
+	return true
+}
+
+// allowedMask is the Cpus_allowed line of a /proc/PID/status as the
+// kernel's mask of size bytes (32-bit hex words, the highest first;
+// little-endian words in memory, as on every architecture we build).
+func allowedMask(status []byte, size int) ([]byte, bool) {
+	_, rest, ok := bytes.Cut(status, []byte("\nCpus_allowed:"))
+	if !ok {
+		return nil, false
+	}
+	line, _, _ := bytes.Cut(rest, []byte("\n"))
+	words := strings.Split(strings.TrimSpace(string(line)), ",")
+	mask := make([]byte, size)
+	for i, w := range words {
+		word, err := strconv.ParseUint(w, 16, 32)
+		if err != nil {
+			return nil, false
+		}
+		at := 4 * (len(words) - 1 - i)
+		for b := 0; b < 4; b++ {
+			if byte(word>>(8*b)) == 0 {
+				continue
+			}
+			if at+b >= size {
+				return nil, false // a CPU beyond the kernel's mask
+			}
+			mask[at+b] = byte(word >> (8 * b))
+		}
+	}
+	return mask, true
+}
+
+// firstCPUs keeps the first n CPUs of mask, reporting whether it held
+// more (else mask is left as it is).
+func firstCPUs(mask []byte, n int) bool {
+	count := 0
+	for _, b := range mask {
+		count += bits.OnesCount8(b)
+	}
+	if count <= n {
+		return false
+	}
+	for i := range mask {
+		for bit := 0; bit < 8; bit++ {
+			if mask[i]&(1<<bit) == 0 {
+				continue
+			}
+			if n > 0 {
+				n--
+			} else {
+				mask[i] &^= 1 << bit
+			}
+		}
+	}
 	return true
 }
 

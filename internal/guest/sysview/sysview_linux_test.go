@@ -1,9 +1,17 @@
+// The runtime's periodic GOMAXPROCS update would call sched_getaffinity
+// from its monitor thread, which this process's own listener answers
+// (cmd/agentbox-guest turns it off the same way).
+
+//go:debug updatemaxprocs=0
 package sysview
 
 import (
 	"log/slog"
+	"math/bits"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -119,6 +127,129 @@ func TestListener(t *testing.T) {
 	}
 	if err := unix.Statfs("/", &st); err != nil || st.Blocks != 600<<20/bs {
 		t.Errorf("after the limit was raised: %d blocks (%v), want %d", st.Blocks, err, 600<<20/bs)
+	}
+	testAffinity(t, v)
+}
+
+// testAffinity: sched_getaffinity of a thread's own mask answers the
+// first cpus() CPUs of the kernel's once SetCPUs gave a count below the
+// mask's, with the kernel's return value; another thread's, a buffer
+// shorter than the kernel's mask, a count of 0 (no limit) or one the
+// mask does not exceed are the kernel's; a bad pointer EFAULT.
+func testAffinity(t *testing.T, v *View) {
+	// Raw system calls through unix.Syscall, which gives up the P while
+	// the call waits on this process's own listener.
+	getaffinity := func(pid int, size uintptr) ([]byte, int, unix.Errno) {
+		buf := make([]byte, 8192)
+		n, _, e := unix.Syscall(unix.SYS_SCHED_GETAFFINITY, uintptr(pid), size, uintptr(unsafe.Pointer(&buf[0])))
+		if e != 0 {
+			return nil, 0, e
+		}
+		return buf[:n], int(n), e
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	kernel, size, e := getaffinity(0, 8192)
+	if e != 0 || size != v.maskSize || v.allowed != onesCount(kernel) || v.CPUs() != v.allowed {
+		t.Fatalf("before SetCPUs: %d bytes (%v), %d CPUs; the view read %d bytes, %d CPUs", size, e, onesCount(kernel), v.maskSize, v.allowed)
+	}
+	if v.allowed < 2 {
+		t.Fatalf("this host lets the test run on %d CPU; it needs 2 to tell a narrowed mask", v.allowed)
+	}
+	limit := 1
+	v.SetCPUs(func() int { return limit })
+	for _, pid := range []int{0, unix.Gettid()} {
+		got, n, e := getaffinity(pid, 8192)
+		want := slices.Clone(kernel)
+		firstCPUs(want, 1)
+		if e != 0 || n != size || !slices.Equal(got, want) || onesCount(got) != 1 {
+			t.Errorf("sched_getaffinity(%d) with a limit of 1: %x (%d bytes, %v), want %x", pid, got, n, e, want)
+		}
+	}
+	if _, _, e := unix.Syscall(unix.SYS_SCHED_GETAFFINITY, 0, 8192, 0); e != unix.EFAULT {
+		t.Errorf("sched_getaffinity into NULL: %v, want EFAULT", e)
+	}
+	kernelToo := func(what string, pid int, size uintptr) {
+		t.Helper()
+		got, _, e := getaffinity(pid, size)
+		if e != 0 || onesCount(got) != v.allowed {
+			t.Errorf("%s: %x (%v), want the kernel's %x", what, got, e, kernel)
+		}
+	}
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		if tid, _ := strconv.Atoi(task.Name()); tid != unix.Gettid() {
+			kernelToo("another thread's mask", tid, 8192)
+			break
+		}
+	}
+	// A buffer the kernel takes though shorter than its mask (Python's
+	// first try is 8 bytes) gets as many bytes, narrowed.
+	if v.minSize < size {
+		got, n, e := getaffinity(0, uintptr(v.minSize))
+		want := slices.Clone(kernel[:v.minSize])
+		firstCPUs(want, 1)
+		if e != 0 || n != v.minSize || !slices.Equal(got, want) {
+			t.Errorf("sched_getaffinity into %d bytes: %x (%d bytes, %v), want %x", v.minSize, got, n, e, want)
+		}
+	}
+	// Sizes the kernel refuses: its EINVAL.
+	for _, bad := range []uintptr{uintptr(v.minSize) - 8, uintptr(v.minSize) + 1} {
+		if _, _, e := getaffinity(0, bad); e != unix.EINVAL {
+			t.Errorf("sched_getaffinity into %d bytes: %v, want the kernel's EINVAL", bad, e)
+		}
+	}
+	limit = 0
+	kernelToo("without a limit", 0, 8192)
+	limit = v.allowed
+	kernelToo("with a limit of every CPU", 0, 8192)
+}
+
+func onesCount(b []byte) int {
+	n := 0
+	for _, c := range b {
+		n += bits.OnesCount8(c)
+	}
+	return n
+}
+
+func TestAllowedMask(t *testing.T) {
+	for _, c := range []struct {
+		status string
+		size   int
+		want   []byte
+	}{
+		{"Name:\tx\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\n", 8, []byte{3, 0, 0, 0, 0, 0, 0, 0}},
+		{"Name:\tx\nCpus_allowed:\t00000001,80000000\n", 8, []byte{0, 0, 0, 0x80, 1, 0, 0, 0}},
+		{"Name:\tx\nCpus_allowed:\tffff,00000000,0000000f\n", 16, []byte{0xf, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0}},
+		{"Name:\tx\nCpus_allowed:\t1,00000000,00000000\n", 8, nil}, // a CPU beyond the mask
+		{"Name:\tx\nCpus_allowed:\tzz\n", 8, nil},
+		{"Name:\tx\n", 8, nil},
+	} {
+		got, ok := allowedMask([]byte(c.status), c.size)
+		if ok != (c.want != nil) || !slices.Equal(got, c.want) {
+			t.Errorf("allowedMask(%q, %d) = %x, %v; want %x", c.status, c.size, got, ok, c.want)
+		}
+	}
+}
+
+func TestFirstCPUs(t *testing.T) {
+	for _, c := range []struct {
+		mask []byte
+		n    int
+		want []byte
+		more bool
+	}{
+		{[]byte{0xff, 0}, 2, []byte{3, 0}, true},
+		{[]byte{0xf0, 0x0f}, 5, []byte{0xf0, 1}, true},
+		{[]byte{0x0a, 0}, 2, []byte{0x0a, 0}, false},
+		{[]byte{0x0a, 0}, 3, []byte{0x0a, 0}, false},
+		{[]byte{0, 0x81}, 1, []byte{0, 1}, true},
+	} {
+		got := slices.Clone(c.mask)
+		if more := firstCPUs(got, c.n); more != c.more || !slices.Equal(got, c.want) {
+			t.Errorf("firstCPUs(%x, %d) = %x, %v; want %x, %v", c.mask, c.n, got, more, c.want, c.more)
+		}
 	}
 }
 

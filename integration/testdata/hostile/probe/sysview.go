@@ -1,14 +1,15 @@
 package main
 
-// The sysview subcommand (battery item 35): sysinfo and statfs, which
-// the container tier's agent answers itself (internal/guest/sysview),
-// turned against it.
+// The sysview subcommand (battery item 35): sysinfo, statfs and
+// sched_getaffinity, which the container tier's agent answers itself
+// (internal/guest/sysview), turned against it.
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -55,10 +56,22 @@ func probeSysview(args []string) {
 		err = errno(e)
 	}
 	report("statfs_unterminated", err)
+	_, _, e = unix.Syscall(unix.SYS_SCHED_GETAFFINITY, 0, 1024, 0)
+	report("getaffinity_null", errno(e))
+	_, _, e = unix.Syscall(unix.SYS_SCHED_GETAFFINITY, 0, 1024, kernelAddr)
+	report("getaffinity_kernel_buf", errno(e))
+	var set unix.CPUSet
+	_, _, e = unix.Syscall(unix.SYS_SCHED_GETAFFINITY, 0, 1, uintptr(unsafe.Pointer(&set)))
+	report("getaffinity_short", errno(e))
 
 	// The flood: every answer must be the first one.
 	var want unix.Statfs_t
+	var wantSet unix.CPUSet
 	if err := unix.Statfs("/", &want); err != nil {
+		report("flood", err)
+		return
+	}
+	if err := unix.SchedGetaffinity(0, &wantSet); err != nil {
 		report("flood", err)
 		return
 	}
@@ -80,6 +93,13 @@ func probeSysview(args []string) {
 				if err == nil {
 					err = unix.Sysinfo(&si)
 				}
+				var set unix.CPUSet
+				if err == nil {
+					err = unix.SchedGetaffinity(0, &set)
+				}
+				if err == nil && set != wantSet {
+					err = fmt.Errorf("a sched_getaffinity said %v, the first %v", set, wantSet)
+				}
 				if err != nil {
 					mu.Lock()
 					bad = errors.Join(bad, err)
@@ -90,7 +110,7 @@ func probeSysview(args []string) {
 		}()
 	}
 	wg.Wait()
-	report("flood", bad, threads*calls*2, " calls in ", time.Since(start).Round(time.Millisecond))
+	report("flood", bad, threads*calls*3, " calls in ", time.Since(start).Round(time.Millisecond))
 
 	// Callers killed mid-call.
 	killed := 0
@@ -113,15 +133,19 @@ func probeSysview(args []string) {
 	var si unix.Sysinfo_t
 	err = unix.Sysinfo(&si)
 	report("memtotal", err, si.Totalram*uint64(si.Unit))
+	// The Go runtime's count, from sched_getaffinity at its start.
+	report("cpus", nil, runtime.NumCPU())
 }
 
 // probeSysviewLoop calls statfs and sysinfo until it is killed.
 func probeSysviewLoop([]string) {
 	var st unix.Statfs_t
 	var si unix.Sysinfo_t
+	var set unix.CPUSet
 	for {
 		_ = unix.Statfs("/", &st)
 		_ = unix.Sysinfo(&si)
+		_ = unix.SchedGetaffinity(0, &set)
 		if st.Blocks == 0 && si.Totalram == 0 {
 			os.Exit(1)
 		}
