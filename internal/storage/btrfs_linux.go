@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -153,36 +154,80 @@ func qgroupsSysfsFd(fd int) (string, error) {
 	return fmt.Sprintf("/sys/fs/btrfs/%x-%x-%x-%x-%x/qgroups", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16]), nil
 }
 
-// keepQgroupsConsistent makes btrfs account every subvolume drop in full
-// (drop_subtree_threshold 8, the most levels a tree has) and rescans a
-// pool whose qgroups are inconsistent. By default (3 levels on 6.x
-// kernels) dropping a snapshot whose shared tree is that deep skips the
-// accounting and marks the qgroups inconsistent, and while they are, no
-// qgroup limit is enforced: a sandbox wrote 100 MiB under disk_mb 32
-// after a large snapshot was removed (TestLimits/disk, once in a full
-// run; reproduced on a scratch pool). Full accounting of a drop costs
-// the cleaner, in the background, not the delete call.
-func keepQgroupsConsistent(ctx context.Context, root string, log *slog.Logger) {
-	fd, err := openDir(root)
+// qgroupsDir is the sysfs directory of the pool's qgroups.
+func (p *Pool) qgroupsDir() (string, error) {
+	fd, err := openDir(p.root)
 	if err != nil {
-		log.Warn("btrfs qgroups: opening the pool", "err", err)
-		return
+		return "", err
 	}
-	dir, err := qgroupsSysfsFd(fd)
-	unix.Close(fd)
-	if err != nil {
-		log.Warn("btrfs qgroups: finding the pool's sysfs directory", "err", err)
-		return
+	defer unix.Close(fd)
+	return qgroupsSysfsFd(fd)
+}
+
+// qgroupWatch keeps btrfs's quota accounting consistent, which the disk
+// limits need: while a pool's qgroups are inconsistent no qgroup limit
+// is enforced (a sandbox wrote 100 MiB under disk_mb 32 after a large
+// snapshot was removed: TestLimits/disk, once in a full run; reproduced
+// on a scratch pool). It makes btrfs account every subvolume drop in
+// full (drop_subtree_threshold 8, the most levels a tree has; by
+// default, 3 levels on 6.x kernels, dropping a snapshot whose shared
+// tree is that deep skips the accounting and marks the qgroups
+// inconsistent; full accounting costs the cleaner, in the background,
+// not the delete call), and starts a rescan when it finds them
+// inconsistent anyway, at Open and then every Options.QgroupCheck.
+type qgroupWatch struct {
+	dir, root string
+	log       *slog.Logger
+	// rescanning: a rescan this watch started has not been seen to end.
+	rescanning bool
+}
+
+func (w *qgroupWatch) run(every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		w.check(ctx)
+		cancel()
 	}
-	if err := os.WriteFile(dir+"/drop_subtree_threshold", []byte("8"), 0); err != nil {
-		log.Warn("btrfs qgroups: drop_subtree_threshold could not be set, so removing a large snapshot may stop disk limits until `btrfs quota rescan` (a daemon restart runs one)", "err", err)
+}
+
+// check sets the threshold where it is not 8 and starts a rescan of
+// inconsistent qgroups unless one is under way.
+func (w *qgroupWatch) check(ctx context.Context) {
+	read := func(name string) string {
+		b, _ := os.ReadFile(w.dir + "/" + name)
+		return strings.TrimSpace(string(b))
 	}
-	if b, err := os.ReadFile(dir + "/inconsistent"); err == nil && strings.TrimSpace(string(b)) == "1" {
-		log.Warn("btrfs qgroups are inconsistent (disk limits are not enforced until a rescan ends): rescanning", "pool", root)
-		if out, err := runCmd(ctx, "btrfs", "quota", "rescan", root); err != nil {
-			log.Warn("btrfs qgroups: starting a rescan", "err", err, "out", strings.TrimSpace(out))
+	if read("drop_subtree_threshold") != "8" {
+		if err := os.WriteFile(w.dir+"/drop_subtree_threshold", []byte("8"), 0); err != nil {
+			w.log.Warn("btrfs qgroups: drop_subtree_threshold could not be set, so removing a large snapshot may stop disk limits until `btrfs quota rescan` (the daemon checks every 30 s and runs one)", "err", err)
 		}
 	}
+	if read("inconsistent") != "1" {
+		if w.rescanning {
+			w.log.Info("btrfs qgroups are consistent again: disk limits are enforced", "pool", w.root)
+			w.rescanning = false
+		}
+		return
+	}
+	if !w.rescanning {
+		w.log.Warn("btrfs qgroups are inconsistent (disk limits are not enforced until a rescan ends): rescanning", "pool", w.root)
+	}
+	// A rescan under way answers "in progress"; one that ended with the
+	// qgroups still inconsistent is started again.
+	out, err := runCmd(ctx, "btrfs", "quota", "rescan", w.root)
+	if err != nil && !strings.Contains(out, "in progress") {
+		w.log.Warn("btrfs qgroups: starting a rescan", "err", err, "out", strings.TrimSpace(out))
+		return
+	}
+	w.rescanning = true
 }
 
 func ioctlPtr(fd int, req uintptr, arg unsafe.Pointer) error {

@@ -28,7 +28,7 @@ const testUIDBase = 1000000
 
 // newTestPool opens a 2 GB pool in a temp dir and unmounts it (and detaches
 // its loop device) when the test ends.
-func newTestPool(tb testing.TB) (*Pool, Options) {
+func newTestPool(tb testing.TB, with ...func(*Options)) (*Pool, Options) {
 	tb.Helper()
 	requireBtrfs(tb)
 	dir := tb.TempDir()
@@ -37,6 +37,9 @@ func newTestPool(tb testing.TB) (*Pool, Options) {
 		tb.Fatal(err)
 	}
 	opts := Options{DataDir: dir, SizeGB: 2, UIDBase: testUIDBase, UIDCount: 65536}
+	for _, f := range with {
+		f(&opts)
+	}
 	tb.Cleanup(func() { unmountTestPool(tb, dir) })
 	p, err := Open(context.Background(), opts)
 	if err != nil {

@@ -360,16 +360,14 @@ func benchLayerOverTemplate(b *testing.B, waitSpares bool) {
 // a full run). Open sets the threshold to 8, so drops are accounted in
 // full, and rescans a pool it finds inconsistent. The test makes a
 // shallow tree count as deep (threshold 1) to get an inconsistent pool
-// in seconds, sees the limit fail there, and opens the pool again.
+// in seconds, sees the limit fail there, and opens the pool again; then
+// does it again and lets the pool's periodic check find it.
 func TestLimitHoldsAfterDeepDrop(t *testing.T) {
-	p, opts := newTestPool(t)
+	// The pool's own watch is off: the test makes the qgroups
+	// inconsistent and sees what Open, then the watch, do about it.
+	p, opts := newTestPool(t, func(o *Options) { o.QgroupCheck = -1 })
 	ctx := context.Background()
-	fd, err := openDir(p.root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qgroups, err := qgroupsSysfsFd(fd)
-	unix.Close(fd)
+	qgroups, err := p.qgroupsDir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +378,80 @@ func TestLimitHoldsAfterDeepDrop(t *testing.T) {
 	if got := read("drop_subtree_threshold"); got != "8" {
 		t.Errorf("drop_subtree_threshold after Open = %q, want 8", got)
 	}
-	big := filepath.Join(p.root, "deep")
+	fill := func(p *Pool, id string) error {
+		upper, _, err := p.CreateLayer(ctx, id, 32, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(upper, "fill"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		buf := make([]byte, 1<<20)
+		for i := 0; i < 100; i++ {
+			if _, err := f.Write(buf); err != nil {
+				return err
+			}
+		}
+		return f.Sync()
+	}
+	deepDrop(t, p, qgroups, "first")
+	if read("inconsistent") != "1" {
+		t.Fatal("the drop did not make the qgroups inconsistent: the test shows nothing")
+	}
+	if err := fill(p, "while-inconsistent"); err != nil {
+		t.Logf("the limit held while inconsistent (%v): this kernel enforces it anyway", err)
+	}
+	// A daemon start: the pool opened again.
+	q, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	// -W waits for a rescan under way without starting one.
+	if out, err := runCmd(ctx, "btrfs", "quota", "rescan", "-W", p.root); err != nil {
+		t.Fatalf("waiting for Open's rescan: %v: %s", err, out)
+	}
+	if got := read("inconsistent"); got != "0" {
+		t.Errorf("qgroups inconsistent after Open (%q), want a rescan", got)
+	}
+	if got := read("drop_subtree_threshold"); got != "8" {
+		t.Errorf("drop_subtree_threshold after Open = %q, want 8", got)
+	}
+	if err := fill(q, "after-rescan"); !errors.Is(err, unix.EDQUOT) {
+		t.Errorf("100 MiB into a 32 MiB layer after the rescan: %v, want EDQUOT", err)
+	}
+
+	// While the daemon runs: the same drop again, found by the pool's
+	// periodic check (here every 50 ms), which rescans; the threshold
+	// is set back too.
+	deepDrop(t, q, qgroups, "second")
+	if read("inconsistent") != "1" {
+		t.Fatal("the second drop did not make the qgroups inconsistent")
+	}
+	w := &qgroupWatch{dir: qgroups, root: q.root, log: q.log}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go w.run(50*time.Millisecond, stop, done)
+	defer func() { close(stop); <-done }()
+	for deadline := time.Now().Add(5 * time.Minute); read("inconsistent") != "0" || read("drop_subtree_threshold") != "8"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch did not make the qgroups consistent in 5 minutes (inconsistent %s, threshold %s)", read("inconsistent"), read("drop_subtree_threshold"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := fill(q, "after-watch"); !errors.Is(err, unix.EDQUOT) {
+		t.Errorf("100 MiB into a 32 MiB layer after the watch's rescan: %v, want EDQUOT", err)
+	}
+}
+
+// deepDrop makes and drops a 20,000-file subvolume and a snapshot of it
+// with drop_subtree_threshold 1, so that the drop counts as deep: btrfs
+// skips its accounting and marks the qgroups inconsistent.
+func deepDrop(t *testing.T, p *Pool, qgroups, name string) {
+	t.Helper()
+	ctx := context.Background()
+	big := filepath.Join(p.root, "deep-"+name)
 	if err := subvolCreate(big); err != nil {
 		t.Fatal(err)
 	}
@@ -407,48 +478,4 @@ func TestLimitHoldsAfterDeepDrop(t *testing.T) {
 		t.Fatalf("subvolume sync: %v: %s", err, out)
 	}
 	unix.Sync()
-	if read("inconsistent") != "1" {
-		t.Fatal("the drop did not make the qgroups inconsistent: the test shows nothing")
-	}
-	fill := func(id string) error {
-		upper, _, err := p.CreateLayer(ctx, id, 32, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.Create(filepath.Join(upper, "fill"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		buf := make([]byte, 1<<20)
-		for i := 0; i < 100; i++ {
-			if _, err := f.Write(buf); err != nil {
-				return err
-			}
-		}
-		return f.Sync()
-	}
-	if err := fill("while-inconsistent"); err != nil {
-		t.Logf("the limit held while inconsistent (%v): this kernel enforces it anyway", err)
-	}
-	// A daemon start: the pool opened again.
-	q, err := Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	// -W waits for a rescan under way without starting one.
-	if out, err := runCmd(ctx, "btrfs", "quota", "rescan", "-W", p.root); err != nil {
-		t.Fatalf("waiting for Open's rescan: %v: %s", err, out)
-	}
-	if got := read("inconsistent"); got != "0" {
-		t.Errorf("qgroups inconsistent after Open (%q), want a rescan", got)
-	}
-	if got := read("drop_subtree_threshold"); got != "8" {
-		t.Errorf("drop_subtree_threshold after Open = %q, want 8", got)
-	}
-	p = q
-	if err := fill("after-rescan"); !errors.Is(err, unix.EDQUOT) {
-		t.Errorf("100 MiB into a 32 MiB layer after the rescan: %v, want EDQUOT", err)
-	}
 }

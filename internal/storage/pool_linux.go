@@ -38,7 +38,14 @@ type Options struct {
 	// 0..UIDCount-1 map to (defaults 1000000 and 65536).
 	UIDBase, UIDCount int
 	Logger            *slog.Logger
+	// QgroupCheck is how often the pool checks that btrfs's quota
+	// accounting is consistent, which the disk limits need (0: every
+	// 30 s; negative: only at Open).
+	QgroupCheck time.Duration
 }
+
+// DefaultQgroupCheck is Options.QgroupCheck's default.
+const DefaultQgroupCheck = 30 * time.Second
 
 // Pool is the daemon's btrfs storage pool. Its methods are safe for
 // concurrent use.
@@ -60,6 +67,10 @@ type Pool struct {
 	floors  map[uint64]uint64
 	// spares are layers made from floors ahead of use.
 	spares spareState
+	// stopWatch ends the qgroup watch (btrfs_linux.go), watchDone says
+	// it has ended; closeOnce guards both.
+	stopWatch, watchDone chan struct{}
+	closeOnce            sync.Once
 }
 
 // Open makes the pool ready: it creates and formats storage.img on first
@@ -121,7 +132,22 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 	if out, err := runCmd(ctx, "btrfs", "quota", "enable", p.root); err != nil {
 		return nil, fmt.Errorf("enabling btrfs quotas on %s: %w: %s", p.root, err, out)
 	}
-	keepQgroupsConsistent(ctx, p.root, p.log)
+	p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
+	if qgroups, err := p.qgroupsDir(); err != nil {
+		p.log.Warn("btrfs qgroups: finding the pool's sysfs directory: disk limits go unwatched", "err", err)
+		close(p.watchDone)
+	} else {
+		w := &qgroupWatch{dir: qgroups, root: p.root, log: p.log}
+		w.check(ctx)
+		if opts.QgroupCheck == 0 {
+			opts.QgroupCheck = DefaultQgroupCheck
+		}
+		if opts.QgroupCheck > 0 {
+			go w.run(opts.QgroupCheck, p.stopWatch, p.watchDone)
+		} else {
+			close(p.watchDone)
+		}
+	}
 	for _, d := range []string{p.root, p.templatesDir(), p.sandboxesDir()} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", d, err)
@@ -141,7 +167,14 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 // Close releases the pool: it waits for the spare layers being made and
 // removes the spares (inofloor_linux.go). It does not unmount it: running
 // sandboxes keep using their layers across daemon restarts.
-func (p *Pool) Close() error { p.closeSpares(); return nil }
+func (p *Pool) Close() error {
+	p.closeOnce.Do(func() {
+		p.closeSpares()
+		close(p.stopWatch)
+		<-p.watchDone
+	})
+	return nil
+}
 
 // Root returns the pool's mount point.
 func (p *Pool) Root() string { return p.root }
