@@ -1,3 +1,5 @@
+//go:debug updatemaxprocs=0
+
 // Command agentbox-guest is the guest agent: PID 1 of every sandbox. It is
 // a static binary (CGO_ENABLED=0) that the daemon starts as
 // `agentbox-guest init` in fresh namespaces (container tier); it builds the
@@ -8,13 +10,11 @@
 // internal/guest/vminit, the host's `launcher`
 // internal/guest/launcher: this main only picks the mode.
 //
-// The runtime never re-reads the CPU count (Go 1.25's periodic
-// GOMAXPROCS update calls sched_getaffinity from its monitor thread):
-// the container tier's init answers that call for the sandbox's
-// processes (internal/guest/sysview), and one of its own would wait on
-// its own listener with the thread that retakes a blocked P.
-
-//go:debug updatemaxprocs=0
+// The runtime never re-reads the CPU count (the go:debug line above:
+// Go 1.25's periodic GOMAXPROCS update calls sched_getaffinity from its
+// monitor thread): the container tier's init answers that call for the
+// sandbox's processes (internal/guest/sysview), and one of its own would
+// wait on its own listener with the thread that retakes a blocked P.
 package main
 
 import (
