@@ -146,6 +146,7 @@ func TestGvisorPauseToDisk(t *testing.T) {
 	if out := mustSh(t, id, "cat /root/file"); out != "on-disk" {
 		t.Errorf("file after the restore: %q", out)
 	}
+	memTotalIsLimit(t, id, "after a resume from disk")
 	if _, err := os.Stat(dir); err == nil {
 		t.Errorf("checkpoint %s is still there after the restore", dir)
 	}
@@ -270,6 +271,7 @@ func TestGvisorSnapshotWithMemory(t *testing.T) {
 		t.Errorf("the restored server answers %q, the snapshot's value is %q", v, v0)
 	}
 	postureOf(t, id, "restored from a memory snapshot")
+	memTotalIsLimit(t, id, "restored from a memory snapshot")
 	t.Logf("snapshot with memory %v, create from it %v", took.Round(time.Millisecond), create.Round(time.Millisecond))
 	// Files only from the same snapshot on another tier would be the
 	// container tier's; here: deleting it while a sandbox stacks on it is
@@ -379,4 +381,16 @@ func forkedApart(t *testing.T, parent, tier, v0 string, kids []api.Sandbox) map[
 		}
 	}
 	return hosts
+}
+
+// memTotalIsLimit checks that gVisor's MemTotal in gvisor sandbox id is
+// its memory cgroup's limit read on the host (a restored Sentry takes
+// it from its own boot, not from the checkpoint: docs/sandbox-view.md).
+func memTotalIsLimit(t *testing.T, id, when string) {
+	t.Helper()
+	limit := readHostInt(t, cgroupPath("memory", id)+"/memory.limit_in_bytes")
+	kb, err := strconv.ParseInt(mustSh(t, id, `awk '/^MemTotal:/{print $2}' /proc/meminfo`), 10, 64)
+	if err != nil || kb<<10 != limit {
+		t.Errorf("%s: gVisor's MemTotal %d kB (%v), want the memory cgroup's limit %d", when, kb, err, limit)
+	}
 }

@@ -272,10 +272,11 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		_, _ = runsc(kctx, root, "delete", "--force", spec.ID)
 	})
 	// The Sentry's MemTotal: the sandbox's memory limit (meminfo_linux.go)
-	// where runsc does not read it from the cgroup; a restore keeps the
-	// checkpoint's.
+	// where runsc does not read it from the cgroup. A restore takes it
+	// anew too: the Sentry sets it from its boot's --total-memory, not
+	// from the checkpoint.
 	start := run.Start
-	if cgPath == "" && image == "" && spec.MemoryMB > 0 {
+	if cgPath == "" && spec.MemoryMB > 0 {
 		meminfo, err := writeMeminfo(spec.RunDir, spec.MemoryMB<<20+sentryReserveMemory)
 		if err != nil {
 			return nil, err
