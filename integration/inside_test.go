@@ -164,16 +164,16 @@ func TestContainerCPUView(t *testing.T) {
 	// OMP_NUM_THREADS, Python's os.sched_getaffinity) is the sysview
 	// listener's answer.
 	const views = `nproc; python3 -c 'import os; print(os.cpu_count())'; grep -c ^processor /proc/cpuinfo; grep -c '^cpu[0-9]' /proc/stat; cat /sys/devices/system/cpu/online; ` +
-		`env -u OMP_NUM_THREADS nproc; python3 -c 'import os; print(len(os.sched_getaffinity(0)))'`
+		`env -u OMP_NUM_THREADS nproc; python3 -c 'import os; print(len(os.sched_getaffinity(0)), len(os.sched_getaffinity(1)))'`
 	check := func(when string, want int) {
 		t.Helper()
 		online := "0"
 		if want > 1 {
 			online = fmt.Sprintf("0-%d", want-1)
 		}
-		wantOut := fmt.Sprintf("%d\n%d\n%d\n%d\n%s\n%d\n%d", want, want, want, want, online, want, want)
+		wantOut := fmt.Sprintf("%d\n%d\n%d\n%d\n%s\n%d\n%d %d", want, want, want, want, online, want, want, want)
 		if got := mustSh(t, id, views); got != wantOut {
-			t.Errorf("%s: nproc, os.cpu_count(), cpuinfo's processors, /proc/stat's cpuN lines, cpu/online, nproc without OMP_NUM_THREADS, os.sched_getaffinity =\n%s\nwant\n%s", when, got, wantOut)
+			t.Errorf("%s: nproc, os.cpu_count(), cpuinfo's processors, /proc/stat's cpuN lines, cpu/online, nproc without OMP_NUM_THREADS, os.sched_getaffinity of itself and of pid 1 =\n%s\nwant\n%s", when, got, wantOut)
 		}
 	}
 	quota := cgroupPath("cpu", id) + "/cpu.cfs_quota_us"

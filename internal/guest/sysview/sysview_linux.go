@@ -542,10 +542,12 @@ func (v *View) statfs(c *config, n notif, resp *notifResp) bool {
 	return true
 }
 
-// affinity answers a sched_getaffinity of the caller's own mask (pid 0
-// or its own thread id) with the first cpus() CPUs of that mask, when
-// the mask holds more: the kernel's answer otherwise, and for another
-// thread, a buffer size the kernel refuses (EINVAL) and every doubt. It
+// affinity answers a sched_getaffinity with the first cpus() CPUs of
+// the named thread's mask, when the mask holds more: the caller's own
+// (pid 0 or its thread id) or, for a caller in the init's pid
+// namespace (where the pid it names is the init's too), any thread's
+// (taskset -p). The kernel answers otherwise, and for a buffer size it
+// refuses (EINVAL), a pid of another namespace's and every doubt. It
 // copies out and returns as many bytes as the kernel would.
 func (v *View) affinity(n notif, resp *notifResp) bool {
 	cpus := v.cpus.Load()
@@ -553,19 +555,26 @@ func (v *View) affinity(n notif, resp *notifResp) bool {
 		return false
 	}
 	pid, size := int32(n.Data.Args[0]), int(uint32(n.Data.Args[1]))
-	if (pid != 0 && uint32(pid) != n.Pid) || size < v.minSize || size%8 != 0 {
+	if pid < 0 || size < v.minSize || size%8 != 0 {
 		return false
+	}
+	target := n.Pid
+	if pid != 0 && uint32(pid) != n.Pid {
+		if !v.inOwnPidNS(n.Pid) {
+			return false
+		}
+		target = uint32(pid)
 	}
 	size = min(size, v.maskSize)
 	limit := (*cpus)()
 	if limit <= 0 {
 		return false
 	}
-	// The status file is opened before the check that the caller still
-	// waits, so that it is the caller's.
-	status, err := os.Open("/proc/" + strconv.FormatUint(uint64(n.Pid), 10) + "/status")
+	// The files are opened before the check that the caller still
+	// waits, so that the caller's namespace above was the caller's.
+	status, err := os.Open("/proc/" + strconv.FormatUint(uint64(target), 10) + "/status")
 	if err != nil {
-		return false
+		return false // no such thread: the kernel's ESRCH
 	}
 	defer status.Close()
 	mem, ok := v.callerMem(n)
@@ -584,6 +593,17 @@ func (v *View) affinity(n notif, resp *notifResp) bool {
 	}
 	reply(mem, n.Data.Args[2], mask, int64(size), resp)
 	return true
+}
+
+// inOwnPidNS reports whether thread tid is in the init's pid
+// namespace.
+func (v *View) inOwnPidNS(tid uint32) bool {
+	var own, caller unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &own) != nil ||
+		unix.Stat("/proc/"+strconv.FormatUint(uint64(tid), 10)+"/ns/pid", &caller) != nil {
+		return false
+	}
+	return own.Ino == caller.Ino && own.Dev == caller.Dev
 }
 
 // allowedMask is the Cpus_allowed line of a /proc/PID/status as the

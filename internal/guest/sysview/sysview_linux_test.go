@@ -131,11 +131,11 @@ func TestListener(t *testing.T) {
 	testAffinity(t, v)
 }
 
-// testAffinity: sched_getaffinity of a thread's own mask answers the
-// first cpus() CPUs of the kernel's once SetCPUs gave a count below the
-// mask's, with the kernel's return value; another thread's, a buffer
-// shorter than the kernel's mask, a count of 0 (no limit) or one the
-// mask does not exceed are the kernel's; a bad pointer EFAULT.
+// testAffinity: sched_getaffinity of a thread's own mask, and another
+// thread's, answers the first cpus() CPUs of the kernel's once SetCPUs
+// gave a count below the mask's, with the kernel's return value; a
+// missing thread, a count of 0 (no limit) or one the mask does not
+// exceed are the kernel's; bad sizes EINVAL, a bad pointer EFAULT.
 func testAffinity(t *testing.T, v *View) {
 	// Raw system calls through unix.Syscall, which gives up the P while
 	// the call waits on this process's own listener.
@@ -176,12 +176,20 @@ func testAffinity(t *testing.T, v *View) {
 			t.Errorf("%s: %x (%v), want the kernel's %x", what, got, e, kernel)
 		}
 	}
+	// Another thread of the same pid namespace (taskset -p): narrowed
+	// too; one that does not exist: the kernel's ESRCH.
 	tasks, _ := os.ReadDir("/proc/self/task")
 	for _, task := range tasks {
 		if tid, _ := strconv.Atoi(task.Name()); tid != unix.Gettid() {
-			kernelToo("another thread's mask", tid, 8192)
+			got, _, e := getaffinity(tid, 8192)
+			if e != 0 || onesCount(got) != 1 {
+				t.Errorf("sched_getaffinity(%d), another thread, with a limit of 1: %x (%v), want one CPU", tid, got, e)
+			}
 			break
 		}
+	}
+	if _, _, e := getaffinity(1<<22+1, 8192); e != unix.ESRCH {
+		t.Errorf("sched_getaffinity of a pid beyond pid_max: %v, want the kernel's ESRCH", e)
 	}
 	// A buffer the kernel takes though shorter than its mask (Python's
 	// first try is 8 bytes) gets as many bytes, narrowed.
