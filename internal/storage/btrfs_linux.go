@@ -182,18 +182,18 @@ type qgroupWatch struct {
 	rescanning bool
 }
 
-func (w *qgroupWatch) run(every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+// run checks every interval until ctx ends.
+func (w *qgroupWatch) run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		w.check(ctx)
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		w.check(cctx)
 		cancel()
 	}
 }

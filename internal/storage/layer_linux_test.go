@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -431,9 +432,10 @@ func TestLimitHoldsAfterDeepDrop(t *testing.T) {
 		t.Fatal("the second drop did not make the qgroups inconsistent")
 	}
 	w := &qgroupWatch{dir: qgroups, root: q.root, log: q.log}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go w.run(50*time.Millisecond, stop, done)
-	defer func() { close(stop); <-done }()
+	wctx, stop := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	watching.Go(func() { w.run(wctx, 50*time.Millisecond) })
+	defer func() { stop(); watching.Wait() }()
 	for deadline := time.Now().Add(5 * time.Minute); read("inconsistent") != "0" || read("drop_subtree_threshold") != "8"; {
 		if time.Now().After(deadline) {
 			t.Fatalf("the watch did not make the qgroups consistent in 5 minutes (inconsistent %s, threshold %s)", read("inconsistent"), read("drop_subtree_threshold"))
@@ -478,4 +480,24 @@ func deepDrop(t *testing.T, p *Pool, qgroups, name string) {
 		t.Fatalf("subvolume sync: %v: %s", err, out)
 	}
 	unix.Sync()
+}
+
+// Open starts the qgroup watch by default and Close ends it (no goroutine
+// left behind); a negative QgroupCheck starts none.
+func TestQgroupWatchLifetime(t *testing.T) {
+	p, opts := newTestPool(t, func(o *Options) { o.QgroupCheck = 10 * time.Millisecond })
+	if p.stopWatch == nil {
+		t.Fatal("Open started no qgroup watch")
+	}
+	time.Sleep(50 * time.Millisecond) // a few checks
+	p.Close() // waits for the watch to end
+	opts.QgroupCheck = -1
+	q, err := Open(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if q.stopWatch != nil {
+		t.Error("QgroupCheck -1 started a watch")
+	}
 }

@@ -67,10 +67,10 @@ type Pool struct {
 	floors  map[uint64]uint64
 	// spares are layers made from floors ahead of use.
 	spares spareState
-	// stopWatch ends the qgroup watch (btrfs_linux.go), watchDone says
-	// it has ended; closeOnce guards both.
-	stopWatch, watchDone chan struct{}
-	closeOnce            sync.Once
+	// stopWatch ends the qgroup watch (btrfs_linux.go), nil without
+	// one; watching waits for it to end.
+	stopWatch context.CancelFunc
+	watching  sync.WaitGroup
 }
 
 // Open makes the pool ready: it creates and formats storage.img on first
@@ -132,21 +132,13 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 	if out, err := runCmd(ctx, "btrfs", "quota", "enable", p.root); err != nil {
 		return nil, fmt.Errorf("enabling btrfs quotas on %s: %w: %s", p.root, err, out)
 	}
-	p.stopWatch, p.watchDone = make(chan struct{}), make(chan struct{})
-	if qgroups, err := p.qgroupsDir(); err != nil {
+	qgroups, err := p.qgroupsDir()
+	var watch *qgroupWatch
+	if err != nil {
 		p.log.Warn("btrfs qgroups: finding the pool's sysfs directory: disk limits go unwatched", "err", err)
-		close(p.watchDone)
 	} else {
-		w := &qgroupWatch{dir: qgroups, root: p.root, log: p.log}
-		w.check(ctx)
-		if opts.QgroupCheck == 0 {
-			opts.QgroupCheck = DefaultQgroupCheck
-		}
-		if opts.QgroupCheck > 0 {
-			go w.run(opts.QgroupCheck, p.stopWatch, p.watchDone)
-		} else {
-			close(p.watchDone)
-		}
+		watch = &qgroupWatch{dir: qgroups, root: p.root, log: p.log}
+		watch.check(ctx)
 	}
 	for _, d := range []string{p.root, p.templatesDir(), p.sandboxesDir()} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
@@ -160,6 +152,15 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 	p.removeTempFiles()
 	p.sweepFloors()
 	p.sweepStaleQgroups(ctx)
+	// Started last: nothing above can fail and leave it running.
+	if opts.QgroupCheck == 0 {
+		opts.QgroupCheck = DefaultQgroupCheck
+	}
+	if watch != nil && opts.QgroupCheck > 0 {
+		var wctx context.Context
+		wctx, p.stopWatch = context.WithCancel(context.Background())
+		p.watching.Go(func() { watch.run(wctx, opts.QgroupCheck) })
+	}
 	p.log.Debug("storage pool open", "root", p.root)
 	return p, nil
 }
@@ -168,11 +169,11 @@ func Open(ctx context.Context, opts Options) (*Pool, error) {
 // removes the spares (inofloor_linux.go). It does not unmount it: running
 // sandboxes keep using their layers across daemon restarts.
 func (p *Pool) Close() error {
-	p.closeOnce.Do(func() {
-		p.closeSpares()
-		close(p.stopWatch)
-		<-p.watchDone
-	})
+	p.closeSpares()
+	if p.stopWatch != nil {
+		p.stopWatch()
+	}
+	p.watching.Wait()
 	return nil
 }
 

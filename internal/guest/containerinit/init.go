@@ -108,7 +108,7 @@ func Run() error {
 	spec := prep.Spec
 	switch {
 	case viewErr != nil:
-		log.Warn("sysinfo(2) and statfs(2) show the host's figures", "err", viewErr)
+		log.Warn("sysinfo(2), statfs(2) and sched_getaffinity(2) show the host's figures", "err", viewErr)
 	case diskErr != nil:
 		log.Warn("statfs(2) of the root shows the storage pool's figures", "err", diskErr)
 	}

@@ -123,7 +123,7 @@ func Install(log *slog.Logger) (*View, error) {
 		uintptr(unsafe.Pointer(&fprog)))
 	runtime.KeepAlive(prog)
 	if e != 0 {
-		return nil, fmt.Errorf("installing the sysinfo and statfs listener (kernel 5.7 or later): %w", e)
+		return nil, fmt.Errorf("installing the system-call view's listener (kernel 5.7 or later): %w", e)
 	}
 	unix.CloseOnExec(int(fd))
 	// The listener waits in the runtime's poller, not in a blocking
@@ -132,13 +132,13 @@ func Install(log *slog.Logger) (*View, error) {
 	// goroutine answering a call waited for it (0.15 ms a call).
 	if err := unix.SetNonblock(int(fd), true); err != nil {
 		unix.Close(int(fd))
-		return nil, fmt.Errorf("the sysinfo and statfs listener: %w", err)
+		return nil, fmt.Errorf("the system-call view's listener: %w", err)
 	}
 	f := os.NewFile(fd, "seccomp-listener")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("the sysinfo and statfs listener: %w", err)
+		return nil, fmt.Errorf("the system-call view's listener: %w", err)
 	}
 	v := &View{fd: int(fd), file: f, log: log, maskSize: maskSize, minSize: minSize, allowed: allowed}
 	go v.loop(rc)
@@ -326,7 +326,10 @@ func (v *View) loop(rc syscall.RawConn) {
 			v.answer(n) // inline: a goroutine each cost a wake-up more
 		case errors.Is(err, unix.EINTR), errors.Is(err, unix.ENOENT): // interrupted; the caller went away
 		default:
-			v.log.Error("the sysinfo and statfs listener stopped: those calls fail in the sandbox from now on", "err", err)
+			// Closed, the calls fail with ENOSYS rather than wait for
+			// an answer that will not come.
+			v.log.Error("the system-call view's listener stopped: sysinfo, statfs and sched_getaffinity fail with ENOSYS in the sandbox from now on", "err", err)
+			v.file.Close()
 			return
 		}
 	}
