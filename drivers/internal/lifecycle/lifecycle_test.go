@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/driver"
-	"github.com/agentbox/agentbox/internal/cgroups"
+	"github.com/agentbox/agentbox/internal/cgroups/cgroupstest"
 )
 
 // TestExits: an unknown sandbox reads as exited; Set, Swap and Take keep
@@ -64,41 +64,16 @@ func TestUndo(t *testing.T) {
 	}
 }
 
-// fakeParent is a cgroup parent holding a leftover, a kept sandbox and a
-// waiting init of the container tier.
-type fakeParent struct {
-	cgroups.Manager
-	destroyed []string
-}
-
-func (m *fakeParent) List() ([]string, error) {
-	return []string{"leftover", "kept", driver.PrespawnCgroupPrefix + "1a2b3c4d-1"}, nil
-}
-
-func (m *fakeParent) Open(name string) (cgroups.Cgroup, error) {
-	return destroyRecorder{name: name, m: m}, nil
-}
-
-type destroyRecorder struct {
-	cgroups.Cgroup
-	name string
-	m    *fakeParent
-}
-
-func (c destroyRecorder) Destroy() error {
-	c.m.destroyed = append(c.m.destroyed, c.name)
-	return nil
-}
-
 // The gvisor and microvm tiers' start-up cleanup leaves the container
 // tier's waiting inits alone (it killed them at every daemon start: "a
 // pre-spawned sandbox init exited while waiting").
 func TestRemoveLeftoversLeavesWaitingInits(t *testing.T) {
-	m := &fakeParent{}
+	// A leftover, a kept sandbox and a waiting init of the container tier.
+	m := &cgroupstest.Parent{Lists: [][]string{{"leftover", "kept", driver.PrespawnCgroupPrefix + "1a2b3c4d-1"}}}
 	if _, err := RemoveLeftovers(m, map[string]bool{"kept": true}); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(m.destroyed, []string{"leftover"}) {
-		t.Errorf("destroyed %v, want only the leftover", m.destroyed)
+	if !slices.Equal(m.Destroyed, []string{"leftover"}) {
+		t.Errorf("destroyed %v, want only the leftover", m.Destroyed)
 	}
 }
