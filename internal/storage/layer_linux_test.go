@@ -490,7 +490,7 @@ func TestQgroupWatchLifetime(t *testing.T) {
 		t.Fatal("Open started no qgroup watch")
 	}
 	time.Sleep(50 * time.Millisecond) // a few checks
-	p.Close() // waits for the watch to end
+	p.Close()                         // waits for the watch to end
 	opts.QgroupCheck = -1
 	q, err := Open(context.Background(), opts)
 	if err != nil {
