@@ -490,7 +490,8 @@ func TestQgroupWatchLifetime(t *testing.T) {
 		t.Fatal("Open started no qgroup watch")
 	}
 	time.Sleep(50 * time.Millisecond) // a few checks
-	p.Close()                         // waits for the watch to end
+	// Close waits for the watch to end: a watch that did not would hang here.
+	p.Close()
 	opts.QgroupCheck = -1
 	q, err := Open(context.Background(), opts)
 	if err != nil {
