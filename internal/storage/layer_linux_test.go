@@ -490,7 +490,7 @@ func TestQgroupWatchLifetime(t *testing.T) {
 		t.Fatal("Open started no qgroup watch")
 	}
 	time.Sleep(50 * time.Millisecond) // a few checks
-	// Close waits for the watch to end: a watch that did not would hang here.
+	// Close waits for the watch to end: one that ignored it would hang here.
 	p.Close()
 	opts.QgroupCheck = -1
 	q, err := Open(context.Background(), opts)
