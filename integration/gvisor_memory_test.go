@@ -117,8 +117,16 @@ func TestGvisorPauseToDisk(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
 		t.Fatalf("no checkpoint in %s: %v", dir, err)
 	}
-	if out, _ := exec.Command("pgrep", "-f", "runsc.*"+id).Output(); len(strings.TrimSpace(string(out))) > 0 {
-		t.Errorf("runsc processes still run after pause to disk: %s", out)
+	// Killed with the sandbox's cgroup, they may take a moment to exit
+	// on a loaded host.
+	var left string
+	waitCount(func() int {
+		out, _ := exec.Command("pgrep", "-f", "runsc.*"+id).Output()
+		left = strings.TrimSpace(string(out))
+		return len(left)
+	}, func(n int) bool { return n == 0 }, 30*time.Second)
+	if left != "" {
+		t.Errorf("runsc processes still run 30 s after pause to disk: %s", left)
 	}
 	if _, err := env.client.Exec(ctx, id, api.ExecRequest{Shell: "true"}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("exec on a sandbox paused to disk: %v, want failed_precondition", err)
