@@ -181,11 +181,7 @@ type Options struct {
 	// host's kernel binds over its sandboxes' own (docs/sandbox-view.md);
 	// "" for none.
 	LxcfsDir string
-	// GvisorCgroups makes `runsc run` read the sandbox's cgroups (gvisor
-	// tier, cgroup v1 hosts), so that gVisor's MemTotal and CPU count say
-	// the sandbox's limits; it costs a create about 9 ms.
-	GvisorCgroups bool
-	Logger        *slog.Logger
+	Logger   *slog.Logger
 }
 
 // Constructor builds a driver from the daemon's options.

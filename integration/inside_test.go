@@ -333,12 +333,12 @@ print(u.total, s.f_blocks * s.f_frsize)'`)
 	t.Logf("sysconf(_SC_PHYS_PAGES): the cgroup's limit, then %d; df /: %d bytes, %d used, %d after 40 MiB written", raised, size, used, used2)
 }
 
-// TestGvisorMemoryView: on the gvisor tier by default (no
-// gvisor_memory_view), gVisor's /proc/meminfo, busybox's free and
-// sysconf(_SC_PHYS_PAGES) (sysinfo) say the sandbox's memory limit: its
-// memory_mb and the Sentry's reserve, which is the memory cgroup's
-// limit read on the host (drivers/gvisor/meminfo_linux.go); the host's
-// own /proc/meminfo is untouched.
+// TestGvisorMemoryView: on the gvisor tier, gVisor's /proc/meminfo,
+// busybox's free and sysconf(_SC_PHYS_PAGES) (sysinfo) say the
+// sandbox's memory limit: its memory_mb and the Sentry's reserve, which
+// is the memory cgroup's limit read on the host
+// (drivers/gvisor/view_linux.go); the host's own /proc/meminfo is
+// untouched.
 func TestGvisorMemoryView(t *testing.T) {
 	needGvisor(t)
 	needBase(t)
@@ -361,5 +361,32 @@ func TestGvisorMemoryView(t *testing.T) {
 	host, _ := os.ReadFile("/proc/meminfo")
 	if hostKB, _ := strconv.ParseInt(strings.Fields(firstLineWith(string(host), "MemTotal:") + " x 0")[1], 10, 64); hostKB<<10 == limit {
 		t.Errorf("the host's own /proc/meminfo says the sandbox's limit")
+	}
+}
+
+// TestGvisorCPUView: on the gvisor tier, gVisor's CPU count (nproc with
+// and without OMP_NUM_THREADS, os.cpu_count(), os.sched_getaffinity,
+// /proc/cpuinfo's processors) is ceil(cpu) of the sandbox's CFS quota
+// read on the host, at least 2 and at most the host's count
+// (drivers/gvisor/view_linux.go). On a 2-CPU host every count is 2;
+// TestDriverRoundTrip (drivers/gvisor) shows a count above the host's,
+// which can only come from the quota.
+func TestGvisorCPUView(t *testing.T) {
+	needGvisor(t)
+	needBase(t)
+	host := runtime.NumCPU()
+	for _, c := range []struct {
+		cpu  float64
+		want int
+	}{{1, min(host, 2)}, {0.5, min(host, 2)}, {float64(host), host}} {
+		id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "gvisor", CPU: c.cpu})
+		quota := readHostInt(t, cgroupPath("cpu", id)+"/cpu.cfs_quota_us")
+		if want := int64(c.cpu * 100000); quota != want {
+			t.Fatalf("cpu: %v: the sandbox's CFS quota is %d, want %d", c.cpu, quota, want)
+		}
+		got := mustSh(t, id, `nproc; env -u OMP_NUM_THREADS nproc; python3 -c 'import os; print(os.cpu_count(), len(os.sched_getaffinity(0)))'; grep -c ^processor /proc/cpuinfo`)
+		if want := fmt.Sprintf("%d\n%d\n%d %d\n%d", c.want, c.want, c.want, c.want, c.want); got != want {
+			t.Errorf("cpu: %v (quota %d us of 100000): nproc, nproc without OMP_NUM_THREADS, os.cpu_count() and os.sched_getaffinity, cpuinfo's processors =\n%s\nwant\n%s", c.cpu, quota, got, want)
+		}
 	}
 }

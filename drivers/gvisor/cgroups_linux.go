@@ -9,12 +9,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// runscHierarchies are the v1 hierarchies runsc makes a sandbox's cgroup
-// in, where the host mounts them, when it reads cgroups (runscCgroups)
-// and the driver's cgroups package does not: runsc names them
-// /sys/fs/cgroup/<controller>/<cgroupsPath>, leaves them without limits,
-// and removes them at `runsc delete`. The driver removes them too where
-// runsc did not get to (a daemon killed during a create, Cleanup).
+// runscHierarchies are the v1 hierarchies in which runsc made a
+// sandbox's cgroup when it read the sandbox's real cgroups (the
+// obsolete gvisor_memory_view; runsc now reads the view's,
+// view_linux.go): it named them /sys/fs/cgroup/<controller>/<parent>/<id>
+// and removed them at `runsc delete`. The driver still removes any left
+// by sandboxes created that way (a daemon killed during a create,
+// Cleanup, sandboxes adopted after an upgrade).
 var runscHierarchies = []string{"blkio", "devices", "hugetlb", "net_cls", "net_prio", "perf_event", "rdma", "systemd"}
 
 // removeRunscCgroups removes sandbox id's cgroups in runscHierarchies

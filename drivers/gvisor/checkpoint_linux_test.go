@@ -187,7 +187,7 @@ func TestCheckpointShm(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := &driver.Spec{ID: "sb", MemoryMB: 1024}
-	if err := writeBundle(filepath.Join(run, "bundle"), "/rootfs", "/guest", "/sock", spec, 1000000, 65536, nil, shmSizeMB(spec.MemoryMB), ""); err != nil {
+	if err := writeBundle(filepath.Join(run, "bundle"), "/rootfs", "/guest", "/sock", spec, 1000000, 65536, nil, shmSizeMB(spec.MemoryMB)); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := checkpointShmMB(dir, 256); err != nil || got != 256 {

@@ -10,10 +10,9 @@
 // The driver makes the sandbox's cgroups itself and starts `runsc run
 // --detach` inside them: the sandbox process and its gofer inherit them,
 // and memory, CPU and host threads are limited there from their first
-// instruction. With Options.GvisorCgroups, on cgroup v1 hosts, `runsc
-// run` also reads them (runscCgroups), so that gVisor's /proc/meminfo
-// says the sandbox's memory; otherwise, and for every other runsc
-// command, runsc runs with --ignore-cgroups.
+// instruction. `runsc run` reads a cgroup tree of the driver's instead
+// (view_linux.go), which gives the Sentry the sandbox's CPU count and
+// memory; every other runsc command runs with --ignore-cgroups.
 package gvisor
 
 import (
@@ -27,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -69,6 +69,12 @@ type Driver struct {
 	// assembled once here rather than inside every sandbox.
 	seccompFilter []byte
 
+	// hostCPUs is the Sentry's CPU count without a quota, and its
+	// ceiling; cgroupRoot is where runsc looks for cgroups, where each
+	// `runsc run` gets its view (view_linux.go).
+	hostCPUs   int
+	cgroupRoot string
+
 	exits lifecycle.Exits // of the sandboxes' runsc sandbox processes
 	// ranges are the sandboxes' uid ranges, for those with one of their
 	// own.
@@ -109,7 +115,13 @@ func New(o driver.Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor driver: %w", err)
 	}
-	return &Driver{opts: o, log: o.Logger, cg: mgr, seccompFilter: harden.EncodeFilter(prog)}, nil
+	mi, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("gvisor driver: %w", err)
+	}
+	defer mi.Close()
+	return &Driver{opts: o, log: o.Logger, cg: mgr, seccompFilter: harden.EncodeFilter(prog),
+		hostCPUs: runtime.NumCPU(), cgroupRoot: runscCgroupRoot(mi)}, nil
 }
 
 // Name implements driver.Driver.
@@ -206,11 +218,7 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 			return nil, err
 		}
 	}
-	cgPath := ""
-	if d.opts.GvisorCgroups && image == "" && d.cg.Version() == 1 {
-		cgPath = "/" + d.opts.CgroupParent + "/" + spec.ID
-	}
-	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, uid, d.opts.UIDCount, d.seccompFilter, shm, cgPath); err != nil {
+	if err := writeBundle(bundle, rootfs, d.opts.GuestBinary, sock, spec, uid, d.opts.UIDCount, d.seccompFilter, shm); err != nil {
 		return nil, fmt.Errorf("gvisor: writing the OCI bundle: %w", err)
 	}
 	cg, err := d.cg.Create(spec.ID, cgroups.Resources{
@@ -227,16 +235,17 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	// with an image), started inside the sandbox's cgroups: a shell moves
 	// itself there and execs runsc, whose sandbox and gofer processes
 	// inherit the cgroups. runsc writes the sandbox's host pid to pidFile.
-	var procs []string
-	for _, p := range cg.Paths() {
-		procs = append(procs, filepath.Join(p, "cgroup.procs"))
+	// The shell runs in the view's namespace, where the host's cgroups
+	// are out of sight: it gets their cgroup.procs files open
+	// (joinScript).
+	procs, err := openProcs(cg.Paths())
+	if err != nil {
+		return nil, err
 	}
-	flags := createFlags(root, spec)
-	if cgPath != "" {
-		flags = runscCgroups(flags)
-	}
-	args := append([]string{"-c", `for f in $CGPROCS; do echo $$ > "$f" || exit 111; done; unset CGPROCS; exec "$@"`, "sh", runscPath()},
-		flags...)
+	defer closeAll(procs)
+	// runsc run reads the view's cgroup (view_linux.go), never the host's.
+	flags := runscCgroups(createFlags(root, spec))
+	args := append([]string{"-c", joinScript(len(procs)), "sh", runscPath()}, flags...)
 	// runsc's own logs (create, boot, gofer) at info level, for a boot
 	// that fails before the guest answers (bootLog).
 	args = append(args, "--debug-log="+filepath.Join(spec.RunDir, "logs")+"/")
@@ -257,7 +266,8 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		args = append(args, "restore", "--image-path", image, "--detach", "--pid-file", pidFile, "--bundle", bundle, spec.ID)
 	}
 	run := exec.CommandContext(ctx, "/bin/sh", args...)
-	run.Env = []string{"CGPROCS=" + strings.Join(procs, " "), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	run.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	run.ExtraFiles = procs
 	run.Dir = bundle
 	logf, err := os.OpenFile(filepath.Join(spec.RunDir, "runsc.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -271,26 +281,10 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 		defer cancel()
 		_, _ = runsc(kctx, root, "delete", "--force", spec.ID)
 	})
-	// The Sentry's MemTotal: the sandbox's memory limit (meminfo_linux.go)
-	// where runsc does not read it from the cgroup. A restore takes it
-	// anew too: the Sentry sets it from its boot's --total-memory, not
-	// from the checkpoint.
-	start := run.Start
-	if cgPath == "" && spec.MemoryMB > 0 {
-		meminfo, err := writeMeminfo(spec.RunDir, spec.MemoryMB<<20+sentryReserveMemory)
-		if err != nil {
-			return nil, err
-		}
-		start = func() error {
-			err := startWithMeminfo(run, meminfo)
-			if errors.Is(err, errMainThread) {
-				d.log.Warn("gVisor's MemTotal is the host's for this sandbox", "sandbox", spec.ID, "err", err)
-				return run.Start()
-			}
-			return err
-		}
-	}
-	if err := start(); err != nil {
+	// The Sentry's CPU count and MemTotal: the sandbox's (view_linux.go).
+	// A restore takes them anew too: the Sentry sets them from its boot's
+	// flags, not from the checkpoint.
+	if err := startInView(run, viewOf(spec, d.hostCPUs), d.cgroupRoot); err != nil {
 		return nil, fmt.Errorf("gvisor: runsc %s: %v%s", verb, err, runscLog(spec.RunDir))
 	}
 	if err := run.Wait(); err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -42,7 +41,7 @@ func TestDriverRoundTrip(t *testing.T) {
 	guest := drivertest.BuildGuest(t)
 	// With the memory view (gvisor_memory_view), checked below; the
 	// conformance suite runs without it.
-	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: 1000000, UIDCount: 65536, GvisorCgroups: true})
+	d, err := New(driver.Options{GuestBinary: guest, CgroupParent: parent, UIDBase: 1000000, UIDCount: 65536})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +49,10 @@ func TestDriverRoundTrip(t *testing.T) {
 	defer os.RemoveAll(tmp)
 	spec := &driver.Spec{ID: "gvtest" + suffix, Hostname: "gvtest", Layers: []string{lower},
 		UpperDir: filepath.Join(tmp, "upper"), WorkDir: filepath.Join(tmp, "work"), RunDir: filepath.Join(tmp, "run"),
-		Env: []string{"PATH=/bin:/usr/bin"}, CPU: 1, MemoryMB: 256, Pids: 128}
+		Env: []string{"PATH=/bin:/usr/bin"}, CPU: 3, MemoryMB: 256, Pids: 128}
+	// As on a host of 4 CPUs: the Sentry's count comes from the view, so
+	// it can differ from this host's.
+	d.hostCPUs = 4
 	// As the service makes them: the run dir traversable, the writable
 	// layer owned by the sandbox's root (host uid_base).
 	_ = os.Chmod(tmp, 0o711)
@@ -79,23 +81,33 @@ func TestDriverRoundTrip(t *testing.T) {
 		t.Errorf("not gVisor? %s", out)
 	}
 	// gVisor's MemTotal is the sandbox's memory cgroup limit (its memory
-	// and the Sentry's reserve), read by runsc run (runscCgroups), not
-	// the host's; its CPU count is runsc's ceil(quota), at least 2.
-	if d.cg.Version() == 1 {
-		res, err := drivertest.Exec(ctx, d, h, "head -1 /proc/meminfo")
-		if err != nil {
-			t.Fatal(err)
+	// and the Sentry's reserve) and its CPU count ceil(quota), both read
+	// by runsc run from the driver's view (view_linux.go), not the host's
+	// (2 CPUs on the development machine, 3 here).
+	res, err = drivertest.Exec(ctx, d, h, "head -1 /proc/meminfo; grep -c ^processor /proc/cpuinfo; cat /sys/devices/system/cpu/online; nproc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("MemTotal: %d kB 3 0-2 3", (spec.MemoryMB<<20+sentryReserveMemory)>>10)
+	if got := strings.Join(strings.Fields(res.Stdout), " "); got != want {
+		t.Errorf("gVisor's MemTotal, CPUs in /proc/cpuinfo, online CPUs and nproc with cpu: 3 and 256 MiB: %q, want %q (%s)", got, want, res.Stderr)
+	}
+	// runsc found the view's cgroup, never one of the host's: none of
+	// that name was made, and the Sentry runs in the driver's cgroups.
+	hiers, _ := filepath.Glob(filepath.Join(d.cgroupRoot, "*", strings.TrimPrefix(viewCgroup, "/")))
+	if len(hiers) > 0 {
+		t.Errorf("runsc made host cgroups %v", hiers)
+	}
+	// The shell closed the cgroup.procs files it joined through.
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", h.Pid))
+	for _, fd := range fds {
+		if target, _ := os.Readlink(fd); strings.HasSuffix(target, "cgroup.procs") {
+			t.Errorf("the Sentry holds %s: %s", fd, target)
 		}
-		if want := fmt.Sprintf("MemTotal: %d kB", (spec.MemoryMB<<20+sentryReserveMemory)>>10); strings.Join(strings.Fields(res.Stdout), " ") != want {
-			t.Errorf("gVisor's /proc/meminfo starts %q, want %q", res.Stdout, want)
-		}
-		res, err = drivertest.Exec(ctx, d, h, "grep -c ^processor /proc/cpuinfo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := fmt.Sprint(min(runtime.NumCPU(), 2)); strings.TrimSpace(res.Stdout) != want {
-			t.Errorf("gVisor's CPUs with cpu: 1 = %q, want %s (runsc: ceil(quota), at least 2, at most the host's)", res.Stdout, want)
-		}
+	}
+	cgOf, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", h.Pid))
+	if !strings.Contains(string(cgOf), "/"+parent+"/"+spec.ID) || strings.Contains(string(cgOf), viewCgroup) {
+		t.Errorf("the Sentry's cgroups:\n%s\nwant the driver's, %s/%s", cgOf, parent, spec.ID)
 	}
 	if err := d.Destroy(ctx, h); err != nil {
 		t.Fatal(err)
@@ -142,7 +154,7 @@ func TestBundleCarriesSeccompFilter(t *testing.T) {
 	}
 	bundle := t.TempDir()
 	spec := &driver.Spec{ID: "sbx", Hostname: "sbx", MemoryMB: 256, Pids: 128}
-	if err := writeBundle(bundle, "/rootfs", "/guest", "/sock", spec, 1000000, 65536, harden.EncodeFilter(prog), shmSizeMB(spec.MemoryMB), ""); err != nil {
+	if err := writeBundle(bundle, "/rootfs", "/guest", "/sock", spec, 1000000, 65536, harden.EncodeFilter(prog), shmSizeMB(spec.MemoryMB)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))

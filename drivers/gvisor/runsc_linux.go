@@ -30,7 +30,7 @@ func runscPath() string {
 // globalFlags are runsc's flags for every sandbox of this driver, with
 // root its state directory. --ignore-cgroups: the driver makes the
 // sandbox's cgroups and puts runsc's processes into them (only `runsc
-// run` on v1 reads them: runscCgroups).
+// run` and `runsc restore` read a cgroup, the view's: runscCgroups).
 // --overlay2=none: the root's writes go to the host overlay (the btrfs
 // layer with its quota), not to a runsc-private overlay.
 func globalFlags(root string) []string {
@@ -43,16 +43,10 @@ func globalFlags(root string) []string {
 	}
 }
 
-// runscCgroups turns flags (globalFlags') into those of a `runsc run` that
-// reads the sandbox's cgroups, which the driver made and the spec's
-// cgroupsPath names: runsc then passes the Sentry the memory cgroup's
-// limit as its MemTotal (`runsc boot --total-memory`; with
-// --ignore-cgroups it passes the host's) and a CPU count from the CFS
-// quota, never below 2 (its --cpu-num-from-quota). runsc uses the
-// hierarchies the driver made as they are, makes the ones it did not
-// (blkio, devices, name=systemd where mounted: empty, no limits), and
-// removes those at `runsc delete` (docs/sandbox-view.md). v1 only: on v2
-// runsc would make a child cgroup of its own, untested here.
+// runscCgroups turns flags (globalFlags') into those of a `runsc run` or
+// `runsc restore` that reads the cgroup the spec's cgroupsPath names:
+// the view's (view_linux.go), where it finds the sandbox's CPU count and
+// memory limit for the Sentry (`runsc boot --cpu-num`, --total-memory).
 func runscCgroups(flags []string) []string {
 	out := make([]string, 0, len(flags))
 	for _, f := range flags {

@@ -111,9 +111,8 @@ func shmSizeMB(memoryMB int64) int64 {
 // the agent's seccomp filter (harden.EncodeFilter). shm is /dev/shm's
 // size in MiB: shmSizeMB of the sandbox's memory, or, for a restore, the
 // checkpointed sandbox's (runsc refuses a restore whose mounts differ).
-// cgroupsPath, when set, is the sandbox's cgroup for a runsc that reads it
-// (runscCgroups).
-func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, uidBase, uidCount int, filter []byte, shm int64, cgroupsPath string) error {
+// The spec's cgroupsPath is the view's cgroup (view_linux.go).
+func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, uidBase, uidCount int, filter []byte, shm int64) error {
 	boot := proto.BootSpec{
 		SandboxID:     spec.ID,
 		Hostname:      spec.Hostname,
@@ -158,7 +157,7 @@ func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, u
 			// sandbox's root, as in the container tier.
 			UIDMappings: []ociIDMap{{ContainerID: 0, HostID: uint32(uidBase), Size: uint32(uidCount)}},
 			GIDMappings: []ociIDMap{{ContainerID: 0, HostID: uint32(uidBase), Size: uint32(uidCount)}},
-			CgroupsPath: cgroupsPath,
+			CgroupsPath: viewCgroup,
 		},
 	}
 	b, err := json.MarshalIndent(&s, "", "  ")

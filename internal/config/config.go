@@ -82,11 +82,10 @@ type Config struct {
 	// is mounted (at lxcfs_dir.cfs beside one without --enable-cfs). "" turns the views off. Default
 	// "/var/lib/lxcfs", where Debian's lxcfs.service mounts it.
 	LxcfsDir string `toml:"lxcfs_dir"`
-	// GvisorMemoryView (gvisor_memory_view): on cgroup v1 hosts, `runsc
-	// run` reads each gvisor sandbox's cgroups, so that gVisor's CPU
-	// count follows the CPU quota (never below 2), at about 9 ms more per
-	// gvisor create (docs/sandbox-view.md, "gvisor"); its /proc/meminfo
-	// says the sandbox's memory either way. Default false.
+	// GvisorMemoryView (gvisor_memory_view) is obsolete: gvisor
+	// sandboxes always show their CPU count and memory
+	// (docs/sandbox-view.md, "gvisor"). Accepted, with a warning, so
+	// that configuration files that set it still load.
 	GvisorMemoryView bool `toml:"gvisor_memory_view"`
 	// StorageSizeGB (storage_size_gb) is the size of the sparse loop file
 	// backing the btrfs storage pool. Default 64.

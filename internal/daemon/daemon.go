@@ -123,7 +123,10 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	lxcfs := ensureLxcfs(ctx, cfg.LxcfsDir, cfg.RunDir, log) // lxcfs_linux.go
-	ids := openIDRanges(cfg, pool.Root(), log)               // idranges_linux.go
+	if cfg.GvisorMemoryView {
+		log.Warn("gvisor_memory_view is obsolete and ignored: gvisor sandboxes always show their own CPU count and memory; remove it from the configuration")
+	}
+	ids := openIDRanges(cfg, pool.Root(), log) // idranges_linux.go
 	if ids != nil {
 		defer ids.Close() // after the drivers: deferred calls run last first
 		if err := reserveIDRanges(ctx, st, ids, log); err != nil {
@@ -134,18 +137,17 @@ func Serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	unavailable := map[string]error{} // for GET /v1/info
 	for _, name := range driver.Names() {
 		d, err := driver.New(name, driver.Options{
-			GuestBinary:   guestBin,
-			UIDBase:       cfg.UIDBase,
-			UIDCount:      cfg.UIDCount,
-			IDRanges:      ids,
-			CgroupParent:  cfg.CgroupParent,
-			Seccomp:       true,
-			RunRoot:       cfg.RunDir,
-			Prespawn:      cfg.PrespawnInits,
-			LxcfsDir:      lxcfs,
-			GvisorCgroups: cfg.GvisorMemoryView,
-			CacheDir:      filepath.Join(cfg.DataDir, "cache", name),
-			Logger:        log.With("driver", name),
+			GuestBinary:  guestBin,
+			UIDBase:      cfg.UIDBase,
+			UIDCount:     cfg.UIDCount,
+			IDRanges:     ids,
+			CgroupParent: cfg.CgroupParent,
+			Seccomp:      true,
+			RunRoot:      cfg.RunDir,
+			Prespawn:     cfg.PrespawnInits,
+			LxcfsDir:     lxcfs,
+			CacheDir:     filepath.Join(cfg.DataDir, "cache", name),
+			Logger:       log.With("driver", name),
 		})
 		if err != nil {
 			log.Warn("isolation tier unavailable", "driver", name, "err", err)

@@ -1,0 +1,225 @@
+package gvisor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/driver"
+)
+
+// The Sentry's view of its resources: its CPU count and MemTotal.
+//
+// `runsc run` (and `runsc restore`) passes the Sentry its CPU count and
+// MemTotal (`runsc boot --cpu-num`, `--total-memory`): from the cgroup
+// the spec's cgroupsPath names when it reads cgroups, otherwise the
+// host's (`runtime.NumCPU()`, /proc/meminfo). Letting runsc manage the
+// sandbox's real cgroups costs a create about 9 ms (it makes, fills and
+// joins a cgroup in every hierarchy) and gives no fewer than 2 CPUs
+// (its --cpu-num-from-quota floor). So the driver keeps its own cgroups
+// (it starts runsc inside them) and gives runsc a cgroup tree of its
+// own to read instead: `runsc run` starts in a mount namespace of its
+// own, a slave of the daemon's, in which the cgroup root runsc looks at
+// (/sys/fs/cgroup) is a directory of the sandbox's run dir holding one
+// cgroup, viewCgroup, in the cpu, cpuset and memory hierarchies, whose
+// files say the sandbox's CPU quota, ceil(quota) CPUs (at least
+// minSentryCPUs) and memory limit. runsc finds the cgroup there, uses it as it is (it made none
+// of it, so it writes no limit and removes nothing), and "joins" it by
+// writing to plain files: no process moves. Its sandbox and gofer
+// processes make namespaces of their own from that one and pivot away,
+// and `runsc run --detach` then exits, so nothing stays in it. Every
+// other runsc command runs in the daemon's namespace with
+// --ignore-cgroups.
+
+// viewCgroup is the cgroup the spec names (cgroupsPath), found only in
+// the view's tree. runsc does not compare it at a restore.
+const viewCgroup = "/agentbox-view"
+
+// sentryView is what runsc reads from the view's cgroup.
+type sentryView struct {
+	cpus     int   // cpuset.cpus holds this many CPUs: the Sentry's count
+	quotaUS  int64 // cpu.cfs_quota_us, -1 for none
+	periodUS int64 // cpu.cfs_period_us
+	memBytes int64 // memory.limit_in_bytes: runsc takes the lower of it and the host's MemTotal
+}
+
+// unlimitedMemory is what a v1 memory cgroup without a limit says.
+const unlimitedMemory = math.MaxInt64 &^ (4096 - 1)
+
+// minSentryCPUs is the fewest CPUs the view gives a Sentry (runsc's own
+// floor for a count from the quota). The Sentry's CPU count is also its
+// Go runtime's GOMAXPROCS, and at 1 a gvisor create takes about 30 ms
+// longer (167.7 against 135.2 ms p50, docs/PERFORMANCE.md), so a
+// `cpu: 1` sandbox shows 2 CPUs; the quota still holds it to one.
+const minSentryCPUs = 2
+
+// viewOf is spec's view on a host whose sandboxes may run on hostCPUs
+// CPUs: ceil(cpu) of them, at least minSentryCPUs and at most hostCPUs,
+// the quota the driver's cgroup sets, and the memory cgroup's limit.
+func viewOf(spec *driver.Spec, hostCPUs int) sentryView {
+	v := sentryView{cpus: hostCPUs, quotaUS: -1, periodUS: 100000, memBytes: unlimitedMemory}
+	if spec.CPU > 0 {
+		v.cpus = max(1, min(hostCPUs, max(minSentryCPUs, int(math.Ceil(spec.CPU)))))
+		v.quotaUS = max(1000, int64(spec.CPU*100000))
+	}
+	if spec.MemoryMB > 0 {
+		v.memBytes = spec.MemoryMB<<20 + sentryReserveMemory
+	}
+	return v
+}
+
+// writeView writes v's cgroup tree into root, where runsc looks for
+// cgroups in the view's namespace (startInView).
+func writeView(root string, v sentryView) error {
+	files := map[string]map[string]string{
+		"cpu": {
+			"cpu.cfs_quota_us":  strconv.FormatInt(v.quotaUS, 10),
+			"cpu.cfs_period_us": strconv.FormatInt(v.periodUS, 10),
+		},
+		"cpuset": {"cpuset.cpus": fmt.Sprintf("0-%d", v.cpus-1)},
+		"memory": {"memory.limit_in_bytes": strconv.FormatInt(v.memBytes, 10)},
+	}
+	if v.cpus == 1 {
+		files["cpuset"]["cpuset.cpus"] = "0"
+	}
+	for hier, fs := range files {
+		dir := filepath.Join(root, hier, viewCgroup)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("gvisor: the Sentry's cgroup view: %w", err)
+		}
+		// runsc "joins" the cgroup by writing its pid here (and does not
+		// create the file).
+		fs["cgroup.procs"] = ""
+		for name, val := range fs {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(val+"\n"), 0o644); err != nil {
+				return fmt.Errorf("gvisor: the Sentry's cgroup view: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// runscCgroupRoot is where runsc looks for cgroups, read from a
+// mountinfo as runsc reads its own: the first cgroup (v1 or v2) mount,
+// or its parent when it is named for a hierarchy (cpu, "cpu,cpuacct",
+// unified); /sys/fs/cgroup when there is none. The view is bound
+// exactly there, so runsc can find no other.
+func runscCgroupRoot(mountinfo io.Reader) string {
+	named := map[string]bool{"unified": true}
+	for _, h := range []string{"blkio", "cpu", "cpuset", "hugetlb", "memory", "net_cls", "net_prio", "pids", "cpuacct", "devices", "freezer", "perf_event", "rdma", "systemd"} {
+		named[h] = true
+	}
+	s := bufio.NewScanner(mountinfo)
+	s.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for s.Scan() {
+		f := strings.Fields(s.Text())
+		if len(f) < 9 {
+			continue
+		}
+		if fstype := f[len(f)-3]; fstype != "cgroup" && fstype != "cgroup2" {
+			continue
+		}
+		mp := f[4]
+		if base := filepath.Base(mp); named[base] || strings.Contains(base, ",") {
+			return filepath.Dir(mp)
+		}
+		return mp
+	}
+	return "/sys/fs/cgroup"
+}
+
+var errMainThread = errors.New("gvisor: on the main thread, which must keep the daemon's mount namespace")
+
+// startInView starts cmd in a new mount namespace, a slave of the
+// caller's, in which a tmpfs at cgroupRoot holds v's cgroup tree. The
+// namespace is made on a thread of its own, which the cmd is forked
+// from and which is never handed back to the runtime (its mount
+// namespace is not the daemon's): it ends when this returns, and the
+// namespace, with its tmpfs, when cmd's processes have left it.
+func startInView(cmd *exec.Cmd, v sentryView, cgroupRoot string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked
+		errc <- func() error {
+			if unix.Gettid() == unix.Getpid() {
+				// The main thread cannot end, and /proc/self is its view:
+				// it must keep the daemon's namespace (agentboxd locks
+				// it to its main goroutine, so this is a test's binary).
+				return errMainThread
+			}
+			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+				return fmt.Errorf("gvisor: a mount namespace for runsc: %w", err)
+			}
+			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+				return fmt.Errorf("gvisor: a mount namespace for runsc: %w", err)
+			}
+			if err := unix.Mount("tmpfs", cgroupRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+				return fmt.Errorf("gvisor: the Sentry's cgroup view at %s: %w", cgroupRoot, err)
+			}
+			if err := writeView(cgroupRoot, v); err != nil {
+				return err
+			}
+			return cmd.Start()
+		}()
+	}()
+	return <-errc
+}
+
+// openProcs opens the cgroup.procs file of each of a cgroup's
+// directories (cgroups.Cgroup.Paths; one directory may hold several
+// hierarchies), for a process that joins them from the view's
+// namespace (joinScript).
+func openProcs(paths map[string]string) ([]*os.File, error) {
+	seen := map[string]bool{}
+	var files []*os.File
+	for _, dir := range paths {
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			closeAll(files)
+			return nil, fmt.Errorf("gvisor: the sandbox's cgroup: %w", err)
+		}
+		files = append(files, f)
+	}
+	if len(files) > 7 {
+		// The shell's redirections name fds 3 to 9.
+		closeAll(files)
+		return nil, fmt.Errorf("gvisor: the sandbox's cgroup has %d directories, more than 7", len(files))
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// joinScript is the `sh -c` script that moves the shell into the
+// cgroups whose cgroup.procs files it holds as fds 3 to 2+n
+// (exec.Cmd.ExtraFiles: openProcs), closes them, and execs its
+// arguments: runsc gets none of them.
+func joinScript(n int) string {
+	var join, closeFDs strings.Builder
+	for fd := 3; fd < 3+n; fd++ {
+		fmt.Fprintf(&join, "echo $$ >&%d || exit 111; ", fd)
+		fmt.Fprintf(&closeFDs, " %d>&-", fd)
+	}
+	if n == 0 {
+		return `exec "$@"`
+	}
+	return join.String() + "exec" + closeFDs.String() + `; exec "$@"`
+}
