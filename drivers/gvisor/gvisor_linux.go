@@ -74,6 +74,8 @@ type Driver struct {
 	// `runsc run` gets its view (view_linux.go).
 	hostCPUs   int
 	cgroupRoot string
+	// viewsDir holds the views' trees (viewDir).
+	viewsDir string
 
 	exits lifecycle.Exits // of the sandboxes' runsc sandbox processes
 	// ranges are the sandboxes' uid ranges, for those with one of their
@@ -120,8 +122,17 @@ func New(o driver.Options) (*Driver, error) {
 		return nil, fmt.Errorf("gvisor driver: %w", err)
 	}
 	defer mi.Close()
+	// The views are remade as sandboxes need them: none is in use before
+	// the daemon starts sandboxes.
+	views := filepath.Join(os.TempDir(), "agentbox-gvisor-views")
+	if o.RunRoot != "" {
+		views = filepath.Join(o.RunRoot, "gvisor-views")
+	}
+	if err := os.RemoveAll(views); err != nil {
+		return nil, fmt.Errorf("gvisor driver: %w", err)
+	}
 	return &Driver{opts: o, log: o.Logger, cg: mgr, seccompFilter: harden.EncodeFilter(prog),
-		hostCPUs: runtime.NumCPU(), cgroupRoot: runscCgroupRoot(mi)}, nil
+		hostCPUs: runtime.NumCPU(), cgroupRoot: runscCgroupRoot(mi), viewsDir: views}, nil
 }
 
 // Name implements driver.Driver.
@@ -284,7 +295,11 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	// The Sentry's CPU count and MemTotal: the sandbox's (view_linux.go).
 	// A restore takes them anew too: the Sentry sets them from its boot's
 	// flags, not from the checkpoint.
-	if err := startInView(run, viewOf(spec, d.hostCPUs), d.cgroupRoot); err != nil {
+	view, err := viewDir(d.viewsDir, viewOf(spec, d.hostCPUs))
+	if err != nil {
+		return nil, err
+	}
+	if err := startInView(run, view, d.cgroupRoot); err != nil {
 		return nil, fmt.Errorf("gvisor: runsc %s: %v%s", verb, err, runscLog(spec.RunDir))
 	}
 	if err := run.Wait(); err != nil {

@@ -25,21 +25,20 @@ import (
 // the spec's cgroupsPath names when it reads cgroups, otherwise the
 // host's (`runtime.NumCPU()`, /proc/meminfo). Letting runsc manage the
 // sandbox's real cgroups costs a create about 9 ms (it makes, fills and
-// joins a cgroup in every hierarchy) and gives no fewer than 2 CPUs
-// (its --cpu-num-from-quota floor). So the driver keeps its own cgroups
-// (it starts runsc inside them) and gives runsc a cgroup tree of its
-// own to read instead: `runsc run` starts in a mount namespace of its
-// own, a slave of the daemon's, in which the cgroup root runsc looks at
-// (/sys/fs/cgroup) is a directory of the sandbox's run dir holding one
-// cgroup, viewCgroup, in the cpu, cpuset and memory hierarchies, whose
-// files say the sandbox's CPU quota, ceil(quota) CPUs (at least
-// minSentryCPUs) and memory limit. runsc finds the cgroup there, uses it as it is (it made none
-// of it, so it writes no limit and removes nothing), and "joins" it by
-// writing to plain files: no process moves. Its sandbox and gofer
-// processes make namespaces of their own from that one and pivot away,
-// and `runsc run --detach` then exits, so nothing stays in it. Every
-// other runsc command runs in the daemon's namespace with
-// --ignore-cgroups.
+// joins a cgroup in every hierarchy). So the driver keeps its own
+// cgroups (it starts runsc inside them) and gives runsc a cgroup tree of
+// its own to read instead: `runsc run` starts in a mount namespace of
+// its own, a slave of the daemon's, in which the cgroup root runsc looks
+// at (/sys/fs/cgroup) is a bind of a tree of the driver's (viewDir)
+// holding one cgroup, viewCgroup, in every hierarchy runsc knows, whose
+// cpu, cpuset and memory files say the sandbox's CPU quota, its CPU
+// count (viewOf) and memory limit. runsc finds the cgroup there and
+// uses it as it is (it made none of it, so it writes no limit and
+// removes nothing), and "joins" it by writing to plain files: no
+// process moves. Its sandbox and gofer processes make namespaces of
+// their own from that one and pivot away, and `runsc run --detach` then
+// exits, so nothing stays in it. Every other runsc command runs in the
+// daemon's namespace with --ignore-cgroups.
 
 // viewCgroup is the cgroup the spec names (cgroupsPath), found only in
 // the view's tree. runsc does not compare it at a restore.
@@ -78,6 +77,13 @@ func viewOf(spec *driver.Spec, hostCPUs int) sentryView {
 	return v
 }
 
+// runscControllers are the v1 hierarchies runsc knows (runsc/cgroup's
+// controllers in the pinned runsc). The view has its cgroup in each, so
+// runsc finds every one made already (it skips, and logs, any it would
+// have to make).
+var runscControllers = []string{"blkio", "cpu", "cpuset", "hugetlb", "memory", "net_cls", "net_prio", "pids",
+	"cpuacct", "devices", "freezer", "perf_event", "rdma", "systemd"}
+
 // writeView writes v's cgroup tree into root, where runsc looks for
 // cgroups in the view's namespace (startInView).
 func writeView(root string, v sentryView) error {
@@ -91,6 +97,11 @@ func writeView(root string, v sentryView) error {
 	}
 	if v.cpus == 1 {
 		files["cpuset"]["cpuset.cpus"] = "0"
+	}
+	for _, c := range runscControllers {
+		if files[c] == nil {
+			files[c] = map[string]string{}
+		}
 	}
 	for hier, fs := range files {
 		dir := filepath.Join(root, hier, viewCgroup)
@@ -116,7 +127,7 @@ func writeView(root string, v sentryView) error {
 // exactly there, so runsc can find no other.
 func runscCgroupRoot(mountinfo io.Reader) string {
 	named := map[string]bool{"unified": true}
-	for _, h := range []string{"blkio", "cpu", "cpuset", "hugetlb", "memory", "net_cls", "net_prio", "pids", "cpuacct", "devices", "freezer", "perf_event", "rdma", "systemd"} {
+	for _, h := range runscControllers {
 		named[h] = true
 	}
 	s := bufio.NewScanner(mountinfo)
@@ -141,12 +152,12 @@ func runscCgroupRoot(mountinfo io.Reader) string {
 var errMainThread = errors.New("gvisor: on the main thread, which must keep the daemon's mount namespace")
 
 // startInView starts cmd in a new mount namespace, a slave of the
-// caller's, in which a tmpfs at cgroupRoot holds v's cgroup tree. The
+// caller's, with view (a tree viewDir made) bound over cgroupRoot. The
 // namespace is made on a thread of its own, which the cmd is forked
 // from and which is never handed back to the runtime (its mount
 // namespace is not the daemon's): it ends when this returns, and the
-// namespace, with its tmpfs, when cmd's processes have left it.
-func startInView(cmd *exec.Cmd, v sentryView, cgroupRoot string) error {
+// namespace when cmd's processes have left it.
+func startInView(cmd *exec.Cmd, view, cgroupRoot string) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked
@@ -163,16 +174,48 @@ func startInView(cmd *exec.Cmd, v sentryView, cgroupRoot string) error {
 			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 				return fmt.Errorf("gvisor: a mount namespace for runsc: %w", err)
 			}
-			if err := unix.Mount("tmpfs", cgroupRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
-				return fmt.Errorf("gvisor: the Sentry's cgroup view at %s: %w", cgroupRoot, err)
-			}
-			if err := writeView(cgroupRoot, v); err != nil {
-				return err
+			if err := unix.Mount(view, cgroupRoot, "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("gvisor: binding the Sentry's cgroup view over %s: %w", cgroupRoot, err)
 			}
 			return cmd.Start()
 		}()
 	}()
 	return <-errc
+}
+
+// viewDir returns the directory holding v's tree under dir (the
+// driver's views: one per distinct view, shared by the sandboxes that
+// have it, made at its first use). runsc only reads the trees, and
+// writes its pid to their cgroup.procs files, which are plain files.
+func viewDir(dir string, v sentryView) (string, error) {
+	path := filepath.Join(dir, fmt.Sprintf("%d-%d-%d-%d", v.cpus, v.quotaUS, v.periodUS, v.memBytes))
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("gvisor: the Sentry's cgroup views: %w", err)
+	}
+	tmp, err := os.MkdirTemp(dir, ".new-")
+	if err != nil {
+		return "", fmt.Errorf("gvisor: the Sentry's cgroup views: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("gvisor: the Sentry's cgroup views: %w", err)
+	}
+	if err := writeView(tmp, v); err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		// Another create made it first (rename(2) does not replace a
+		// directory that holds anything).
+		os.RemoveAll(tmp)
+		if _, serr := os.Stat(path); serr != nil {
+			return "", fmt.Errorf("gvisor: the Sentry's cgroup views: %w", err)
+		}
+	}
+	return path, nil
 }
 
 // openProcs opens the cgroup.procs file of each of a cgroup's
