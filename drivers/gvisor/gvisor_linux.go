@@ -305,6 +305,9 @@ func (d *Driver) create(ctx context.Context, spec *driver.Spec, image string) (_
 	if err := run.Wait(); err != nil {
 		return nil, fmt.Errorf("gvisor: runsc %s: %v%s", verb, err, runscLog(spec.RunDir))
 	}
+	if err := d.viewHeld(); err != nil {
+		return nil, err
+	}
 	pid, err := readPidFile(pidFile)
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: runsc %s: %w", verb, err)

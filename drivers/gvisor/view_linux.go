@@ -149,6 +149,27 @@ func runscCgroupRoot(mountinfo io.Reader) string {
 	return "/sys/fs/cgroup"
 }
 
+// viewHeld checks, after a `runsc run`, that runsc found the view's
+// cgroup where the view put it and not among the host's cgroups: it
+// would have moved the sandbox's processes into a cgroup of that name
+// there, outside the sandbox's limits. That can only happen when the
+// host's cgroups are mounted elsewhere than when the daemon started
+// (cgroupRoot); the create then fails (its undo deletes the sandbox).
+// Two stats.
+func (d *Driver) viewHeld() error {
+	for _, h := range []string{"cpu", "memory"} {
+		if dir := filepath.Join(d.cgroupRoot, h, viewCgroup); dirExists(dir) {
+			return fmt.Errorf("gvisor: runsc found its cgroup among the host's (%s), outside the sandbox's limits: cgroups are no longer mounted where they were when the daemon started (%s); remove %s in each hierarchy and restart the daemon", dir, d.cgroupRoot, viewCgroup)
+		}
+	}
+	return nil
+}
+
+func dirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
 var errMainThread = errors.New("gvisor: on the main thread, which must keep the daemon's mount namespace")
 
 // startInView starts cmd in a new mount namespace, a slave of the

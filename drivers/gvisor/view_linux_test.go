@@ -150,3 +150,19 @@ func BenchmarkStartPlain(b *testing.B) {
 		_ = cmd.Wait()
 	}
 }
+
+// A view's cgroup among the host's (runsc looked elsewhere than the
+// view) fails the create, naming the fix.
+func TestViewHeld(t *testing.T) {
+	root := t.TempDir()
+	d := &Driver{cgroupRoot: root}
+	if err := d.viewHeld(); err != nil {
+		t.Fatalf("no such cgroup: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "memory", viewCgroup), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.viewHeld(); err == nil || !strings.Contains(err.Error(), "restart the daemon") {
+		t.Fatalf("with %s/memory%s: %v; want an error that says what to do", root, viewCgroup, err)
+	}
+}
