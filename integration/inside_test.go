@@ -364,29 +364,34 @@ func TestGvisorMemoryView(t *testing.T) {
 	}
 }
 
-// TestGvisorCPUView: on the gvisor tier, gVisor's CPU count (nproc with
-// and without OMP_NUM_THREADS, os.cpu_count(), os.sched_getaffinity,
-// /proc/cpuinfo's processors) is ceil(cpu) of the sandbox's CFS quota
+// TestGvisorCPUView: on the gvisor tier, gVisor's CPU count
+// (os.cpu_count(), os.sched_getaffinity, /proc/cpuinfo's processors,
+// nproc without OMP_NUM_THREADS) is ceil(cpu) of the sandbox's CFS quota
 // read on the host, at least 2 and at most the host's count
-// (drivers/gvisor/view_linux.go). On a 2-CPU host every count is 2;
-// TestDriverRoundTrip (drivers/gvisor) shows a count above the host's,
-// which can only come from the quota.
+// (drivers/gvisor/view_linux.go), and every exec's OMP_NUM_THREADS, and
+// so nproc, says ceil(cpu) when that is fewer. On a 2-CPU host gVisor's
+// count is always 2; TestDriverRoundTrip (drivers/gvisor) shows a count
+// above the host's, which can only come from the quota.
 func TestGvisorCPUView(t *testing.T) {
 	needGvisor(t)
 	needBase(t)
 	host := runtime.NumCPU()
 	for _, c := range []struct {
-		cpu  float64
-		want int
-	}{{1, min(host, 2)}, {0.5, min(host, 2)}, {float64(host), host}} {
+		cpu        float64
+		count, omp int
+	}{{1, min(host, 2), 1}, {0.5, min(host, 2), 1}, {float64(host), host, host}} {
 		id := newSandbox(t, api.CreateSandboxRequest{Template: "base", Isolation: "gvisor", CPU: c.cpu})
 		quota := readHostInt(t, cgroupPath("cpu", id)+"/cpu.cfs_quota_us")
 		if want := int64(c.cpu * 100000); quota != want {
 			t.Fatalf("cpu: %v: the sandbox's CFS quota is %d, want %d", c.cpu, quota, want)
 		}
-		got := mustSh(t, id, `nproc; env -u OMP_NUM_THREADS nproc; python3 -c 'import os; print(os.cpu_count(), len(os.sched_getaffinity(0)))'; grep -c ^processor /proc/cpuinfo`)
-		if want := fmt.Sprintf("%d\n%d\n%d %d\n%d", c.want, c.want, c.want, c.want, c.want); got != want {
-			t.Errorf("cpu: %v (quota %d us of 100000): nproc, nproc without OMP_NUM_THREADS, os.cpu_count() and os.sched_getaffinity, cpuinfo's processors =\n%s\nwant\n%s", c.cpu, quota, got, want)
+		got := mustSh(t, id, `nproc; env -u OMP_NUM_THREADS nproc; python3 -c 'import os; print(os.cpu_count(), len(os.sched_getaffinity(0)))'; grep -c ^processor /proc/cpuinfo; echo "omp=$OMP_NUM_THREADS"`)
+		ompEnv := ""
+		if c.omp < c.count {
+			ompEnv = fmt.Sprint(c.omp)
+		}
+		if want := fmt.Sprintf("%d\n%d\n%d %d\n%d\nomp=%s", c.omp, c.count, c.count, c.count, c.count, ompEnv); got != want {
+			t.Errorf("cpu: %v (quota %d us of 100000): nproc, nproc without OMP_NUM_THREADS, os.cpu_count() and os.sched_getaffinity, cpuinfo's processors, OMP_NUM_THREADS =\n%s\nwant\n%s", c.cpu, quota, got, want)
 		}
 	}
 }

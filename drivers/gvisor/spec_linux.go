@@ -3,6 +3,7 @@ package gvisor
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -121,6 +122,7 @@ func writeBundle(bundle, rootfs, guestBin, hostSock string, spec *driver.Spec, u
 		Workdir:       spec.Workdir,
 		Seccomp:       true,
 		SeccompFilter: filter,
+		CPULimit:      int(math.Ceil(spec.CPU)),
 	}
 	bootJSON, err := json.Marshal(&boot)
 	if err != nil {

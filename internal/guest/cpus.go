@@ -23,6 +23,21 @@ type cpuLimit struct {
 	// v2: its cpu.max, period -1.
 	quota, period int
 	cpus          int // CPUs the agent may run on
+	fixed         int // a count that does not change (fixedCPULimit), not read
+}
+
+// fixedCPULimit is a limit of n CPUs that is not read from a cgroup
+// (proto.BootSpec.CPULimit); cpus as for openCPULimit. nil when the
+// kernel's mask cannot be read.
+func fixedCPULimit(n, cpus int) *cpuLimit {
+	if cpus <= 0 {
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &set); err != nil {
+			return nil
+		}
+		cpus = set.Count()
+	}
+	return &cpuLimit{quota: -1, period: -1, cpus: cpus, fixed: n}
 }
 
 // openCPULimit opens the quota files of the cgroup dir marked CPU, or
@@ -85,6 +100,12 @@ func (l *cpuLimit) env() string {
 func (l *cpuLimit) count() int {
 	if l == nil {
 		return 0
+	}
+	if l.fixed > 0 {
+		if l.fixed >= l.cpus {
+			return 0
+		}
+		return l.fixed
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

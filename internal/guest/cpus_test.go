@@ -76,3 +76,16 @@ func TestCPULimitEnv(t *testing.T) {
 		t.Errorf("defaultEnv without a CPU limit = %q", got)
 	}
 }
+
+// A fixed limit (the gvisor tier's, from the boot spec) says itself when
+// it is below the CPUs the agent may run on, and nothing otherwise.
+func TestFixedCPULimit(t *testing.T) {
+	for _, c := range []struct {
+		n, cpus int
+		want    string
+	}{{1, 2, "OMP_NUM_THREADS=1"}, {3, 8, "OMP_NUM_THREADS=3"}, {2, 2, ""}, {4, 2, ""}} {
+		if got := fixedCPULimit(c.n, c.cpus).env(); got != c.want {
+			t.Errorf("%d of %d CPUs: %q, want %q", c.n, c.cpus, got, c.want)
+		}
+	}
+}

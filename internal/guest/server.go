@@ -61,6 +61,9 @@ type Config struct {
 	// counted before a filter that answers sched_getaffinity was
 	// installed (internal/guest/sysview); 0: the server asks the kernel.
 	CPUs int
+	// CPULimit is a fixed CPU count the execs' environment says when no
+	// cgroup gives one (proto.BootSpec.CPULimit); 0: none.
+	CPULimit int
 }
 
 // maxExecBody caps the body of a buffered exec request (its stdin is in
@@ -124,6 +127,9 @@ func NewServer(cfg Config) *Server {
 		s.cgroups = newCgroupSet(cfg.Cgroups, s.log)
 		s.oom = findOOMCounter(cfg.Cgroups)
 		s.cpu = openCPULimit(cfg.Cgroups, cfg.CPUs)
+	}
+	if s.cpu == nil && cfg.CPULimit > 0 {
+		s.cpu = fixedCPULimit(cfg.CPULimit, cfg.CPUs)
 	}
 	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		s.log.Warn("marking inherited fds close-on-exec", "err", err)

@@ -76,8 +76,11 @@ func Serve() error {
 		User:    spec.User,
 		Workdir: spec.Workdir,
 		Cgroups: cgs,
-		Logger:  log.With("sandbox", spec.SandboxID),
-		Version: version.Version,
+		// gVisor's cgroupfs has no limit to read; its CPU count is at
+		// least 2 (drivers/gvisor/view_linux.go).
+		CPULimit: spec.CPULimit,
+		Logger:   log.With("sandbox", spec.SandboxID),
+		Version:  version.Version,
 	})
 	// The channel closes for a checkpoint and opens again after it
 	// (checkpoint.go).

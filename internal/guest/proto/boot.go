@@ -132,6 +132,12 @@ type BootSpec struct {
 	// its statfs view of the root answers from (internal/guest/sysview).
 	// Empty: statfs of the root is the kernel's (the pool's figures).
 	DiskQuota string `json:"disk_quota,omitempty"`
+	// CPULimit is ceil of the sandbox's CPU limit, for an agent that cannot
+	// read it from a cgroup of its own and whose limit does not change
+	// (the gvisor tier): every exec's environment then says it as
+	// OMP_NUM_THREADS when its kernel shows more CPUs (gVisor shows at
+	// least 2). 0: none, or read from the cgroup.
+	CPULimit int `json:"cpu_limit,omitempty"`
 }
 
 // BootCgroup is one hierarchy's pair of cgroup directories passed with the
