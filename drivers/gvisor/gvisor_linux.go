@@ -123,13 +123,17 @@ func New(o driver.Options) (*Driver, error) {
 	}
 	defer mi.Close()
 	// The views are remade as sandboxes need them: none is in use before
-	// the daemon starts sandboxes.
-	views := filepath.Join(os.TempDir(), "agentbox-gvisor-views")
+	// the daemon starts sandboxes. A driver without a run root (driver
+	// tests) has a directory of its own.
+	var views string
 	if o.RunRoot != "" {
 		views = filepath.Join(o.RunRoot, "gvisor-views")
+		err = os.RemoveAll(views)
+	} else {
+		views, err = os.MkdirTemp("", "agentbox-gvisor-views-")
 	}
-	if err := os.RemoveAll(views); err != nil {
-		return nil, fmt.Errorf("gvisor driver: %w", err)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor driver: the Sentry's cgroup views: %w", err)
 	}
 	return &Driver{opts: o, log: o.Logger, cg: mgr, seccompFilter: harden.EncodeFilter(prog),
 		hostCPUs: runtime.NumCPU(), cgroupRoot: runscCgroupRoot(mi), viewsDir: views}, nil
