@@ -35,6 +35,7 @@ func TestCheckpointRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(d.viewsDir) })
 	layers := []string{drivertest.BusyboxRootfs(t, uidBase)}
 	tmp, err := os.MkdirTemp("/var/tmp", "gvisor-ckpt-")
 	if err != nil {

@@ -35,6 +35,7 @@ func TestConformance(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					t.Cleanup(func() { os.RemoveAll(d.viewsDir) })
 					return d
 				},
 				Abilities:    []driver.Ability{driver.AbilityPause, driver.AbilityCheckpoint, driver.AbilityNetNSAtCreate},

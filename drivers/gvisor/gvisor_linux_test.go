@@ -45,6 +45,7 @@ func TestDriverRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(d.viewsDir) })
 	tmp, _ := os.MkdirTemp("/var/tmp", "gvisor-test-")
 	defer os.RemoveAll(tmp)
 	spec := &driver.Spec{ID: "gvtest" + suffix, Hostname: "gvtest", Layers: []string{lower},
