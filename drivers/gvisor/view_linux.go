@@ -57,9 +57,11 @@ const unlimitedMemory = math.MaxInt64 &^ (4096 - 1)
 
 // minSentryCPUs is the fewest CPUs the view gives a Sentry (runsc's own
 // floor for a count from the quota). The Sentry's CPU count is also its
-// Go runtime's GOMAXPROCS, and at 1 a gvisor create takes about 30 ms
-// longer (167.7 against 135.2 ms p50, docs/PERFORMANCE.md), so a
-// `cpu: 1` sandbox shows 2 CPUs; the quota still holds it to one.
+// Go runtime's GOMAXPROCS: at 1 a gvisor create takes about 30 ms
+// longer (167.7 against 135.2 ms p50, docs/PERFORMANCE.md), and the
+// systrap platform never turns on its fast path for system calls
+// (pkg/sentry/platform/systrap of the pinned runsc). So a `cpu: 1`
+// sandbox shows 2 CPUs; the quota still holds it to one.
 const minSentryCPUs = 2
 
 // viewOf is spec's view on a host whose sandboxes may run on hostCPUs
