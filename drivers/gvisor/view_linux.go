@@ -2,7 +2,6 @@ package gvisor
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -172,38 +171,48 @@ func dirExists(path string) bool {
 	return err == nil && fi.IsDir()
 }
 
-var errMainThread = errors.New("gvisor: on the main thread, which must keep the daemon's mount namespace")
+// onMainThread says whether the calling thread is the process's main
+// thread (a variable for tests).
+var onMainThread = func() bool { return unix.Gettid() == unix.Getpid() }
+
+// onThrowawayThread runs fn on a thread of its own that is never handed
+// back to the runtime: it ends with fn's goroutine, so fn may change
+// what only that thread sees (its mount namespace). Never on the main
+// thread, which cannot end and whose /proc/self is the process's view:
+// a goroutine that finds itself there holds it while another thread
+// runs fn (no other goroutine runs on a thread locked to one).
+func onThrowawayThread(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if onMainThread() {
+			errc <- onThrowawayThread(fn)
+			runtime.UnlockOSThread()
+			return
+		}
+		errc <- fn() // never unlocked
+	}()
+	return <-errc
+}
 
 // startInView starts cmd in a new mount namespace, a slave of the
 // caller's, with view (a tree viewDir made) bound over cgroupRoot. The
-// namespace is made on a thread of its own, which the cmd is forked
-// from and which is never handed back to the runtime (its mount
-// namespace is not the daemon's): it ends when this returns, and the
-// namespace when cmd's processes have left it.
+// namespace is made on a thread of its own (onThrowawayThread), which
+// cmd is forked from; the namespace ends when cmd's processes have left
+// it.
 func startInView(cmd *exec.Cmd, view, cgroupRoot string) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked
-		errc <- func() error {
-			if unix.Gettid() == unix.Getpid() {
-				// The main thread cannot end, and /proc/self is its view:
-				// it must keep the daemon's namespace (agentboxd locks
-				// it to its main goroutine, so this is a test's binary).
-				return errMainThread
-			}
-			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-				return fmt.Errorf("gvisor: a mount namespace for runsc: %w", err)
-			}
-			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-				return fmt.Errorf("gvisor: a mount namespace for runsc: %w", err)
-			}
-			if err := unix.Mount(view, cgroupRoot, "", unix.MS_BIND, ""); err != nil {
-				return fmt.Errorf("gvisor: binding the Sentry's cgroup view over %s: %w", cgroupRoot, err)
-			}
-			return cmd.Start()
-		}()
-	}()
-	return <-errc
+	return onThrowawayThread(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("gvisor: a mount namespace for runsc: %w", err)
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+			return fmt.Errorf("gvisor: a mount namespace for runsc: %w", err)
+		}
+		if err := unix.Mount(view, cgroupRoot, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("gvisor: binding the Sentry's cgroup view over %s: %w", cgroupRoot, err)
+		}
+		return cmd.Start()
+	})
 }
 
 // viewDir returns the directory holding v's tree under dir (the

@@ -4,16 +4,50 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/driver"
 )
 
-// As agentboxd does: no test's goroutine runs on the main thread, which
-// startInView refuses.
-func init() { runtime.LockOSThread() }
+// fn runs on a thread that is not the main thread, and not the one a
+// goroutine that found itself on the main thread holds: an in-process
+// daemon (the integration tests') does not keep its main thread to
+// itself as agentboxd does.
+func TestOnThrowawayThread(t *testing.T) {
+	real := onMainThread
+	t.Cleanup(func() { onMainThread = real })
+	var held int
+	onMainThread = func() bool {
+		if held == 0 {
+			held = unix.Gettid() // as if this were the main thread
+			return true
+		}
+		return real()
+	}
+	var ran int
+	err := onThrowawayThread(func() error {
+		ran = unix.Gettid()
+		return unix.EPERM
+	})
+	if err != unix.EPERM {
+		t.Errorf("onThrowawayThread returned %v, want fn's EPERM", err)
+	}
+	if ran == 0 || ran == held || ran == unix.Getpid() {
+		t.Errorf("fn ran on thread %d; the held one is %d, the main one %d", ran, held, unix.Getpid())
+	}
+	onMainThread = real
+	for range 50 {
+		_ = onThrowawayThread(func() error {
+			if unix.Gettid() == unix.Getpid() {
+				t.Error("fn ran on the main thread")
+			}
+			return nil
+		})
+	}
+}
 
 func TestViewOf(t *testing.T) {
 	for _, c := range []struct {
