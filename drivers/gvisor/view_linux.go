@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/driver"
+	"github.com/agentbox/agentbox/internal/cgroups"
 )
 
 // The Sentry's view of its resources: its CPU count and MemTotal.
@@ -67,10 +68,10 @@ const minSentryCPUs = 2
 // CPUs: ceil(cpu) of them, at least minSentryCPUs and at most hostCPUs,
 // the quota the driver's cgroup sets, and the memory cgroup's limit.
 func viewOf(spec *driver.Spec, hostCPUs int) sentryView {
-	v := sentryView{cpus: hostCPUs, quotaUS: -1, periodUS: 100000, memBytes: unlimitedMemory}
+	v := sentryView{cpus: hostCPUs, quotaUS: -1, periodUS: cgroups.CFSPeriodUS, memBytes: unlimitedMemory}
 	if spec.CPU > 0 {
 		v.cpus = max(1, min(hostCPUs, max(minSentryCPUs, int(math.Ceil(spec.CPU)))))
-		v.quotaUS = max(1000, int64(spec.CPU*100000))
+		v.quotaUS = cgroups.CFSQuotaUS(spec.CPU) // what the driver's cgroup says
 	}
 	if spec.MemoryMB > 0 {
 		v.memBytes = spec.MemoryMB<<20 + sentryReserveMemory

@@ -26,6 +26,13 @@ import (
 	"github.com/agentbox/agentbox/errdefs"
 )
 
+// CFSPeriodUS is the CFS period of every limited cgroup, in µs.
+const CFSPeriodUS = 100000
+
+// CFSQuotaUS is the CFS quota, in µs per CFSPeriodUS, that limits a
+// cgroup to cpu cores (cpu > 0), at least the kernel's minimum of 1 ms.
+func CFSQuotaUS(cpu float64) int64 { return max(1000, int64(cpu*CFSPeriodUS)) }
+
 // Resources are the limits of one cgroup. Zero means unlimited. Swap is
 // always off for a limited cgroup: v1 memory.memsw.limit_in_bytes equals
 // memory.limit_in_bytes, v2 memory.swap.max is 0.

@@ -228,11 +228,10 @@ func (c *v1Cgroup) apply(r Resources, fresh bool) error {
 	if r.KeepCPU {
 		// as it is
 	} else if r.CPU > 0 {
-		if err := writeFile(cpu+"/cpu.cfs_period_us", "100000"); err != nil {
+		if err := writeFile(cpu+"/cpu.cfs_period_us", strconv.Itoa(CFSPeriodUS)); err != nil {
 			return classify(err, "setting cpu period")
 		}
-		quota := max(1000, int64(r.CPU*100000)) // the kernel's minimum is 1 ms
-		if err := writeFile(cpu+"/cpu.cfs_quota_us", strconv.FormatInt(quota, 10)); err != nil {
+		if err := writeFile(cpu+"/cpu.cfs_quota_us", strconv.FormatInt(CFSQuotaUS(r.CPU), 10)); err != nil {
 			return classify(err, "setting cpu limit")
 		}
 	} else if !fresh {

@@ -107,9 +107,9 @@ func (c *v2Cgroup) apply(r Resources, fresh bool) error {
 		return fmt.Errorf("%w: resource limits must not be negative: %+v", errdefs.ErrInvalidArgument, r)
 	}
 	if !r.KeepCPU && (r.CPU > 0 || !fresh) {
-		v := "max 100000"
+		v := fmt.Sprintf("max %d", CFSPeriodUS)
 		if r.CPU > 0 {
-			v = strconv.FormatInt(max(1000, int64(r.CPU*100000)), 10) + " 100000"
+			v = fmt.Sprintf("%d %d", CFSQuotaUS(r.CPU), CFSPeriodUS)
 		}
 		if err := writeFile(c.dir+"/cpu.max", v); err != nil {
 			return classify(err, "setting cpu limit")

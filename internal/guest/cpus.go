@@ -26,16 +26,25 @@ type cpuLimit struct {
 	fixed         int // a count that does not change (fixedCPULimit), not read
 }
 
+// ownCPUs is cpus when it is set, else how many CPUs the kernel lets the
+// agent run on (0 when it cannot say).
+func ownCPUs(cpus int) int {
+	if cpus > 0 {
+		return cpus
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 0
+	}
+	return set.Count()
+}
+
 // fixedCPULimit is a limit of n CPUs that is not read from a cgroup
 // (proto.BootSpec.CPULimit); cpus as for openCPULimit. nil when the
 // kernel's mask cannot be read.
 func fixedCPULimit(n, cpus int) *cpuLimit {
-	if cpus <= 0 {
-		var set unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &set); err != nil {
-			return nil
-		}
-		cpus = set.Count()
+	if cpus = ownCPUs(cpus); cpus <= 0 {
+		return nil
 	}
 	return &cpuLimit{quota: -1, period: -1, cpus: cpus, fixed: n}
 }
@@ -44,12 +53,8 @@ func fixedCPULimit(n, cpus int) *cpuLimit {
 // returns nil where there is none. cpus is how many CPUs the agent may
 // run on, 0 to ask the kernel.
 func openCPULimit(dirs []CgroupDir, cpus int) *cpuLimit {
-	if cpus <= 0 {
-		var set unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &set); err != nil {
-			return nil
-		}
-		cpus = set.Count()
+	if cpus = ownCPUs(cpus); cpus <= 0 {
+		return nil
 	}
 	for _, d := range dirs {
 		if !d.CPU {
