@@ -615,7 +615,19 @@ func TestLifecycleForkWithMemory(t *testing.T) {
 	if sb.Isolation != "fakemem" || h.drv.restoredFrom(sb.ID) != s.ckpt.snapshotDir(snap.ID) {
 		t.Errorf("created from a snapshot with memory: %s, restored from %q", sb.Isolation, h.drv.restoredFrom(sb.ID))
 	}
-	for _, id := range append([]string{parent.ID, sb.ID}, kids[0].ID, kids[1].ID) {
+	// A snapshot without memory also stays on its tier (a sandbox
+	// snapshotted on gvisor is not moved to the default tier), unless the
+	// request names another.
+	if _, err := s.Snapshot(ctx, acme, parent.ID, "files"); err != nil {
+		t.Fatal(err)
+	}
+	onOwn := create(t, s, &api.CreateSandboxRequest{Snapshot: "files"})
+	onDefault := create(t, s, &api.CreateSandboxRequest{Snapshot: "files", Isolation: "fake"})
+	if onOwn.Isolation != "fakemem" || onDefault.Isolation != "fake" || h.drv.restoredFrom(onOwn.ID) != "" {
+		t.Errorf("created from a snapshot without memory: on %s (restored from %q), and with isolation fake on %s; want fakemem (booted), fake",
+			onOwn.Isolation, h.drv.restoredFrom(onOwn.ID), onDefault.Isolation)
+	}
+	for _, id := range append([]string{parent.ID, sb.ID, onOwn.ID, onDefault.ID}, kids[0].ID, kids[1].ID) {
 		if err := s.Destroy(ctx, acme, id); err != nil {
 			t.Fatal(err)
 		}
@@ -623,8 +635,8 @@ func TestLifecycleForkWithMemory(t *testing.T) {
 	}
 	// The fork's internal snapshot and its memory went with its children.
 	snaps, _ := h.pool.ListSnapshots()
-	if len(snaps) != 1 {
-		t.Errorf("snapshots left: %v, want only %q", snaps, snap.ID)
+	if len(snaps) != 2 {
+		t.Errorf("snapshots left: %v, want only %q and files", snaps, snap.ID)
 	}
 }
 

@@ -211,10 +211,22 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		if tpl, err = s.pool.TemplateVersion(snap.Template, snap.TemplateVersion); err != nil {
 			return nil, fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
 		}
-		// A snapshot with memory restores on its own tier unless the
-		// request names another (then it gets the files only).
-		if req.Isolation == "" && snap.Isolation != "" && s.ckpt.memoryOf(snap.ID, s.drivers[snap.Isolation]) != "" {
+		// A snapshot restores on its own tier unless the request names
+		// another: with its memory where it has one (another tier gets
+		// the files only), and a sandbox snapshotted on gvisor is not
+		// moved to the default tier, a weaker boundary, by a create that
+		// named none. A tier this node lacks (a snapshot pulled from
+		// another node) leaves the default.
+		if req.Isolation == "" && snap.Isolation != "" && snap.Isolation != r.Isolation && s.drivers[snap.Isolation] != nil {
 			drv, r.Isolation = s.drivers[snap.Isolation], snap.Isolation
+			if netw.Egress != api.EgressNone {
+				if err := driver.Refuses(drv, driver.OpNetwork); err != nil {
+					return nil, err
+				}
+			}
+			if err := driver.Refuses(drv, driver.OpSnapshot); err != nil {
+				return nil, err
+			}
 		}
 		// Without its memory a snapshot gives its layer's files: a tier
 		// whose files are not a layer (microvm) has none to give or take.
