@@ -615,9 +615,29 @@ func TestLifecycleForkWithMemory(t *testing.T) {
 	if sb.Isolation != "fakemem" || h.drv.restoredFrom(sb.ID) != s.ckpt.snapshotDir(snap.ID) {
 		t.Errorf("created from a snapshot with memory: %s, restored from %q", sb.Isolation, h.drv.restoredFrom(sb.ID))
 	}
-	// A snapshot without memory also stays on its tier (a sandbox
-	// snapshotted on gvisor is not moved to the default tier), unless the
-	// request names another.
+	for _, id := range append([]string{parent.ID, sb.ID}, kids[0].ID, kids[1].ID) {
+		if err := s.Destroy(ctx, acme, id); err != nil {
+			t.Fatal(err)
+		}
+		h.leftNothing(id)
+	}
+	// The fork's internal snapshot and its memory went with its children.
+	snaps, _ := h.pool.ListSnapshots()
+	if len(snaps) != 1 {
+		t.Errorf("snapshots left: %v, want only %q", snaps, snap.ID)
+	}
+}
+
+// TestLifecycleSnapshotKeepsTier: a create from a snapshot without memory
+// names no tier and runs on the snapshot's (a sandbox snapshotted on
+// gvisor is not moved to the default tier, a weaker boundary), booted
+// from its files; one that names another tier gets it.
+func TestLifecycleSnapshotKeepsTier(t *testing.T) {
+	t.Parallel()
+	h := newHost(t)
+	s := h.start()
+	ctx := context.Background()
+	parent := create(t, s, &api.CreateSandboxRequest{Isolation: "fakemem"})
 	if _, err := s.Snapshot(ctx, acme, parent.ID, "files"); err != nil {
 		t.Fatal(err)
 	}
@@ -627,16 +647,11 @@ func TestLifecycleForkWithMemory(t *testing.T) {
 		t.Errorf("created from a snapshot without memory: on %s (restored from %q), and with isolation fake on %s; want fakemem (booted), fake",
 			onOwn.Isolation, h.drv.restoredFrom(onOwn.ID), onDefault.Isolation)
 	}
-	for _, id := range append([]string{parent.ID, sb.ID, onOwn.ID, onDefault.ID}, kids[0].ID, kids[1].ID) {
+	for _, id := range []string{parent.ID, onOwn.ID, onDefault.ID} {
 		if err := s.Destroy(ctx, acme, id); err != nil {
 			t.Fatal(err)
 		}
 		h.leftNothing(id)
-	}
-	// The fork's internal snapshot and its memory went with its children.
-	snaps, _ := h.pool.ListSnapshots()
-	if len(snaps) != 2 {
-		t.Errorf("snapshots left: %v, want only %q and files", snaps, snap.ID)
 	}
 }
 

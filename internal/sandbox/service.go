@@ -180,20 +180,6 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 	if err := s.checkNetAvailable(netw); err != nil {
 		return nil, err
 	}
-	drv, ok := s.drivers[r.Isolation]
-	if !ok {
-		return nil, errdefs.Invalid("isolation %q is not available on this host; available: %s", r.Isolation, strings.Join(s.DriverNames(), ", "))
-	}
-	if netw.Egress != api.EgressNone {
-		if err := driver.Refuses(drv, driver.OpNetwork); err != nil {
-			return nil, err
-		}
-	}
-	if req.Snapshot != "" {
-		if err := driver.Refuses(drv, driver.OpSnapshot); err != nil {
-			return nil, err
-		}
-	}
 	var (
 		tpl  *storage.Template
 		snap *store.SnapshotRecord
@@ -208,25 +194,31 @@ func (s *Service) Create(ctx context.Context, tenant string, req *api.CreateSand
 		if snap.State != store.SnapshotReady {
 			return nil, errdefs.NotFound("snapshot %q is still being taken; retry in a moment", req.Snapshot)
 		}
-		if tpl, err = s.pool.TemplateVersion(snap.Template, snap.TemplateVersion); err != nil {
-			return nil, fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
-		}
 		// A snapshot restores on its own tier unless the request names
 		// another: with its memory where it has one (another tier gets
 		// the files only), and a sandbox snapshotted on gvisor is not
 		// moved to the default tier, a weaker boundary, by a create that
 		// named none. A tier this node lacks (a snapshot pulled from
 		// another node) leaves the default.
-		if req.Isolation == "" && snap.Isolation != "" && snap.Isolation != r.Isolation && s.drivers[snap.Isolation] != nil {
-			drv, r.Isolation = s.drivers[snap.Isolation], snap.Isolation
-			if netw.Egress != api.EgressNone {
-				if err := driver.Refuses(drv, driver.OpNetwork); err != nil {
-					return nil, err
-				}
-			}
-			if err := driver.Refuses(drv, driver.OpSnapshot); err != nil {
-				return nil, err
-			}
+		if req.Isolation == "" && s.drivers[snap.Isolation] != nil {
+			r.Isolation = snap.Isolation
+		}
+	}
+	drv, ok := s.drivers[r.Isolation]
+	if !ok {
+		return nil, errdefs.Invalid("isolation %q is not available on this host; available: %s", r.Isolation, strings.Join(s.DriverNames(), ", "))
+	}
+	if netw.Egress != api.EgressNone {
+		if err := driver.Refuses(drv, driver.OpNetwork); err != nil {
+			return nil, err
+		}
+	}
+	if snap != nil {
+		if err := driver.Refuses(drv, driver.OpSnapshot); err != nil {
+			return nil, err
+		}
+		if tpl, err = s.pool.TemplateVersion(snap.Template, snap.TemplateVersion); err != nil {
+			return nil, fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
 		}
 		// Without its memory a snapshot gives its layer's files: a tier
 		// whose files are not a layer (microvm) has none to give or take.
